@@ -1,0 +1,141 @@
+//! What every pool kind shares: the labels it puts on children, the template metadata,
+//! the status with its conditions, and per-replica identity ranges.
+
+use super::schema;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The API group of every pool kind.
+pub const GROUP: &str = "pools.kwok.x-k8s.io";
+pub const VERSION: &str = "v1alpha1";
+
+/// The label naming the pool a child belongs to.
+pub const POOL_LABEL: &str = "pools.kwok.x-k8s.io/pool";
+/// The label holding a child's index (0..count-1).
+pub const INDEX_LABEL: &str = "pools.kwok.x-k8s.io/index";
+/// The label holding the hash of the template a child was rendered from.
+pub const HASH_LABEL: &str = "pools.kwok.x-k8s.io/template-hash";
+/// Labels the pool sets itself; a template may not set them.
+pub const RESERVED_LABELS: [&str; 3] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL];
+
+/// The largest count any pool accepts.
+pub const MAX_COUNT: i32 = 100_000;
+
+/// The metadata of a child template. Names are generated (`<pool>-<index>`), so `name`,
+/// `generateName` and `namespace` must stay empty.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateMetadata {
+    /// Must be empty: children are named `<pool>-<index>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == ''").message("must be empty: children are named <pool>-<index>"))]
+    pub name: Option<String>,
+
+    /// Must be empty: children are named `<pool>-<index>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == ''").message("must be empty: children are named <pool>-<index>"))]
+    pub generate_name: Option<String>,
+
+    /// Must be empty: children live in the pool's namespace (or none, for nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == ''").message("must be empty: children live in the pool's namespace"))]
+    pub namespace: Option<String>,
+
+    /// Labels copied to every child. Keys are qualified names (`[prefix/]name`), values at
+    /// most 63 characters of `[A-Za-z0-9._-]` starting and ending alphanumeric.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "label_map")]
+    #[x_kube(validation = Rule::new("self.all(k, !format.qualifiedName().validate(k).hasValue())")
+        .message("every label key must be a qualified name: an optional DNS subdomain prefix and '/', then 1-63 characters [A-Za-z0-9._-] starting and ending alphanumeric"))]
+    #[x_kube(validation = Rule::new("self.all(k, !format.labelValue().validate(self[k]).hasValue())")
+        .message("every label value must be empty or 1-63 characters [A-Za-z0-9._-] starting and ending alphanumeric"))]
+    pub labels: Option<BTreeMap<String, String>>,
+
+    /// Annotations copied to every child. Keys are qualified names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "annotation_map")]
+    #[x_kube(validation = Rule::new("self.all(k, !format.qualifiedName().validate(k).hasValue())")
+        .message("every annotation key must be a qualified name: an optional DNS subdomain prefix and '/', then 1-63 characters [A-Za-z0-9._-] starting and ending alphanumeric"))]
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+fn label_map(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 256,
+        "additionalProperties": {"type": "string", "maxLength": 63},
+    })
+}
+
+fn annotation_map(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 256,
+        // The API server limits all annotations of an object to 256 KiB together.
+        "additionalProperties": {"type": "string", "maxLength": 262144},
+    })
+}
+
+/// A range split into equal subnets, one per child: child `i` gets the `i`-th subnet.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!isCIDR(self.cidr) || (self.maskSize > cidr(self.cidr).prefixLength() && self.maskSize <= (cidr(self.cidr).ip().family() == 4 ? 32 : 128))")
+    .message("maskSize must be longer than the cidr's prefix length and at most 32 (IPv4) or 128 (IPv6)")
+    .field_path(".maskSize"))]
+pub struct SubnetRange {
+    /// The range, e.g. `10.0.0.0/16` or `fd00:10::/56`.
+    #[schemars(schema_with = "schema::cidr_string")]
+    #[x_kube(validation = Rule::new("isCIDR(self)").message("must be a CIDR such as 10.0.0.0/16 or fd00::/48"))]
+    pub cidr: String,
+    /// The prefix length of each child's subnet, e.g. 24.
+    #[schemars(range(min = 1, max = 128))]
+    pub mask_size: u8,
+}
+
+/// Status of every pool kind.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolStatus {
+    /// Children that exist (owned by this pool, index below the count).
+    #[serde(default)]
+    pub replicas: i32,
+    /// Children that are ready.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Children rendered from the current template.
+    #[serde(default)]
+    pub updated_replicas: i32,
+    /// The pool generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The label selector of the children, for the scale subresource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Ready, Progressing and Degraded, each with a reason and a message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+}
+
+fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut value = schema::core_type::<Vec<Condition>>(generator).to_value();
+    value["x-kubernetes-list-type"] = "map".into();
+    value["x-kubernetes-list-map-keys"] = serde_json::json!(["type"]);
+    schemars::Schema::try_from(value).expect("object")
+}
+
+impl PoolStatus {
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+/// Condition types and reasons used by every pool.
+pub mod conditions {
+    pub const READY: &str = "Ready";
+    pub const PROGRESSING: &str = "Progressing";
+    pub const DEGRADED: &str = "Degraded";
+}

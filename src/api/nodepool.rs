@@ -1,0 +1,85 @@
+//! NodePool: a cluster-scoped pool of fake Nodes.
+
+use super::common::{PoolStatus, SubnetRange, TemplateMetadata};
+use super::schema;
+use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// A pool of `nodeCount` fake Nodes named `<pool>-<index>`, each rendered from `nodeTemplate`
+/// and kept Ready by the simulator.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "pools.kwok.x-k8s.io",
+    version = "v1alpha1",
+    kind = "NodePool",
+    status = "PoolStatus",
+    shortname = "np",
+    category = "pools",
+    derive = "PartialEq",
+    doc = "A pool of fake Nodes kept Ready by the kwok-pools simulator",
+    scale(
+        spec_replicas_path = ".spec.nodeCount",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.nodeCount", description = "nodes wanted"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas", description = "nodes Ready"),
+    printcolumn(name = "Up-to-date", type_ = "integer", json_path = ".status.updatedReplicas", description = "nodes rendered from the current template"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    cel
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.podCIDR) || !isCIDR(self.podCIDR.cidr) || self.podCIDR.maskSize <= cidr(self.podCIDR.cidr).prefixLength() || self.podCIDR.maskSize - cidr(self.podCIDR.cidr).prefixLength() >= 17 || self.nodeCount <= [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536][self.podCIDR.maskSize - cidr(self.podCIDR.cidr).prefixLength()]")
+    .message("podCIDR.cidr has fewer subnets of podCIDR.maskSize than nodeCount: use a larger cidr, a longer maskSize or fewer nodes")
+    .field_path(".podCIDR"))]
+#[x_kube(validation = Rule::new("!has(self.internalIPs) || !isCIDR(self.internalIPs) || (cidr(self.internalIPs).ip().family() == 4 ? 32 : 128) - cidr(self.internalIPs).prefixLength() >= 18 || self.nodeCount + 2 <= [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072][(cidr(self.internalIPs).ip().family() == 4 ? 32 : 128) - cidr(self.internalIPs).prefixLength()]")
+    .message("internalIPs has fewer host addresses than nodeCount: use a larger range or fewer nodes")
+    .field_path(".internalIPs"))]
+pub struct NodePoolSpec {
+    /// How many nodes the pool keeps (0 to 100000).
+    #[schemars(range(min = 0, max = 100000))]
+    pub node_count: i32,
+
+    /// The Node every child is rendered from: labels, annotations, spec and status.
+    pub node_template: NodeTemplate,
+
+    /// Optional pod ranges: node `i` gets the `i`-th subnet as `spec.podCIDR(s)`. Without it the
+    /// controller manager's node IPAM assigns podCIDRs.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "podCIDR")]
+    pub pod_cidr: Option<SubnetRange>,
+
+    /// Optional address range: node `i` gets the `i`-th host address as its InternalIP.
+    /// Without it addresses come from the operator's default node range.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "internalIPs")]
+    #[schemars(schema_with = "schema::cidr_string")]
+    #[x_kube(validation = Rule::new("isCIDR(self)").message("must be a CIDR such as 10.1.0.0/16"))]
+    pub internal_ips: Option<String>,
+}
+
+/// A Node template. `apiVersion: v1` and `kind: Node` are accepted for copy-paste.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTemplate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == 'v1'").message("must be v1 (or omitted)"))]
+    pub api_version: Option<String>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == 'Node'").message("must be Node (or omitted)"))]
+    pub kind: Option<String>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+
+    /// The Node spec (taints, podCIDR, providerID, unschedulable…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::optional_core_type::<NodeSpec>")]
+    pub spec: Option<NodeSpec>,
+
+    /// The Node status to report: capacity, allocatable, nodeInfo, phase… The simulator fills
+    /// in conditions, addresses and what is left unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::optional_core_type::<NodeStatus>")]
+    pub status: Option<NodeStatus>,
+}

@@ -1,0 +1,60 @@
+//! PodPool: a namespaced pool of Pods that, by default, land on fake nodes.
+
+use super::common::{PoolStatus, TemplateMetadata};
+use super::schema;
+use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// A pool of `podCount` Pods named `<pool>-<index>`, each rendered from `podTemplate`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "pools.kwok.x-k8s.io",
+    version = "v1alpha1",
+    kind = "PodPool",
+    namespaced,
+    status = "PoolStatus",
+    shortname = "pp",
+    category = "pools",
+    derive = "PartialEq",
+    doc = "A pool of Pods that run on fake nodes",
+    scale(
+        spec_replicas_path = ".spec.podCount",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.podCount", description = "pods wanted"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas", description = "pods Ready"),
+    printcolumn(name = "Up-to-date", type_ = "integer", json_path = ".status.updatedReplicas", description = "pods rendered from the current template"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    cel
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPoolSpec {
+    /// How many pods the pool keeps (0 to 100000).
+    #[schemars(range(min = 0, max = 100000))]
+    pub pod_count: i32,
+
+    /// The Pod every child is rendered from.
+    pub pod_template: PodTemplate,
+
+    /// How many pods may be unavailable while a template change rolls out: a number or a
+    /// percentage of podCount (default 25%, at least one pod at a time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::int_or_percent")]
+    pub max_unavailable: Option<IntOrString>,
+}
+
+/// A PodTemplateSpec whose metadata leaves the name to the pool.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTemplate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+
+    /// The Pod spec. Unless it sets nodeName, nodeSelector or affinity, the pool adds the
+    /// nodeSelector `type: kwok`; it always tolerates the fake-node taint.
+    #[schemars(schema_with = "schema::core_type::<PodSpec>")]
+    pub spec: PodSpec,
+}

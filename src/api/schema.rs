@@ -1,0 +1,116 @@
+//! Schema helpers for embedding core Kubernetes types in the CRDs.
+//!
+//! k8s-openapi's schemas carry long descriptions; a full PodTemplateSpec with them would make
+//! a CRD larger than the API server's limits. We strip descriptions from embedded core types,
+//! make every Quantity an int-or-string with the Quantity pattern (as controller-gen does), and
+//! keep our own fields documented.
+
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde_json::{Map, Value, json};
+
+/// A Quantity: `32`, `256Gi`, `500m`, `1.5`, `1e3`.
+pub const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
+const QUANTITY_DESCRIPTION_START: &str = "Quantity is a fixed-point representation";
+
+/// The schema of core type `T` with descriptions removed and quantities tightened.
+pub fn core_type<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    let schema = generator.subschema_for::<T>();
+    let mut value = schema.to_value();
+    rewrite(&mut value);
+    Schema::try_from(value).expect("a rewritten schema is still an object")
+}
+
+/// Same as [`core_type`] for an `Option<T>` field.
+pub fn optional_core_type<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    core_type::<T>(generator)
+}
+
+fn rewrite(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let is_quantity = map
+                .get("description")
+                .and_then(Value::as_str)
+                .is_some_and(|d| d.starts_with(QUANTITY_DESCRIPTION_START));
+            if is_quantity {
+                *map = quantity_schema();
+                return;
+            }
+            map.remove("description");
+            if map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) && !map.contains_key("anyOf") {
+                map.insert("anyOf".into(), json!([{"type": "integer"}, {"type": "string"}]));
+            }
+            // "properties" maps field names to schemas: recurse into the schemas only.
+            for (key, child) in map.iter_mut() {
+                if key == "properties" {
+                    if let Value::Object(props) = child {
+                        props.values_mut().for_each(rewrite);
+                    }
+                } else {
+                    rewrite(child);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(rewrite),
+        _ => {}
+    }
+}
+
+fn quantity_schema() -> Map<String, Value> {
+    let Value::Object(map) = json!({
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "pattern": QUANTITY_PATTERN,
+        "x-kubernetes-int-or-string": true,
+    }) else {
+        unreachable!("a json object literal")
+    };
+    map
+}
+
+/// A CIDR such as `10.0.0.0/16` or `fd00::/64`: a string in the schema (ipnet's own schema
+/// is not structural).
+pub fn cidr_string(_: &mut SchemaGenerator) -> Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "maxLength": 64,
+    })
+}
+
+/// `maxUnavailable`: an integer or a percentage.
+pub fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
+    schemars::json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": "^(100|[1-9]?[0-9])%$"}],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::NodeStatus;
+
+    #[test]
+    fn strips_descriptions_and_rewrites_quantities() {
+        let mut generator = schemars::generate::SchemaSettings::openapi3()
+            .with(|s| s.inline_subschemas = true)
+            .into_generator();
+        let schema = core_type::<NodeStatus>(&mut generator).to_value();
+        let text = schema.to_string();
+        assert!(!text.contains("\"description\""), "descriptions left");
+        let cpu = &schema["properties"]["capacity"]["additionalProperties"];
+        assert_eq!(cpu["x-kubernetes-int-or-string"], json!(true));
+        assert_eq!(cpu["pattern"], json!(QUANTITY_PATTERN));
+    }
+
+    #[test]
+    fn quantity_pattern_accepts_the_usual_forms() {
+        let re = regex::Regex::new(QUANTITY_PATTERN).unwrap();
+        for good in ["32", "256Gi", "500m", "1.5", "1e3", "-1", ".5"] {
+            assert!(re.is_match(good), "{good}");
+        }
+        for bad in ["lots", "1GiB", "", "1 Gi"] {
+            assert!(!re.is_match(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! Finding the control-plane binaries built by `make controlplane`.
+
+use super::component::ALL;
+use super::error::ClusterError;
+use std::path::{Path, PathBuf};
+
+pub const BIN_DIR_ENV: &str = "KWOK_POOLS_BIN_DIR";
+
+/// The binary directory: the flag, else `$KWOK_POOLS_BIN_DIR`, else `./bin`, else the project's
+/// `bin/` found from the running executable (`target/<profile>/kwok-pools` → `bin/`).
+pub fn resolve_bin_dir(flag: Option<&Path>) -> PathBuf {
+    if let Some(dir) = flag {
+        return dir.to_path_buf();
+    }
+    if let Some(dir) = std::env::var_os(BIN_DIR_ENV).filter(|v| !v.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let cwd_bin = PathBuf::from("bin");
+    if cwd_bin.join("kube-apiserver").exists() {
+        return std::path::absolute(&cwd_bin).unwrap_or(cwd_bin);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        for ancestor in exe.ancestors().skip(1) {
+            let candidate = ancestor.join("bin");
+            if candidate.join("kube-apiserver").exists() {
+                return candidate;
+            }
+        }
+    }
+    std::path::absolute(&cwd_bin).unwrap_or(cwd_bin)
+}
+
+/// Checks that every component's binary is present and returns the directory, absolute.
+pub fn check(bin_dir: &Path) -> Result<PathBuf, ClusterError> {
+    let dir = std::path::absolute(bin_dir).unwrap_or_else(|_| bin_dir.to_path_buf());
+    for c in ALL {
+        let path = dir.join(c.binary());
+        if !path.is_file() {
+            return Err(ClusterError::MissingBinary { binary: c.binary().into(), bin_dir: dir });
+        }
+    }
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_dir_names_the_first_missing_binary_and_make_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = check(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("etcd not found"), "{err}");
+        assert!(err.contains("make controlplane"), "{err}");
+    }
+}

@@ -1,0 +1,178 @@
+//! The four control-plane components and how each is started: binary name, command line,
+//! health endpoint. Pure: builds command lines from a [`Layout`] and [`Ports`].
+
+use super::layout::{Layout, Ports};
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Component {
+    Etcd,
+    KubeApiserver,
+    KubeControllerManager,
+    KubeScheduler,
+}
+
+/// Start order; `cluster delete` stops them in reverse.
+pub const ALL: [Component; 4] = [
+    Component::Etcd,
+    Component::KubeApiserver,
+    Component::KubeControllerManager,
+    Component::KubeScheduler,
+];
+
+/// The pod network the controller manager's node IPAM splits into per-node podCIDRs
+/// (a /24 each: room for 32768 nodes) and the service network. They do not overlap.
+pub const CLUSTER_CIDR: &str = "10.128.0.0/9";
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+pub const SERVICE_IP: &str = "10.96.0.1";
+
+impl Component {
+    pub fn name(self) -> &'static str {
+        match self {
+            Component::Etcd => "etcd",
+            Component::KubeApiserver => "kube-apiserver",
+            Component::KubeControllerManager => "kube-controller-manager",
+            Component::KubeScheduler => "kube-scheduler",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// The binary has the component's name.
+    pub fn binary(self) -> &'static str {
+        self.name()
+    }
+
+    /// The URL that says the component is ready.
+    pub fn health_url(self, ports: &Ports) -> String {
+        match self {
+            Component::Etcd => format!("http://127.0.0.1:{}/readyz", ports.etcd_client),
+            Component::KubeApiserver => format!("https://127.0.0.1:{}/readyz", ports.apiserver),
+            Component::KubeControllerManager => {
+                format!("https://127.0.0.1:{}/healthz", ports.controller_manager)
+            }
+            Component::KubeScheduler => format!("https://127.0.0.1:{}/healthz", ports.scheduler),
+        }
+    }
+
+    /// The command-line arguments for this component.
+    pub fn args(self, layout: &Layout, ports: &Ports) -> Vec<String> {
+        let p = |path: std::path::PathBuf| path.display().to_string();
+        match self {
+            Component::Etcd => {
+                let client = format!("http://127.0.0.1:{}", ports.etcd_client);
+                let peer = format!("http://127.0.0.1:{}", ports.etcd_peer);
+                vec![
+                    "--name=default".into(),
+                    format!("--data-dir={}", p(layout.etcd_data())),
+                    format!("--listen-client-urls={client}"),
+                    format!("--advertise-client-urls={client}"),
+                    format!("--listen-peer-urls={peer}"),
+                    format!("--initial-advertise-peer-urls={peer}"),
+                    format!("--initial-cluster=default={peer}"),
+                    // A throw-away test cluster: durability is not worth the fsync cost.
+                    "--unsafe-no-fsync=true".into(),
+                    "--quota-backend-bytes=8589934592".into(),
+                    "--log-level=warn".into(),
+                ]
+            }
+            Component::KubeApiserver => vec![
+                format!("--etcd-servers=http://127.0.0.1:{}", ports.etcd_client),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={}", ports.apiserver),
+                "--endpoint-reconciler-type=none".into(),
+                format!("--tls-cert-file={}", p(layout.admin_cert())),
+                format!("--tls-private-key-file={}", p(layout.admin_key())),
+                format!("--client-ca-file={}", p(layout.ca_cert())),
+                "--authorization-mode=Node,RBAC".into(),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--service-account-key-file={}", p(layout.sa_public())),
+                format!("--service-account-signing-key-file={}", p(layout.sa_private())),
+                "--allow-privileged=true".into(),
+                "--profiling=false".into(),
+                // Room for simulators that write thousands of objects per second.
+                "--max-requests-inflight=2000".into(),
+                "--max-mutating-requests-inflight=1000".into(),
+            ],
+            Component::KubeControllerManager => vec![
+                format!("--kubeconfig={}", p(layout.kubeconfig())),
+                format!("--authentication-kubeconfig={}", p(layout.kubeconfig())),
+                format!("--authorization-kubeconfig={}", p(layout.kubeconfig())),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", ports.controller_manager),
+                "--leader-elect=false".into(),
+                format!("--service-account-private-key-file={}", p(layout.sa_private())),
+                format!("--root-ca-file={}", p(layout.ca_cert())),
+                "--use-service-account-credentials=true".into(),
+                "--allocate-node-cidrs=true".into(),
+                format!("--cluster-cidr={CLUSTER_CIDR}"),
+                "--node-cidr-mask-size=24".into(),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                "--kube-api-qps=1000".into(),
+                "--kube-api-burst=2000".into(),
+                "--profiling=false".into(),
+            ],
+            Component::KubeScheduler => vec![
+                format!("--config={}", p(layout.scheduler_config())),
+                format!("--authentication-kubeconfig={}", p(layout.kubeconfig())),
+                format!("--authorization-kubeconfig={}", p(layout.kubeconfig())),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", ports.scheduler),
+                "--profiling=false".into(),
+            ],
+        }
+    }
+}
+
+impl fmt::Display for Component {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The scheduler's configuration file: the client limits of a default scheduler (50 QPS)
+/// would make it, not the API server, the bottleneck of a simulated cluster.
+pub fn scheduler_config(layout: &Layout) -> String {
+    format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1\n\
+         kind: KubeSchedulerConfiguration\n\
+         clientConnection:\n  kubeconfig: {}\n  qps: 1000\n  burst: 2000\n\
+         leaderElection:\n  leaderElect: false\n",
+        layout.kubeconfig().display()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_component_refers_to_its_state_dir() {
+        // `cluster delete` recognises its processes by the state directory in their command line.
+        let layout = Layout::new("/tmp/x/clusters/demo".into());
+        let ports = Ports { etcd_client: 1, etcd_peer: 2, apiserver: 3, controller_manager: 4, scheduler: 5 };
+        for c in ALL {
+            assert!(c.args(&layout, &ports).iter().any(|a| a.contains("/tmp/x/clusters/demo")), "{c}");
+        }
+    }
+
+    #[test]
+    fn apiserver_binds_loopback_without_endpoint_reconciler() {
+        let layout = Layout::new("/s".into());
+        let ports = Ports { etcd_client: 1, etcd_peer: 2, apiserver: 6443, controller_manager: 4, scheduler: 5 };
+        let args = Component::KubeApiserver.args(&layout, &ports);
+        for want in ["--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none", "--secure-port=6443"] {
+            assert!(args.iter().any(|a| a == want), "{want}");
+        }
+    }
+
+    #[test]
+    fn parses_names() {
+        assert_eq!(Component::parse("kube-scheduler"), Some(Component::KubeScheduler));
+        assert_eq!(Component::parse("kubelet"), None);
+    }
+}

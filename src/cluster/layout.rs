@@ -1,0 +1,140 @@
+//! Where a cluster keeps its state: PKI, kubeconfig, etcd data, logs and pid files, all under
+//! one directory per cluster (`<home>/clusters/<name>`). Pure path arithmetic plus the small
+//! `cluster.json` record of ports.
+
+use super::component::Component;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The environment variable that overrides the home of all cluster state.
+pub const HOME_ENV: &str = "KWOK_POOLS_HOME";
+
+/// The default home: `$KWOK_POOLS_HOME`, else `~/.kwok-pools`.
+pub fn default_home() -> PathBuf {
+    if let Some(home) = std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
+        return PathBuf::from(home);
+    }
+    dirs::home_dir().unwrap_or_else(|| PathBuf::from("/tmp")).join(".kwok-pools")
+}
+
+/// The state directory of the cluster `name` under `home`.
+pub fn cluster_dir(home: &Path, name: &str) -> PathBuf {
+    home.join("clusters").join(name)
+}
+
+/// A cluster name must be usable as a directory and in messages: a DNS label.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 40
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid cluster name {name:?}: use 1 to 40 lower-case letters, digits and '-', \
+             starting and ending with a letter or digit"
+        ))
+    }
+}
+
+/// The ports a cluster listens on (all on 127.0.0.1).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Ports {
+    pub etcd_client: u16,
+    pub etcd_peer: u16,
+    pub apiserver: u16,
+    pub controller_manager: u16,
+    pub scheduler: u16,
+}
+
+/// The record written to `cluster.json` when a cluster is created.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterRecord {
+    pub name: String,
+    pub ports: Ports,
+    pub bin_dir: PathBuf,
+    pub created: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub dir: PathBuf,
+}
+
+impl Layout {
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+    pub fn record(&self) -> PathBuf {
+        self.dir.join("cluster.json")
+    }
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+    pub fn pki(&self) -> PathBuf {
+        self.dir.join("pki")
+    }
+    pub fn ca_cert(&self) -> PathBuf {
+        self.pki().join("ca.crt")
+    }
+    pub fn ca_key(&self) -> PathBuf {
+        self.pki().join("ca.key")
+    }
+    pub fn admin_cert(&self) -> PathBuf {
+        self.pki().join("admin.crt")
+    }
+    pub fn admin_key(&self) -> PathBuf {
+        self.pki().join("admin.key")
+    }
+    pub fn sa_private(&self) -> PathBuf {
+        self.pki().join("sa.key")
+    }
+    pub fn sa_public(&self) -> PathBuf {
+        self.pki().join("sa.pub")
+    }
+    pub fn etcd_data(&self) -> PathBuf {
+        self.dir.join("etcd-data")
+    }
+    pub fn scheduler_config(&self) -> PathBuf {
+        self.dir.join("kube-scheduler.yaml")
+    }
+    pub fn logs(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+    pub fn log(&self, c: Component) -> PathBuf {
+        self.logs().join(format!("{}.log", c.name()))
+    }
+    pub fn pid(&self, c: Component) -> PathBuf {
+        self.dir.join("run").join(format!("{}.pid", c.name()))
+    }
+
+    pub fn read_record(&self) -> std::io::Result<ClusterRecord> {
+        let text = std::fs::read_to_string(self.record())?;
+        serde_json::from_str(&text).map_err(std::io::Error::other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_dns_labels() {
+        assert!(validate_name("dev").is_ok());
+        assert!(validate_name("e2e-2").is_ok());
+        for bad in ["", "Dev", "a/b", "-x", "x-", "a_b", &"x".repeat(41)] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn paths_live_under_the_cluster_dir() {
+        let l = Layout::new(cluster_dir(Path::new("/h"), "c1"));
+        assert_eq!(l.kubeconfig(), Path::new("/h/clusters/c1/kubeconfig"));
+        assert_eq!(l.pid(Component::Etcd), Path::new("/h/clusters/c1/run/etcd.pid"));
+    }
+}

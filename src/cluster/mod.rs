@@ -1,0 +1,226 @@
+//! The local control plane: `kwok-pools cluster create|delete|list|kubeconfig`.
+//!
+//! etcd, kube-apiserver, kube-controller-manager and kube-scheduler run as detached child
+//! processes bound to 127.0.0.1, with state (PKI, kubeconfig, data, logs, pid files) in one
+//! directory per cluster. Several clusters can run side by side on different ports.
+
+pub mod binaries;
+pub mod component;
+pub mod crds;
+pub mod error;
+pub mod layout;
+pub mod pki;
+pub mod probe;
+pub mod process;
+
+pub use component::Component;
+pub use error::ClusterError;
+pub use layout::{Layout, cluster_dir, default_home};
+
+use error::IoContext;
+use layout::{ClusterRecord, Ports};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// What `cluster create` needs.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    pub name: String,
+    pub home: PathBuf,
+    pub bin_dir: PathBuf,
+    /// How long to wait for the whole control plane to become ready.
+    pub timeout: Duration,
+    /// Extra flags per component, appended after ours (so they win).
+    pub extra_args: Vec<(Component, String)>,
+    /// Install the project's CRDs once the API server is up.
+    pub install_crds: bool,
+}
+
+/// A created cluster.
+#[derive(Clone, Debug)]
+pub struct Created {
+    pub kubeconfig: PathBuf,
+    pub ports: Ports,
+    pub elapsed: Duration,
+}
+
+/// One line of `cluster list`.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    pub name: String,
+    pub dir: PathBuf,
+    pub running: usize,
+    pub apiserver_port: Option<u16>,
+}
+
+/// How many of the cluster's components run (checked by pid and command line).
+pub fn running_components(layout: &Layout) -> usize {
+    component::ALL
+        .into_iter()
+        .filter(|c| {
+            process::read_pid(&layout.pid(*c))
+                .is_some_and(|pid| process::is_ours(pid, c.binary(), &layout.dir))
+        })
+        .count()
+}
+
+fn pick_ports() -> Result<Ports, ClusterError> {
+    Ok(Ports {
+        etcd_client: process::free_port()?,
+        etcd_peer: process::free_port()?,
+        apiserver: process::free_port()?,
+        controller_manager: process::free_port()?,
+        scheduler: process::free_port()?,
+    })
+}
+
+/// Creates and starts a cluster, waiting until it is ready. On failure the components that
+/// were started are stopped again and the state (with the logs) is kept for inspection.
+pub async fn create(opts: &CreateOptions) -> Result<Created, ClusterError> {
+    layout::validate_name(&opts.name).map_err(ClusterError::InvalidName)?;
+    let bin_dir = binaries::check(&opts.bin_dir)?;
+    let layout = Layout::new(cluster_dir(&opts.home, &opts.name));
+    if layout.dir.exists() {
+        return Err(ClusterError::NameInUse {
+            name: opts.name.clone(),
+            dir: layout.dir.clone(),
+            running: running_components(&layout) > 0,
+        });
+    }
+    let started = Instant::now();
+    let deadline = started + opts.timeout;
+    std::fs::create_dir_all(&layout.dir).ctx(|| format!("creating {}", layout.dir.display()))?;
+    eprintln!("creating cluster {:?} in {}", opts.name, layout.dir.display());
+
+    let ports = pick_ports()?;
+    pki::write_pki(&layout)?;
+    pki::write_kubeconfig(&layout, &opts.name, ports.apiserver)?;
+    std::fs::write(layout.scheduler_config(), component::scheduler_config(&layout))
+        .ctx(|| "writing the scheduler configuration".into())?;
+    let record = ClusterRecord {
+        name: opts.name.clone(),
+        ports: ports.clone(),
+        bin_dir: bin_dir.clone(),
+        created: chrono::Utc::now().to_rfc3339(),
+    };
+    std::fs::write(layout.record(), serde_json::to_string_pretty(&record).unwrap_or_default())
+        .ctx(|| "writing cluster.json".into())?;
+
+    let result = start_all(opts, &layout, &ports, &bin_dir, deadline).await;
+    if let Err(e) = result {
+        eprintln!("cluster {:?} did not come up; stopping what was started (logs kept in {})", opts.name, layout.logs().display());
+        stop_all(&layout);
+        return Err(e);
+    }
+    Ok(Created { kubeconfig: layout.kubeconfig(), ports, elapsed: started.elapsed() })
+}
+
+async fn start_all(
+    opts: &CreateOptions,
+    layout: &Layout,
+    ports: &Ports,
+    bin_dir: &Path,
+    deadline: Instant,
+) -> Result<(), ClusterError> {
+    // etcd and the API server must be up before the others can do anything useful.
+    let mut children = Vec::new();
+    for c in component::ALL {
+        let mut args = c.args(layout, ports);
+        args.extend(opts.extra_args.iter().filter(|(k, _)| *k == c).map(|(_, a)| a.clone()));
+        let child = process::spawn(&bin_dir.join(c.binary()), &args, &layout.log(c), &layout.pid(c))?;
+        eprintln!("  started {c} (pid {}, log {})", child.id(), layout.log(c).display());
+        children.push((c, child));
+        if matches!(c, Component::Etcd | Component::KubeApiserver) {
+            let (c, child) = children.last_mut().expect("just pushed");
+            let took = probe::wait_healthy(&opts.name, *c, child, layout, ports, deadline).await?;
+            eprintln!("  ✓ {c} ready ({:.1}s)", took.as_secs_f64());
+        }
+    }
+    for (c, child) in children.iter_mut().skip(2) {
+        let took = probe::wait_healthy(&opts.name, *c, child, layout, ports, deadline).await?;
+        eprintln!("  ✓ {c} healthy ({:.1}s)", took.as_secs_f64());
+    }
+    let client = crds::client(&layout.kubeconfig()).await?;
+    crds::wait_default_service_account(&opts.name, &client, layout, deadline).await?;
+    eprintln!("  ✓ default ServiceAccount exists");
+    if opts.install_crds {
+        crds::install(&client, deadline).await?;
+        eprintln!("  ✓ CRDs installed and established");
+    }
+    // The children were started detached; dropping the handles does not stop them.
+    Ok(())
+}
+
+fn stop_all(layout: &Layout) -> Vec<String> {
+    let mut notes = Vec::new();
+    for c in component::ALL.into_iter().rev() {
+        let Some(pid) = process::read_pid(&layout.pid(c)) else { continue };
+        if process::is_ours(pid, c.binary(), &layout.dir) {
+            if process::stop(pid, Duration::from_secs(10)) {
+                notes.push(format!("stopped {c} (pid {pid})"));
+            } else {
+                notes.push(format!("could not stop {c} (pid {pid})"));
+            }
+        } else if process::is_alive(pid) {
+            notes.push(format!("pid {pid} is no longer {c}; left alone"));
+        }
+    }
+    notes
+}
+
+/// Stops exactly the processes the cluster started (by pid, after checking each still is
+/// that component of that cluster) and removes its state directory.
+pub fn delete(home: &Path, name: &str) -> Result<Vec<String>, ClusterError> {
+    layout::validate_name(name).map_err(ClusterError::InvalidName)?;
+    let layout = Layout::new(cluster_dir(home, name));
+    if !layout.dir.exists() {
+        return Err(ClusterError::NotFound { name: name.into(), dir: layout.dir.clone() });
+    }
+    let mut notes = stop_all(&layout);
+    let still = running_components(&layout);
+    if still > 0 {
+        return Err(ClusterError::Other(format!(
+            "{still} component(s) of cluster {name:?} would not stop; state kept in {}",
+            layout.dir.display()
+        )));
+    }
+    std::fs::remove_dir_all(&layout.dir).ctx(|| format!("removing {}", layout.dir.display()))?;
+    notes.push(format!("removed {}", layout.dir.display()));
+    Ok(notes)
+}
+
+/// Every cluster under `home` and how many of its components run.
+pub fn list(home: &Path) -> Result<Vec<Listed>, ClusterError> {
+    let root = home.join("clusters");
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(&root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(ClusterError::Io { context: format!("reading {}", root.display()), source: e }),
+    };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let layout = Layout::new(dir.clone());
+        out.push(Listed {
+            name: entry.file_name().to_string_lossy().into_owned(),
+            running: running_components(&layout),
+            apiserver_port: layout.read_record().ok().map(|r| r.ports.apiserver),
+            dir,
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// The kubeconfig path of an existing cluster.
+pub fn kubeconfig(home: &Path, name: &str) -> Result<PathBuf, ClusterError> {
+    layout::validate_name(name).map_err(ClusterError::InvalidName)?;
+    let layout = Layout::new(cluster_dir(home, name));
+    if !layout.kubeconfig().exists() {
+        return Err(ClusterError::NotFound { name: name.into(), dir: layout.dir });
+    }
+    Ok(layout.kubeconfig())
+}

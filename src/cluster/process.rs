@@ -1,0 +1,122 @@
+//! Child processes of a cluster: start detached with a log and a pid file, recognise them
+//! later by pid *and* command line, stop them.
+
+use super::error::{ClusterError, IoContext};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Starts `binary args…` in its own process group (so it outlives the command that started it
+/// and is not hit by a Ctrl-C meant for that command), output appended to `log`, pid to `pid_file`.
+pub fn spawn(binary: &Path, args: &[String], log: &Path, pid_file: &Path) -> Result<Child, ClusterError> {
+    for dir in [log.parent(), pid_file.parent()].into_iter().flatten() {
+        std::fs::create_dir_all(dir).ctx(|| format!("creating {}", dir.display()))?;
+    }
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .ctx(|| format!("opening log {}", log.display()))?;
+    let err = out.try_clone().ctx(|| format!("opening log {}", log.display()))?;
+    let child = Command::new(binary)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .ctx(|| format!("starting {}", binary.display()))?;
+    std::fs::write(pid_file, child.id().to_string())
+        .ctx(|| format!("writing {}", pid_file.display()))?;
+    Ok(child)
+}
+
+/// Reads a pid file; `None` when absent or unreadable.
+pub fn read_pid(pid_file: &Path) -> Option<i32> {
+    std::fs::read_to_string(pid_file).ok()?.trim().parse().ok()
+}
+
+/// Whether `pid` is a live process (a zombie counts as gone).
+pub fn is_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the first field after the parenthesised command name.
+        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])).unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Whether `pid` is alive and is the `binary` we started for the cluster in `state_dir`:
+/// its executable name matches and its command line mentions the state directory.
+pub fn is_ours(pid: i32, binary: &str, state_dir: &Path) -> bool {
+    if !is_alive(pid) {
+        return false;
+    }
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    let args: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let exe_matches = args
+        .first()
+        .and_then(|a0| Path::new(a0).file_name())
+        .is_some_and(|n| n.to_string_lossy() == binary);
+    let dir = state_dir.display().to_string();
+    exe_matches && args.iter().skip(1).any(|a| a.contains(&dir))
+}
+
+/// Sends SIGTERM, waits up to `grace`, then SIGKILL. Returns whether the process is gone.
+pub fn stop(pid: i32, grace: Duration) -> bool {
+    let target = Pid::from_raw(pid);
+    let _ = kill(target, Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if !is_alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = kill(target, Signal::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if !is_alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    !is_alive(pid)
+}
+
+/// A free TCP port on 127.0.0.1 (the OS picks it; we release it right away).
+pub fn free_port() -> Result<u16, ClusterError> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").ctx(|| "finding a free port".into())?;
+    Ok(l.local_addr().ctx(|| "finding a free port".into())?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_is_alive_and_recognised_by_name() {
+        let me = std::process::id() as i32;
+        assert!(is_alive(me));
+        // Our own command line does not mention a cluster state dir.
+        assert!(!is_ours(me, "etcd", Path::new("/nonexistent/state")));
+    }
+
+    #[test]
+    fn stop_ends_a_process() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        assert!(is_alive(pid));
+        // Reap in the background so the zombie disappears.
+        let h = std::thread::spawn(move || child.wait());
+        assert!(stop(pid, Duration::from_secs(2)));
+        h.join().unwrap().unwrap();
+        assert!(!is_alive(pid));
+    }
+}

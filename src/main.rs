@@ -1,0 +1,3 @@
+fn main() {
+    print!("{}", kwok_pools::api::crds_yaml());
+}
