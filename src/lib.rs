@@ -4,3 +4,10 @@
 pub mod api;
 pub mod certs;
 pub mod cluster;
+pub mod cli;
+pub mod controllers;
+pub mod informer;
+pub mod operator;
+pub mod pool;
+pub mod simulator;
+pub mod telemetry;

@@ -1,3 +1,31 @@
-fn main() {
-    print!("{}", kwok_pools::api::crds_yaml());
+use clap::Parser;
+use kwok_pools::cli::{Cli, Command};
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    kwok_pools::telemetry::init_crypto();
+    let result = match cli.command {
+        Command::Cluster(cmd) => kwok_pools::cli::cluster::run(cmd).await,
+        Command::Run(args) => run(args, true).await,
+        Command::Simulate(args) => run(args, false).await,
+        Command::Crd => {
+            print!("{}", kwok_pools::api::crds_yaml());
+            Ok(())
+        }
+        Command::Version => {
+            println!("kwok-pools {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: kwok_pools::cli::run::RunArgs, controllers: bool) -> anyhow::Result<()> {
+    kwok_pools::telemetry::init_tracing(args.log_json);
+    let config = args.config(controllers).map_err(|e| anyhow::anyhow!(e))?;
+    kwok_pools::operator::run(config).await
 }

@@ -5,6 +5,7 @@ pub mod common;
 pub mod nodepool;
 pub mod podpool;
 pub mod schema;
+pub mod validation;
 
 pub use common::{PoolStatus, SubnetRange, TemplateMetadata};
 pub use nodepool::{NodePool, NodePoolSpec, NodeTemplate};

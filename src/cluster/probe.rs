@@ -44,7 +44,7 @@ pub async fn wait_healthy(
     let url = component.health_url(ports);
     let start = Instant::now();
     let mut last_report = Instant::now();
-    let mut detail = String::from("no answer yet");
+    let mut detail;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(ClusterError::ComponentExited {

@@ -1,0 +1,150 @@
+//! `kwok-pools cluster …`
+
+use crate::cluster::{self, Component, CreateOptions, binaries, layout::HOME_ENV};
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Cluster name.
+    #[arg(long, default_value = "kwok-pools")]
+    pub name: String,
+    /// Where cluster state lives (default ~/.kwok-pools).
+    #[arg(long, env = HOME_ENV)]
+    pub home: Option<PathBuf>,
+}
+
+impl Common {
+    pub fn home(&self) -> PathBuf {
+        self.home.clone().unwrap_or_else(cluster::default_home)
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Start a new local control plane and install the CRDs.
+    Create {
+        #[command(flatten)]
+        common: Common,
+        /// Directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler.
+        #[arg(long, env = binaries::BIN_DIR_ENV)]
+        bin_dir: Option<PathBuf>,
+        /// How long to wait for the control plane to be ready, e.g. 120s or 3m.
+        #[arg(long, default_value = "180s", value_parser = parse_duration)]
+        timeout: Duration,
+        /// An extra flag for one component, e.g.
+        /// `kube-controller-manager=--node-monitor-grace-period=20s` (repeatable).
+        #[arg(long = "extra-arg", value_parser = parse_extra_arg)]
+        extra_args: Vec<(Component, String)>,
+        /// Do not install the kwok-pools CRDs.
+        #[arg(long)]
+        no_crds: bool,
+    },
+    /// Stop a cluster's processes and remove its state.
+    Delete {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// List clusters and whether they run.
+    List {
+        #[arg(long, env = HOME_ENV)]
+        home: Option<PathBuf>,
+    },
+    /// Print the path of a cluster's kubeconfig.
+    Kubeconfig {
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}: use e.g. 90s, 2m, 500ms"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_extra_arg(s: &str) -> Result<(Component, String), String> {
+    let (name, flag) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected COMPONENT=--flag, got {s:?}"))?;
+    let c = Component::parse(name).ok_or_else(|| {
+        format!("unknown component {name:?}: use etcd, kube-apiserver, kube-controller-manager or kube-scheduler")
+    })?;
+    Ok((c, flag.to_string()))
+}
+
+pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
+    match cmd {
+        ClusterCommand::Create { common, bin_dir, timeout, extra_args, no_crds } => {
+            let opts = CreateOptions {
+                name: common.name.clone(),
+                home: common.home(),
+                bin_dir: binaries::resolve_bin_dir(bin_dir.as_deref()),
+                timeout,
+                extra_args,
+                install_crds: !no_crds,
+            };
+            let created = cluster::create(&opts).await?;
+            eprintln!("cluster {:?} ready in {:.1}s", common.name, created.elapsed.as_secs_f64());
+            println!("kubeconfig: {}", created.kubeconfig.display());
+            println!("export KUBECONFIG={}", created.kubeconfig.display());
+        }
+        ClusterCommand::Delete { common } => {
+            for note in cluster::delete(&common.home(), &common.name)? {
+                eprintln!("  {note}");
+            }
+            eprintln!("cluster {:?} deleted", common.name);
+        }
+        ClusterCommand::List { home } => {
+            let home = home.unwrap_or_else(cluster::default_home);
+            let clusters = cluster::list(&home)?;
+            println!("{:<24} {:<12} {:<8} STATE", "NAME", "STATUS", "PORT");
+            for c in clusters {
+                let status = match c.running {
+                    4 => "running".to_string(),
+                    0 => "stopped".to_string(),
+                    n => format!("partial({n}/4)"),
+                };
+                let port = c.apiserver_port.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+                println!("{:<24} {:<12} {:<8} {}", c.name, status, port, c.dir.display());
+            }
+        }
+        ClusterCommand::Kubeconfig { common } => {
+            println!("{}", cluster::kubeconfig(&common.home(), &common.name)?.display());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5").unwrap(), Duration::from_secs(5));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+
+    #[test]
+    fn extra_args() {
+        let (c, f) = parse_extra_arg("kube-scheduler=--v=4").unwrap();
+        assert_eq!(c, Component::KubeScheduler);
+        assert_eq!(f, "--v=4");
+        assert!(parse_extra_arg("kubelet=--x").is_err());
+        assert!(parse_extra_arg("nope").is_err());
+    }
+}

@@ -1,0 +1,29 @@
+//! Command-line definitions (clap). `main.rs` only parses and dispatches.
+
+pub mod cluster;
+pub mod run;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "kwok-pools", version, about = "Typed pools of simulated Nodes and Pods in a real Kubernetes cluster")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create, delete and list local control planes (etcd, kube-apiserver,
+    /// kube-controller-manager, kube-scheduler) built by `make controlplane`.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
+    /// Run the operator: pool controllers and the lifecycle simulator.
+    Run(run::RunArgs),
+    /// Run only the lifecycle simulator (no pool controllers).
+    Simulate(run::RunArgs),
+    /// Print every CRD as YAML.
+    Crd,
+    /// Print the version.
+    Version,
+}

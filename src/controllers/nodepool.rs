@@ -1,0 +1,196 @@
+//! NodePool on the pool core: how a Node child is rendered, judged ready and updated in place.
+
+use crate::api::common::{HASH_LABEL, INDEX_LABEL, POOL_LABEL};
+use crate::api::{NodePool, PoolStatus};
+use crate::pool::plan::{UpdateMode, child_name};
+use crate::pool::status::Problem;
+use crate::pool::{PoolKind, Write, hash};
+use crate::simulator::ipam::{HostAllocator, nth_host, nth_subnet};
+use crate::simulator::manage::FAKE_NODE_ANNOTATION;
+use crate::simulator::node_status::{self, NodeDefaults};
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::ObjectMeta;
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, Resource, ResourceExt};
+use std::sync::{Arc, Mutex};
+
+pub const FAKE_TAINT_KEY: &str = "kwok.x-k8s.io/node";
+pub const FAKE_TAINT_VALUE: &str = "fake";
+pub const TYPE_LABEL: &str = "type";
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// What rendering a node needs beyond its pool.
+pub struct NodeEnv {
+    /// Render nodes born Ready (this process simulates them). Off when another simulator
+    /// (a real kwok) owns node status.
+    pub simulate: bool,
+    pub defaults: NodeDefaults,
+    /// InternalIPs for nodes whose pool sets no `internalIPs`; shared with the simulator.
+    pub addresses: Arc<Mutex<HostAllocator>>,
+    /// Every NodePool, for the rules that compare pools (overlapping ranges).
+    pub pools: Option<Store<NodePool>>,
+}
+
+fn pool_net(text: &str, field: &str) -> Result<IpNet, Problem> {
+    text.parse::<IpNet>().map(|n| n.trunc()).map_err(|e| Problem {
+        reason: "InvalidSpec".into(),
+        message: format!("{field}: {text:?} is not a CIDR ({e})"),
+    })
+}
+
+fn fake_taint() -> Taint {
+    Taint { key: FAKE_TAINT_KEY.into(), value: Some(FAKE_TAINT_VALUE.into()), effect: "NoSchedule".into(), time_added: None }
+}
+
+impl NodePool {
+    /// The InternalIPs node `index` gets, if any is decided here.
+    fn internal_ips(&self, index: u32, name: &str, env: &NodeEnv) -> Result<Vec<std::net::IpAddr>, Problem> {
+        if let Some(range) = &self.spec.internal_ips {
+            let net = pool_net(range, "spec.internalIPs")?;
+            return nth_host(&net, index).map(|ip| vec![ip]).ok_or_else(|| Problem {
+                reason: "RangeExhausted".into(),
+                message: format!("spec.internalIPs {range} has no host address for node index {index}: use a larger range"),
+            });
+        }
+        if !env.simulate {
+            return Ok(vec![]);
+        }
+        let mut addresses = env.addresses.lock().expect("address allocator lock");
+        let net = *addresses.net();
+        addresses.allocate(name).map(|ip| vec![ip]).ok_or_else(|| Problem {
+            reason: "RangeExhausted".into(),
+            message: format!("the default node address range {net} is full: set spec.internalIPs or start the operator with a larger --node-ip-range"),
+        })
+    }
+}
+
+impl PoolKind for NodePool {
+    type Child = Node;
+    type Env = NodeEnv;
+    const NOUN: &'static str = "node";
+
+    fn count(&self) -> u32 {
+        self.spec.node_count.max(0) as u32
+    }
+
+    fn template_hash(&self) -> String {
+        hash::of(&(&self.spec.node_template, &self.spec.pod_cidr, &self.spec.internal_ips))
+    }
+
+    fn pool_status(&self) -> Option<&PoolStatus> {
+        self.status.as_ref()
+    }
+
+    fn update_mode(&self) -> UpdateMode {
+        UpdateMode::InPlace
+    }
+
+    fn validate(&self, env: &NodeEnv) -> Result<(), String> {
+        let others: Vec<Arc<NodePool>> = env.pools.as_ref().map(|s| s.state()).unwrap_or_default();
+        crate::api::validation::validate_nodepool(self, &others)
+    }
+
+    fn render(&self, index: u32, hash: &str, env: &NodeEnv) -> Result<Node, Problem> {
+        let pool = self.name_any();
+        let name = child_name(&pool, index);
+        let template = &self.spec.node_template;
+        let tmeta = template.metadata.clone().unwrap_or_default();
+
+        let mut labels = tmeta.labels.unwrap_or_default();
+        labels.entry(TYPE_LABEL.into()).or_insert_with(|| "kwok".into());
+        labels.insert(HOSTNAME_LABEL.into(), name.clone());
+        labels.insert(POOL_LABEL.into(), pool.clone());
+        labels.insert(INDEX_LABEL.into(), index.to_string());
+        labels.insert(HASH_LABEL.into(), hash.into());
+        let mut annotations = tmeta.annotations.unwrap_or_default();
+        annotations.insert(FAKE_NODE_ANNOTATION.into(), "fake".into());
+
+        let mut spec: NodeSpec = template.spec.clone().unwrap_or_default();
+        let mut taints = spec.taints.take().unwrap_or_default();
+        if !taints.iter().any(|t| t.key == FAKE_TAINT_KEY && t.effect == "NoSchedule") {
+            taints.push(fake_taint());
+        }
+        spec.taints = Some(taints);
+        if let Some(range) = &self.spec.pod_cidr {
+            let net = pool_net(&range.cidr, "spec.podCIDR.cidr")?;
+            let subnet = nth_subnet(&net, range.mask_size, index).ok_or_else(|| Problem {
+                reason: "RangeExhausted".into(),
+                message: format!(
+                    "spec.podCIDR {} has no /{} subnet for node index {index}: use a larger cidr or a longer maskSize",
+                    range.cidr, range.mask_size
+                ),
+            })?;
+            spec.pod_cidr = Some(subnet.to_string());
+            spec.pod_cidrs = Some(vec![subnet.to_string()]);
+        }
+
+        let ips = self.internal_ips(index, &name, env)?;
+        let status = if env.simulate {
+            let now = Time(k8s_openapi::jiff::Timestamp::now());
+            Some(node_status::simulated(&name, template.status.as_ref(), &ips, &now, &env.defaults))
+        } else {
+            let mut s: NodeStatus = template.status.clone().unwrap_or_default();
+            if !ips.is_empty() {
+                let mut addresses = s.addresses.take().unwrap_or_default();
+                addresses.extend(ips.iter().map(|ip| k8s_openapi::api::core::v1::NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: ip.to_string(),
+                }));
+                s.addresses = Some(addresses);
+            }
+            Some(s)
+        };
+
+        Ok(Node {
+            metadata: ObjectMeta {
+                name: Some(name),
+                labels: Some(labels),
+                annotations: Some(annotations),
+                owner_references: self.controller_owner_ref(&()).map(|o| vec![o]),
+                ..Default::default()
+            },
+            spec: Some(spec),
+            status,
+        })
+    }
+
+    fn is_ready(child: &Node) -> bool {
+        node_status::is_ready(child)
+    }
+
+    fn in_place(child: &Node, mut desired: Node) -> Vec<Write<Node>> {
+        let mut writes = Vec::new();
+        // The status goes through the status subresource; conditions are the simulator's.
+        if let Some(mut status) = desired.status.take() {
+            status.conditions = None;
+            let want = serde_json::to_value(&status).unwrap_or_default();
+            let have = serde_json::to_value(child.status.clone().unwrap_or_default()).unwrap_or_default();
+            let differs = want
+                .as_object()
+                .map(|m| m.iter().any(|(k, v)| have.get(k) != Some(v)))
+                .unwrap_or(false);
+            if differs {
+                writes.push(Write::MergeStatus(serde_json::json!({ "status": want })));
+            }
+        }
+        // A podCIDR cannot change once set: keep what the node has.
+        if let (Some(spec), Some(current)) = (desired.spec.as_mut(), child.spec.as_ref()) {
+            if current.pod_cidr.is_some() {
+                spec.pod_cidr = None;
+                spec.pod_cidrs = None;
+            }
+        }
+        writes.insert(0, Write::Apply(desired));
+        writes
+    }
+
+    fn child_api(client: Client, _pool: &Self) -> Api<Node> {
+        Api::all(client)
+    }
+
+    fn pool_api(client: Client, _pool: &Self) -> Api<Self> {
+        Api::all(client)
+    }
+}

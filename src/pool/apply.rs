@@ -1,0 +1,125 @@
+//! The apply step: carry out a plan with server-side apply under one field manager, with a
+//! bound on writes in flight shared by every pool.
+
+use super::plan::{Plan, child_name};
+use super::status::Problem;
+use super::{FIELD_MANAGER, PoolKind, Write};
+use futures::StreamExt;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Resource, ResourceExt};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::reconcile::PoolContext;
+
+/// What went wrong while applying, for the Degraded condition.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub failures: Vec<String>,
+    pub render_problems: Vec<Problem>,
+    pub writes: usize,
+}
+
+enum Op<C> {
+    Apply(String, C),
+    MergeStatus(String, serde_json::Value),
+    Delete(String, Option<String>),
+}
+
+/// Executes `plan` for `pool`. Never fails as a whole: each write's error is collected.
+pub async fn execute<P: PoolKind>(
+    pool: &P,
+    plan: &Plan,
+    owned: &HashMap<String, Arc<P::Child>>,
+    hash: &str,
+    ctx: &PoolContext<P>,
+) -> Outcome {
+    let mut outcome = Outcome::default();
+    let pool_name = pool.name_any();
+    let mut ops: Vec<Op<P::Child>> = Vec::new();
+    for name in &plan.delete {
+        let uid = owned.get(name).and_then(|c| c.meta().uid.clone());
+        ops.push(Op::Delete(name.clone(), uid));
+    }
+    for &i in &plan.create {
+        match pool.render(i, hash, &ctx.env) {
+            Ok(child) => ops.push(Op::Apply(child_name(&pool_name, i), child)),
+            Err(p) => outcome.render_problems.push(p),
+        }
+    }
+    for &i in &plan.update {
+        let name = child_name(&pool_name, i);
+        let Some(current) = owned.get(&name) else { continue };
+        match pool.render(i, hash, &ctx.env) {
+            Ok(mut desired) => {
+                // Guard: if the object was replaced by another with the same name, the API
+                // server refuses a write that carries the old UID.
+                desired.meta_mut().uid = current.meta().uid.clone();
+                for w in P::in_place(current, desired) {
+                    ops.push(match w {
+                        Write::Apply(c) => Op::Apply(name.clone(), c),
+                        Write::MergeStatus(v) => Op::MergeStatus(name.clone(), v),
+                    });
+                }
+            }
+            Err(p) => outcome.render_problems.push(p),
+        }
+    }
+    outcome.writes = ops.len();
+    if ops.is_empty() {
+        return outcome;
+    }
+
+    let api: Api<P::Child> = P::child_api(ctx.client.clone(), pool);
+    let resource = P::Child::plural(&()).to_string();
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let merge = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let results: Vec<Option<String>> = futures::stream::iter(ops)
+        .map(|op| {
+            let api = api.clone();
+            let apply = apply.clone();
+            let merge = merge.clone();
+            let resource = resource.clone();
+            async move {
+                let _permit = ctx.writes.acquire().await.expect("write semaphore is never closed");
+                let (verb, name, result) = match op {
+                    Op::Apply(name, child) => {
+                        let r = api.patch(&name, &apply, &Patch::Apply(&child)).await.map(|_| ());
+                        ("apply", name, r)
+                    }
+                    Op::MergeStatus(name, value) => {
+                        let r = api.patch_status(&name, &merge, &Patch::Merge(&value)).await.map(|_| ());
+                        ("patch-status", name, r)
+                    }
+                    Op::Delete(name, uid) => {
+                        let dp = DeleteParams {
+                            preconditions: uid.map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
+                            ..Default::default()
+                        };
+                        let r = match api.delete(&name, &dp).await {
+                            Ok(_) => Ok(()),
+                            // Already gone, or replaced by another object: nothing to do.
+                            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+                            Err(e) => Err(e),
+                        };
+                        ("delete", name, r)
+                    }
+                };
+                ctx.metrics.write(&resource, verb, result.is_ok());
+                result.err().map(|e| format!("{verb} {resource}/{name}: {}", describe(&e)))
+            }
+        })
+        .buffer_unordered(ctx.max_in_flight_per_pool)
+        .collect()
+        .await;
+    outcome.failures = results.into_iter().flatten().collect();
+    outcome
+}
+
+/// A short description of an API error, without the noise.
+pub fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,69 @@
+//! The generic replica-set core, written once for every pool kind: a small trait each kind
+//! implements, the pure planner and status builder, and the apply step.
+
+pub mod apply;
+pub mod hash;
+pub mod plan;
+pub mod reconcile;
+pub mod status;
+
+use crate::api::PoolStatus;
+use kube::{Api, Client, Resource};
+use plan::UpdateMode;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use status::Problem;
+use std::fmt::Debug;
+
+/// The field manager of every write the operator makes to children and status.
+pub const FIELD_MANAGER: &str = "kwok-pools";
+
+/// One write that brings an existing child to its rendered form.
+#[derive(Clone, Debug)]
+pub enum Write<C> {
+    /// Server-side apply of the object (spec and metadata).
+    Apply(C),
+    /// A JSON merge patch of the status subresource.
+    MergeStatus(serde_json::Value),
+}
+
+/// What a pool kind tells the core.
+pub trait PoolKind:
+    Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+    /// The child kind (Node, Pod).
+    type Child: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// Whatever rendering needs beyond the pool itself (address allocators, settings).
+    type Env: Send + Sync + 'static;
+
+    /// What one child is called in messages: "node", "pod".
+    const NOUN: &'static str;
+
+    /// How many children the pool wants.
+    fn count(&self) -> u32;
+    /// A hash of everything a child is rendered from; a change rolls the children.
+    fn template_hash(&self) -> String;
+    fn pool_status(&self) -> Option<&PoolStatus>;
+    fn update_mode(&self) -> UpdateMode;
+
+    /// The same rules the admission webhook applies; the reconciler refuses to act on a pool
+    /// that fails them. The message names the field by its manifest path.
+    fn validate(&self, env: &Self::Env) -> Result<(), String>;
+
+    /// The full child `index`, labelled with `hash`, with a controller owner reference.
+    fn render(&self, index: u32, hash: &str, env: &Self::Env) -> Result<Self::Child, Problem>;
+
+    fn is_ready(child: &Self::Child) -> bool;
+
+    /// The writes that update `child` in place to `desired` (only for [`UpdateMode::InPlace`]).
+    fn in_place(child: &Self::Child, desired: Self::Child) -> Vec<Write<Self::Child>> {
+        let _ = child;
+        vec![Write::Apply(desired)]
+    }
+
+    /// The API of the children of this pool.
+    fn child_api(client: Client, pool: &Self) -> Api<Self::Child>;
+
+    /// The API of the pool itself (for status writes).
+    fn pool_api(client: Client, pool: &Self) -> Api<Self>;
+}

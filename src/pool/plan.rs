@@ -1,0 +1,279 @@
+//! The pure planner: from the desired count, the current template hash and what the store
+//! shows, which children to create, update in place, delete, or leave alone. No client here.
+
+use std::collections::{BTreeSet, HashMap};
+
+/// How a kind rolls out a template change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateMode {
+    /// Patch children where they stand (nodes).
+    InPlace,
+    /// Delete and recreate, at most `max_unavailable` not ready at a time (pods).
+    Replace { max_unavailable: u32 },
+}
+
+/// What the planner needs to know about one child owned by the pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    pub name: String,
+    /// The index parsed from the name; `None` when the name is not `<pool>-<index>`.
+    pub index: Option<u32>,
+    pub hash: Option<String>,
+    pub ready: bool,
+    pub terminating: bool,
+}
+
+/// The planner's input.
+#[derive(Clone, Debug)]
+pub struct PlanInput<'a> {
+    pub count: u32,
+    pub hash: &'a str,
+    pub mode: UpdateMode,
+    /// Children owned by the pool (matched by owner UID).
+    pub owned: &'a [Observed],
+    /// Indexes below `count` whose name is taken by an object the pool does not own.
+    pub taken: &'a BTreeSet<u32>,
+    /// At most this many creations per round, so status shows progress on big pools.
+    pub max_creates: usize,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Indexes to create.
+    pub create: Vec<u32>,
+    /// Indexes to patch in place to the current template.
+    pub update: Vec<u32>,
+    /// Children to delete (name), highest index first.
+    pub delete: Vec<String>,
+    /// Indexes that cannot be created because another object has the name.
+    pub conflicts: Vec<u32>,
+    /// Whether more work remains after this round (creations beyond `max_creates`, children
+    /// still terminating, a rollout waiting for readiness).
+    pub pending: bool,
+}
+
+/// Which children to create, update and delete.
+pub fn plan(input: &PlanInput<'_>) -> Plan {
+    let mut out = Plan::default();
+    let mut by_index: HashMap<u32, &Observed> = HashMap::new();
+    let mut scale_down: Vec<(u32, &str)> = Vec::new();
+    for child in input.owned {
+        match child.index {
+            Some(i) if i < input.count => {
+                by_index.insert(i, child);
+            }
+            // Above the count, or not one of our names: remove.
+            other => {
+                if !child.terminating {
+                    scale_down.push((other.unwrap_or(u32::MAX), &child.name));
+                } else {
+                    out.pending = true;
+                }
+            }
+        }
+    }
+    scale_down.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    out.delete.extend(scale_down.into_iter().map(|(_, n)| n.to_string()));
+
+    // Unavailable: desired indexes without a ready, live child (conflicts excluded: they
+    // cannot be helped by waiting).
+    let mut unavailable = 0u32;
+    for i in 0..input.count {
+        match by_index.get(&i) {
+            Some(c) if c.ready && !c.terminating => {}
+            Some(_) => unavailable += 1,
+            None if input.taken.contains(&i) => out.conflicts.push(i),
+            None => {
+                unavailable += 1;
+                if out.create.len() < input.max_creates {
+                    out.create.push(i);
+                } else {
+                    out.pending = true;
+                }
+            }
+        }
+    }
+
+    let mut outdated: Vec<&Observed> = by_index
+        .values()
+        .filter(|c| c.hash.as_deref() != Some(input.hash))
+        .copied()
+        .collect();
+    // Not-ready children first (replacing them costs no availability), then by index.
+    outdated.sort_by_key(|c| (c.ready, c.index));
+    match input.mode {
+        UpdateMode::InPlace => {
+            out.update = outdated.iter().filter(|c| !c.terminating).filter_map(|c| c.index).collect();
+            out.update.sort_unstable();
+        }
+        UpdateMode::Replace { max_unavailable } => {
+            let budget = max_unavailable.max(1);
+            for c in outdated {
+                if c.terminating {
+                    out.pending = true;
+                    continue;
+                }
+                if !c.ready {
+                    out.delete.push(c.name.clone());
+                } else if unavailable < budget {
+                    out.delete.push(c.name.clone());
+                    unavailable += 1;
+                } else {
+                    out.pending = true;
+                }
+            }
+        }
+    }
+    if by_index.values().any(|c| c.terminating) {
+        out.pending = true;
+    }
+    out
+}
+
+/// The name of child `index` of pool `pool`.
+pub fn child_name(pool: &str, index: u32) -> String {
+    format!("{pool}-{index}")
+}
+
+/// The index in a child name `<pool>-<index>`; `None` for any other name (leading zeros
+/// included: `pool-01` is not a name the pool would make).
+pub fn parse_index(pool: &str, name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(pool)?.strip_prefix('-')?;
+    if rest.is_empty() || (rest.len() > 1 && rest.starts_with('0')) || !rest.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    rest.parse().ok()
+}
+
+/// `maxUnavailable` resolved against the count: an absolute number, or a percentage rounded
+/// down; at least 1 so a rollout always progresses.
+pub fn resolve_max_unavailable(value: Option<&MaxUnavailable>, count: u32) -> u32 {
+    let n = match value {
+        None => count / 4,
+        Some(MaxUnavailable::Count(n)) => *n,
+        Some(MaxUnavailable::Percent(p)) => (u64::from(count) * u64::from(*p) / 100) as u32,
+    };
+    n.max(1)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MaxUnavailable {
+    Count(u32),
+    Percent(u32),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn child(i: u32, hash: &str, ready: bool) -> Observed {
+        Observed { name: child_name("p", i), index: Some(i), hash: Some(hash.into()), ready, terminating: false }
+    }
+
+    fn run(count: u32, mode: UpdateMode, owned: &[Observed], taken: &[u32]) -> Plan {
+        let taken: BTreeSet<u32> = taken.iter().copied().collect();
+        plan(&PlanInput { count, hash: "h2", mode, owned, taken: &taken, max_creates: 1000 })
+    }
+
+    #[test]
+    fn creates_every_missing_index() {
+        let p = run(3, UpdateMode::InPlace, &[child(1, "h2", true)], &[]);
+        assert_eq!(p.create, vec![0, 2]);
+        assert!(p.delete.is_empty() && p.update.is_empty());
+    }
+
+    #[test]
+    fn scale_down_removes_highest_indexes_first() {
+        let owned: Vec<_> = (0..5).map(|i| child(i, "h2", true)).collect();
+        let p = run(2, UpdateMode::InPlace, &owned, &[]);
+        assert_eq!(p.delete, vec!["p-4", "p-3", "p-2"]);
+        assert!(p.create.is_empty());
+    }
+
+    #[test]
+    fn strays_with_foreign_names_are_removed() {
+        let mut stray = child(0, "h2", true);
+        stray.name = "p-x".into();
+        stray.index = None;
+        let p = run(1, UpdateMode::InPlace, &[stray], &[]);
+        assert_eq!(p.delete, vec!["p-x"]);
+        assert_eq!(p.create, vec![0]);
+    }
+
+    #[test]
+    fn names_taken_by_others_are_conflicts_not_creates() {
+        let p = run(3, UpdateMode::InPlace, &[], &[1]);
+        assert_eq!(p.create, vec![0, 2]);
+        assert_eq!(p.conflicts, vec![1]);
+    }
+
+    #[test]
+    fn in_place_updates_every_outdated_child() {
+        let owned = vec![child(0, "h1", true), child(1, "h2", true), child(2, "h1", false)];
+        let p = run(3, UpdateMode::InPlace, &owned, &[]);
+        assert_eq!(p.update, vec![0, 2]);
+        assert!(p.delete.is_empty());
+    }
+
+    #[test]
+    fn replace_respects_max_unavailable() {
+        let owned: Vec<_> = (0..10).map(|i| child(i, "h1", true)).collect();
+        let p = run(10, UpdateMode::Replace { max_unavailable: 3 }, &owned, &[]);
+        assert_eq!(p.delete.len(), 3);
+        assert!(p.pending);
+    }
+
+    #[test]
+    fn replace_counts_not_ready_and_missing_against_the_budget() {
+        // index 0 missing (being recreated), 1 new but not ready: 2 unavailable of budget 3.
+        let mut owned = vec![child(1, "h2", false)];
+        owned.extend((2..10).map(|i| child(i, "h1", true)));
+        let p = run(10, UpdateMode::Replace { max_unavailable: 3 }, &owned, &[]);
+        assert_eq!(p.create, vec![0]);
+        assert_eq!(p.delete.len(), 1);
+    }
+
+    #[test]
+    fn replace_takes_outdated_not_ready_children_for_free() {
+        let owned = vec![child(0, "h1", false), child(1, "h1", false), child(2, "h1", true)];
+        let p = run(3, UpdateMode::Replace { max_unavailable: 1 }, &owned, &[]);
+        assert_eq!(p.delete, vec!["p-0", "p-1"]);
+    }
+
+    #[test]
+    fn terminating_children_are_waited_for() {
+        let mut c = child(0, "h2", true);
+        c.terminating = true;
+        let p = run(1, UpdateMode::Replace { max_unavailable: 1 }, &[c], &[]);
+        assert!(p.create.is_empty() && p.delete.is_empty());
+        assert!(p.pending);
+    }
+
+    #[test]
+    fn creations_are_batched() {
+        let taken = BTreeSet::new();
+        let p = plan(&PlanInput { count: 10, hash: "h", mode: UpdateMode::InPlace, owned: &[], taken: &taken, max_creates: 4 });
+        assert_eq!(p.create, vec![0, 1, 2, 3]);
+        assert!(p.pending);
+    }
+
+    #[test]
+    fn parses_only_names_the_pool_makes() {
+        assert_eq!(parse_index("web", "web-0"), Some(0));
+        assert_eq!(parse_index("web", "web-12"), Some(12));
+        assert_eq!(parse_index("web", "web-01"), None);
+        assert_eq!(parse_index("web", "web-"), None);
+        assert_eq!(parse_index("web", "webx-1"), None);
+        assert_eq!(parse_index("web", "web-1-2"), None);
+        assert_eq!(parse_index("web-1", "web-1-2"), Some(2));
+    }
+
+    #[test]
+    fn max_unavailable_resolution() {
+        assert_eq!(resolve_max_unavailable(None, 100), 25);
+        assert_eq!(resolve_max_unavailable(None, 2), 1);
+        assert_eq!(resolve_max_unavailable(Some(&MaxUnavailable::Percent(10)), 50), 5);
+        assert_eq!(resolve_max_unavailable(Some(&MaxUnavailable::Count(0)), 50), 1);
+        assert_eq!(resolve_max_unavailable(Some(&MaxUnavailable::Count(7)), 50), 7);
+    }
+}

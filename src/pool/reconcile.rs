@@ -1,0 +1,209 @@
+//! The reconcile loop of every pool kind, in stages: fetch from the stores, validate (pure),
+//! plan (pure), apply, update status. An invalid spec waits for a change; an API error
+//! requeues.
+
+use super::apply;
+use super::plan::{self, Observed, PlanInput};
+use super::status::{self, Problem, StatusInput};
+use super::{FIELD_MANAGER, PoolKind};
+use crate::api::common::{HASH_LABEL, POOL_LABEL};
+use crate::telemetry::metrics::{Metrics, PoolLabels};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource, ResourceExt};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// Everything a pool reconciler gets: no globals.
+pub struct PoolContext<P: PoolKind> {
+    pub client: Client,
+    /// Every child object of this kind in the cluster (trimmed), from the shared informer.
+    pub children: Store<P::Child>,
+    pub env: P::Env,
+    pub metrics: Arc<Metrics>,
+    /// Writes in flight across every pool of every kind.
+    pub writes: Arc<Semaphore>,
+    /// Writes in flight for one pool (the semaphore bounds the total).
+    pub max_in_flight_per_pool: usize,
+    /// Creations per round, so a big pool shows progress in its status.
+    pub max_creates: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("writing the pool status failed: {0}")]
+    Status(#[source] kube::Error),
+    #[error("the {0} store has not synced yet")]
+    NotSynced(&'static str),
+}
+
+impl Error {
+    /// A low-cardinality label for the error metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Status(_) => "status_write",
+            Error::NotSynced(_) => "not_synced",
+        }
+    }
+}
+
+/// The children of `pool` in the store: owned ones (by controller owner UID) as planner input.
+pub fn observe<P: PoolKind>(pool: &P, store: &Store<P::Child>) -> (Vec<Observed>, HashMap<String, Arc<P::Child>>) {
+    let uid = pool.meta().uid.clone().unwrap_or_default();
+    let name = pool.name_any();
+    let mut observed = Vec::new();
+    let mut objects = HashMap::new();
+    for child in store.state() {
+        let owned = child
+            .owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true) && o.uid == uid);
+        if !owned {
+            continue;
+        }
+        let child_name = child.name_any();
+        if pool.meta().namespace.is_some() && child.namespace() != pool.namespace() {
+            continue;
+        }
+        observed.push(Observed {
+            index: plan::parse_index(&name, &child_name),
+            hash: child.labels().get(HASH_LABEL).cloned(),
+            ready: P::is_ready(&child),
+            terminating: child.meta().deletion_timestamp.is_some(),
+            name: child_name.clone(),
+        });
+        objects.insert(child_name, child);
+    }
+    (observed, objects)
+}
+
+/// Indexes below the count whose name is held by an object this pool does not own.
+fn taken<P: PoolKind>(pool: &P, store: &Store<P::Child>, owned: &HashMap<String, Arc<P::Child>>) -> BTreeSet<u32> {
+    let name = pool.name_any();
+    let ns = pool.namespace();
+    (0..pool.count())
+        .filter(|i| {
+            let child = plan::child_name(&name, *i);
+            if owned.contains_key(&child) {
+                return false;
+            }
+            let mut r = ObjectRef::<P::Child>::new(&child);
+            if let Some(ns) = &ns {
+                r = r.within(ns);
+            }
+            store.get(&r).is_some()
+        })
+        .collect()
+}
+
+pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> Result<Action, Error> {
+    let kind = P::kind(&()).to_string();
+    let _timer = ctx.metrics.reconcile_timer(&kind);
+    if pool.meta().deletion_timestamp.is_some() {
+        // Children go with the pool through their owner references (garbage collector).
+        return Ok(Action::await_change());
+    }
+    if tokio::time::timeout(Duration::from_secs(30), ctx.children.wait_until_ready()).await.is_err() {
+        return Err(Error::NotSynced(P::NOUN));
+    }
+
+    let name = pool.name_any();
+    let hash = pool.template_hash();
+    let (observed, owned) = observe(pool.as_ref(), &ctx.children);
+    let selector = format!("{POOL_LABEL}={name}");
+    let mut status_input = StatusInput {
+        count: pool.count(),
+        hash: &hash,
+        generation: pool.meta().generation,
+        selector,
+        owned: &observed,
+        plan: None,
+        problem: None,
+        previous: pool.pool_status(),
+        now: Time(k8s_openapi::jiff::Timestamp::now()),
+        noun: P::NOUN,
+    };
+
+    // Validate: an invalid pool is reported, never acted on.
+    if let Err(message) = pool.validate(&ctx.env) {
+        status_input.problem = Some(Problem { reason: "InvalidSpec".into(), message: format!("{message}; nothing is done to the {}s until the spec is fixed", P::NOUN) });
+        write_status(pool.as_ref(), &ctx, status::build(&status_input)).await?;
+        return Ok(Action::await_change());
+    }
+
+    let taken = taken(pool.as_ref(), &ctx.children, &owned);
+    let plan = plan::plan(&PlanInput {
+        count: pool.count(),
+        hash: &hash,
+        mode: pool.update_mode(),
+        owned: &observed,
+        taken: &taken,
+        max_creates: ctx.max_creates,
+    });
+    let outcome = apply::execute(pool.as_ref(), &plan, &owned, &hash, &ctx).await;
+    if outcome.writes > 0 {
+        tracing::info!(
+            kind, pool = %name, create = plan.create.len(), update = plan.update.len(),
+            delete = plan.delete.len(), failed = outcome.failures.len(), "applied plan"
+        );
+    }
+
+    let problem = if let Some(p) = outcome.render_problems.first() {
+        Some(p.clone())
+    } else if !outcome.failures.is_empty() {
+        let shown: Vec<&str> = outcome.failures.iter().take(3).map(String::as_str).collect();
+        Some(Problem {
+            reason: "WriteFailed".into(),
+            message: format!(
+                "{} of {} writes failed, retrying: {}",
+                outcome.failures.len(),
+                outcome.writes,
+                shown.join("; ")
+            ),
+        })
+    } else {
+        status::conflict_problem(&name, &format!("{}s", P::NOUN), &plan.conflicts)
+    };
+    status_input.problem = problem;
+    status_input.plan = Some(&plan);
+    let new_status = status::build(&status_input);
+    let labels = PoolLabels { kind: kind.clone(), namespace: pool.namespace().unwrap_or_default(), name: name.clone() };
+    ctx.metrics.pool_desired.get_or_create(&labels).set(i64::from(pool.count()));
+    ctx.metrics.pool_ready.get_or_create(&labels).set(i64::from(new_status.ready_replicas));
+    ctx.metrics.pool_updated.get_or_create(&labels).set(i64::from(new_status.updated_replicas));
+    write_status(pool.as_ref(), &ctx, new_status).await?;
+
+    let busy = plan.pending || !outcome.failures.is_empty() || !outcome.render_problems.is_empty();
+    Ok(if outcome.writes > 0 || busy {
+        Action::requeue(Duration::from_secs(if outcome.failures.is_empty() { 1 } else { 5 }))
+    } else {
+        Action::requeue(Duration::from_secs(300))
+    })
+}
+
+async fn write_status<P: PoolKind>(pool: &P, ctx: &PoolContext<P>, status: crate::api::PoolStatus) -> Result<(), Error> {
+    if pool.pool_status() == Some(&status) {
+        return Ok(());
+    }
+    let api = P::pool_api(ctx.client.clone(), pool);
+    let patch = serde_json::json!({ "status": status });
+    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let result = api.patch_status(&pool.name_any(), &pp, &Patch::Merge(&patch)).await;
+    ctx.metrics.write(&P::plural(&()), "patch-status", result.is_ok());
+    match result {
+        Ok(_) => Ok(()),
+        // The pool was deleted meanwhile.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(Error::Status(e)),
+    }
+}
+
+pub fn error_policy<P: PoolKind>(pool: Arc<P>, error: &Error, ctx: Arc<PoolContext<P>>) -> Action {
+    tracing::warn!(kind = %P::kind(&()), pool = %pool.name_any(), %error, "reconcile failed; retrying in 5s");
+    ctx.metrics.reconcile_failed(&P::kind(&()), error.metric_label());
+    Action::requeue(Duration::from_secs(5))
+}

@@ -1,0 +1,197 @@
+//! The pure status builder: counts and conditions from what the store shows and what the
+//! last round found. Conditions keep their lastTransitionTime while their status holds.
+
+use super::plan::{Observed, Plan};
+use crate::api::common::conditions::{DEGRADED, PROGRESSING, READY};
+use crate::api::PoolStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Why a pool is degraded, if it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// CamelCase reason, e.g. `InvalidSpec`, `NameConflict`, `WriteFailed`.
+    pub reason: String,
+    pub message: String,
+}
+
+pub struct StatusInput<'a> {
+    pub count: u32,
+    pub hash: &'a str,
+    pub generation: Option<i64>,
+    pub selector: String,
+    pub owned: &'a [Observed],
+    pub plan: Option<&'a Plan>,
+    pub problem: Option<Problem>,
+    pub previous: Option<&'a PoolStatus>,
+    pub now: Time,
+    /// What one child is called in messages ("node", "pod").
+    pub noun: &'a str,
+}
+
+/// Builds the status the pool should show.
+pub fn build(input: &StatusInput<'_>) -> PoolStatus {
+    let current: Vec<&Observed> = input
+        .owned
+        .iter()
+        .filter(|c| c.index.is_some_and(|i| i < input.count) && !c.terminating)
+        .collect();
+    let replicas = current.len() as i32;
+    let ready = current.iter().filter(|c| c.ready).count() as i32;
+    let updated = current.iter().filter(|c| c.hash.as_deref() == Some(input.hash)).count() as i32;
+    let desired = input.count as i32;
+    let noun = input.noun;
+    let extra = input.owned.len() as i32 - replicas;
+
+    let (ready_status, ready_reason, ready_message) = if ready == desired && updated == desired && extra == 0 {
+        ("True", "AllReady", format!("all {desired} {noun}s are ready and up to date"))
+    } else {
+        ("False", "Waiting", format!("{ready} of {desired} {noun}s ready, {updated} up to date"))
+    };
+
+    let progressing = replicas != desired || updated != desired || extra > 0 || input.plan.is_some_and(|p| p.pending);
+    let (prog_status, prog_reason, prog_message) = if !progressing {
+        ("False", "Stable", format!("{desired} {noun}s, nothing to do"))
+    } else if extra > 0 || replicas > desired {
+        ("True", "ScalingDown", format!("removing {extra} {noun}s above the count of {desired}"))
+    } else if replicas < desired {
+        ("True", "ScalingUp", format!("{replicas} of {desired} {noun}s exist"))
+    } else {
+        ("True", "RollingUpdate", format!("{updated} of {desired} {noun}s rendered from the current template"))
+    };
+
+    let (deg_status, deg_reason, deg_message) = match &input.problem {
+        Some(p) => ("True", p.reason.clone(), p.message.clone()),
+        None => ("False", "AsExpected".to_string(), "no problem found".to_string()),
+    };
+
+    let previous = input.previous;
+    let conditions = vec![
+        condition(previous, READY, ready_status, ready_reason, ready_message, input),
+        condition(previous, PROGRESSING, prog_status, prog_reason, prog_message, input),
+        condition(previous, DEGRADED, deg_status, &deg_reason, deg_message, input),
+    ];
+    PoolStatus {
+        replicas,
+        ready_replicas: ready,
+        updated_replicas: updated,
+        observed_generation: input.generation,
+        selector: Some(input.selector.clone()),
+        conditions,
+    }
+}
+
+fn condition(
+    previous: Option<&PoolStatus>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    input: &StatusInput<'_>,
+) -> Condition {
+    let old = previous.and_then(|p| p.condition(type_));
+    let last_transition_time = match old {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => input.now.clone(),
+    };
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time,
+        observed_generation: input.generation,
+    }
+}
+
+/// A one-line summary of conflicting names for a condition message.
+pub fn conflict_problem(pool: &str, kind: &str, conflicts: &[u32]) -> Option<Problem> {
+    if conflicts.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = conflicts.iter().take(5).map(|i| super::plan::child_name(pool, *i)).collect();
+    let more = if conflicts.len() > 5 { format!(" and {} more", conflicts.len() - 5) } else { String::new() };
+    Some(Problem {
+        reason: "NameConflict".into(),
+        message: format!(
+            "{kind} {}{more} already exist and are not owned by this pool; they are left alone. \
+             Delete or rename them (or the pool) to let the pool create its own",
+            names.join(", ")
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obs(i: u32, hash: &str, ready: bool) -> Observed {
+        Observed { name: format!("p-{i}"), index: Some(i), hash: Some(hash.into()), ready, terminating: false }
+    }
+
+    fn input<'a>(count: u32, owned: &'a [Observed], previous: Option<&'a PoolStatus>) -> StatusInput<'a> {
+        StatusInput {
+            count,
+            hash: "h",
+            generation: Some(3),
+            selector: "pools.kwok.x-k8s.io/pool=p".into(),
+            owned,
+            plan: None,
+            problem: None,
+            previous,
+            now: Time(k8s_openapi::jiff::Timestamp::from_second(1000).unwrap()),
+            noun: "node",
+        }
+    }
+
+    #[test]
+    fn all_ready_and_stable() {
+        let owned = vec![obs(0, "h", true), obs(1, "h", true)];
+        let s = build(&input(2, &owned, None));
+        assert_eq!((s.replicas, s.ready_replicas, s.updated_replicas), (2, 2, 2));
+        assert_eq!(s.condition("Ready").unwrap().status, "True");
+        assert_eq!(s.condition("Progressing").unwrap().status, "False");
+        assert_eq!(s.condition("Degraded").unwrap().status, "False");
+        assert_eq!(s.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn scaling_up_and_rolling() {
+        let owned = vec![obs(0, "old", true)];
+        let s = build(&input(2, &owned, None));
+        assert_eq!(s.updated_replicas, 0);
+        let p = s.condition("Progressing").unwrap();
+        assert_eq!((p.status.as_str(), p.reason.as_str()), ("True", "ScalingUp"));
+        let owned = vec![obs(0, "old", true), obs(1, "h", true)];
+        let s = build(&input(2, &owned, None));
+        assert_eq!(s.condition("Progressing").unwrap().reason, "RollingUpdate");
+        assert_eq!(s.condition("Ready").unwrap().status, "False");
+    }
+
+    #[test]
+    fn children_above_the_count_are_not_replicas() {
+        let owned = vec![obs(0, "h", true), obs(1, "h", true), obs(2, "h", true)];
+        let s = build(&input(1, &owned, None));
+        assert_eq!(s.replicas, 1);
+        assert_eq!(s.condition("Progressing").unwrap().reason, "ScalingDown");
+    }
+
+    #[test]
+    fn transition_time_kept_while_status_holds() {
+        let owned = vec![obs(0, "h", true)];
+        let first = build(&input(1, &owned, None));
+        let mut later = input(1, &owned, Some(&first));
+        later.now = Time(k8s_openapi::jiff::Timestamp::from_second(2000).unwrap());
+        let second = build(&later);
+        assert_eq!(first.condition("Ready").unwrap().last_transition_time, second.condition("Ready").unwrap().last_transition_time);
+    }
+
+    #[test]
+    fn problems_make_the_pool_degraded() {
+        let mut i = input(3, &[], None);
+        i.problem = conflict_problem("p", "nodes", &[1]);
+        let s = build(&i);
+        let d = s.condition("Degraded").unwrap();
+        assert_eq!((d.status.as_str(), d.reason.as_str()), ("True", "NameConflict"));
+        assert!(d.message.contains("p-1"));
+    }
+}

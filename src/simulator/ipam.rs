@@ -1,0 +1,219 @@
+//! Address arithmetic and allocators: the i-th subnet or host of a range, and an allocator
+//! that hands out host addresses by key (node name, pod UID), recycles them, and can be
+//! rebuilt from what already exists.
+
+use ipnet::IpNet;
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+
+fn bits(net: &IpNet) -> u8 {
+    match net {
+        IpNet::V4(_) => 32,
+        IpNet::V6(_) => 128,
+    }
+}
+
+fn to_u128(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u128::from(u32::from(v4)),
+        IpAddr::V6(v6) => u128::from(v6),
+    }
+}
+
+fn from_u128(v: u128, v4: bool) -> IpAddr {
+    if v4 { IpAddr::V4((v as u32).into()) } else { IpAddr::V6(v.into()) }
+}
+
+/// The `index`-th subnet of length `mask` inside `net`, or `None` past the end.
+pub fn nth_subnet(net: &IpNet, mask: u8, index: u32) -> Option<IpNet> {
+    let total = bits(net);
+    if mask < net.prefix_len() || mask > total {
+        return None;
+    }
+    let span = u32::from(mask - net.prefix_len());
+    if span < 32 && u64::from(index) >= 1u64 << span {
+        return None;
+    }
+    let step = 1u128.checked_shl(u32::from(total - mask)).unwrap_or(0);
+    let base = to_u128(net.network());
+    let addr = base.checked_add(step.checked_mul(u128::from(index))?)?;
+    IpNet::new(from_u128(addr, matches!(net, IpNet::V4(_))), mask).ok()
+}
+
+/// The usable host offsets of `net`: (first, last). IPv4 skips the network and broadcast
+/// addresses (except /31 and /32); IPv6 skips the subnet-router anycast address.
+fn host_range(net: &IpNet) -> (u128, u128) {
+    let host_bits = u32::from(bits(net) - net.prefix_len());
+    let size = if host_bits >= 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
+    match net {
+        IpNet::V4(_) if host_bits <= 1 => (0, size),
+        IpNet::V4(_) => (1, size - 1),
+        IpNet::V6(_) if host_bits == 0 => (0, 0),
+        IpNet::V6(_) => (1, size),
+    }
+}
+
+/// How many host addresses `net` has.
+pub fn host_count(net: &IpNet) -> u128 {
+    let (first, last) = host_range(net);
+    last - first + 1
+}
+
+/// The `index`-th host address of `net`, or `None` past the end.
+pub fn nth_host(net: &IpNet, index: u32) -> Option<IpAddr> {
+    let (first, last) = host_range(net);
+    let offset = first.checked_add(u128::from(index))?;
+    if offset > last {
+        return None;
+    }
+    Some(from_u128(to_u128(net.network()) + offset, matches!(net, IpNet::V4(_))))
+}
+
+/// Hands out host addresses of one range by key.
+#[derive(Debug, Clone)]
+pub struct HostAllocator {
+    net: IpNet,
+    by_key: HashMap<String, u128>,
+    used: HashSet<u128>,
+    cursor: u128,
+}
+
+impl HostAllocator {
+    pub fn new(net: IpNet) -> Self {
+        let (first, _) = host_range(&net);
+        Self { net, by_key: HashMap::new(), used: HashSet::new(), cursor: first }
+    }
+
+    pub fn net(&self) -> &IpNet {
+        &self.net
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    fn offset_of(&self, ip: IpAddr) -> Option<u128> {
+        if !self.net.contains(&ip) {
+            return None;
+        }
+        let offset = to_u128(ip) - to_u128(self.net.network());
+        let (first, last) = host_range(&self.net);
+        (first..=last).contains(&offset).then_some(offset)
+    }
+
+    fn addr(&self, offset: u128) -> IpAddr {
+        from_u128(to_u128(self.net.network()) + offset, matches!(self.net, IpNet::V4(_)))
+    }
+
+    /// The address of `key`, allocating the next free one if it has none. `None` when the
+    /// range is exhausted.
+    pub fn allocate(&mut self, key: &str) -> Option<IpAddr> {
+        if let Some(offset) = self.by_key.get(key) {
+            return Some(self.addr(*offset));
+        }
+        let (first, last) = host_range(&self.net);
+        let size = last - first + 1;
+        if self.used.len() as u128 >= size {
+            return None;
+        }
+        let mut offset = self.cursor.clamp(first, last);
+        // Next fit: at most `used.len() + 1` probes find a free slot.
+        loop {
+            if !self.used.contains(&offset) {
+                break;
+            }
+            offset = if offset == last { first } else { offset + 1 };
+        }
+        self.used.insert(offset);
+        self.by_key.insert(key.to_string(), offset);
+        self.cursor = if offset == last { first } else { offset + 1 };
+        Some(self.addr(offset))
+    }
+
+    /// Records that `key` already holds `ip` (rebuilding after a restart). Returns false when
+    /// `ip` is outside the range or already held by another key.
+    pub fn observe(&mut self, key: &str, ip: IpAddr) -> bool {
+        let Some(offset) = self.offset_of(ip) else { return false };
+        if let Some(existing) = self.by_key.get(key) {
+            return *existing == offset;
+        }
+        if !self.used.insert(offset) {
+            return false;
+        }
+        self.by_key.insert(key.to_string(), offset);
+        true
+    }
+
+    /// Returns the address of `key` to the pool.
+    pub fn release(&mut self, key: &str) -> Option<IpAddr> {
+        let offset = self.by_key.remove(key)?;
+        self.used.remove(&offset);
+        Some(self.addr(offset))
+    }
+
+    pub fn get(&self, key: &str) -> Option<IpAddr> {
+        self.by_key.get(key).map(|o| self.addr(*o))
+    }
+
+    /// Whether `ip` is held by anyone.
+    pub fn is_used(&self, ip: IpAddr) -> bool {
+        self.offset_of(ip).is_some_and(|o| self.used.contains(&o))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn subnets_in_order_until_the_end() {
+        let n = net("10.0.0.0/16");
+        assert_eq!(nth_subnet(&n, 24, 0), Some(net("10.0.0.0/24")));
+        assert_eq!(nth_subnet(&n, 24, 3), Some(net("10.0.3.0/24")));
+        assert_eq!(nth_subnet(&n, 24, 255), Some(net("10.0.255.0/24")));
+        assert_eq!(nth_subnet(&n, 24, 256), None);
+        assert_eq!(nth_subnet(&n, 8, 0), None);
+        assert_eq!(nth_subnet(&net("fd00::/48"), 64, 2), Some(net("fd00:0:0:2::/64")));
+    }
+
+    #[test]
+    fn hosts_skip_network_and_broadcast() {
+        let n = net("10.1.0.0/30");
+        assert_eq!(nth_host(&n, 0), Some("10.1.0.1".parse().unwrap()));
+        assert_eq!(nth_host(&n, 1), Some("10.1.0.2".parse().unwrap()));
+        assert_eq!(nth_host(&n, 2), None);
+        assert_eq!(host_count(&net("10.0.0.0/24")), 254);
+        assert_eq!(host_count(&net("10.0.0.0/32")), 1);
+        assert_eq!(nth_host(&net("fd00::/64"), 0), Some("fd00::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn allocator_is_unique_stable_and_recycles() {
+        let mut a = HostAllocator::new(net("10.0.0.0/29")); // 6 hosts
+        let ips: Vec<_> = (0..6).map(|i| a.allocate(&format!("k{i}")).unwrap()).collect();
+        let unique: HashSet<_> = ips.iter().collect();
+        assert_eq!(unique.len(), 6);
+        assert!(ips.iter().all(|ip| a.net().contains(ip)));
+        assert_eq!(a.allocate("k0"), Some(ips[0]), "same key, same address");
+        assert_eq!(a.allocate("k6"), None, "exhausted");
+        assert_eq!(a.release("k2"), Some(ips[2]));
+        assert_eq!(a.allocate("k7"), Some(ips[2]), "recycled");
+    }
+
+    #[test]
+    fn rebuild_from_existing_addresses() {
+        let mut a = HostAllocator::new(net("10.0.0.0/24"));
+        assert!(a.observe("old", "10.0.0.1".parse().unwrap()));
+        assert!(!a.observe("dup", "10.0.0.1".parse().unwrap()), "taken by another key");
+        assert!(!a.observe("x", "10.9.0.1".parse().unwrap()), "outside");
+        assert_ne!(a.allocate("new"), Some("10.0.0.1".parse().unwrap()));
+    }
+}

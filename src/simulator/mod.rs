@@ -1,0 +1,9 @@
+//! The lifecycle simulator: makes fake nodes (and the pods on them) behave as if a kubelet
+//! ran them. It reads the shared stores and never lists in a loop.
+
+pub mod ipam;
+pub mod leases;
+pub mod manage;
+pub mod node_status;
+pub mod nodes;
+pub mod selector;

@@ -1,0 +1,220 @@
+//! What a kubelet reports about its node, built without a kubelet: conditions, addresses,
+//! daemon endpoints, node info, capacity and allocatable. Pure.
+
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus, NodeSystemInfo,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+pub const KUBELET_PORT: i32 = 10250;
+
+/// Settings for what the template leaves unset.
+#[derive(Clone, Debug)]
+pub struct NodeDefaults {
+    pub kubelet_version: String,
+}
+
+impl Default for NodeDefaults {
+    fn default() -> Self {
+        Self { kubelet_version: "fake".into() }
+    }
+}
+
+/// (type, status, reason, message) of the conditions a healthy kubelet reports.
+const HEALTHY: [(&str, &str, &str, &str); 5] = [
+    ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+    ("NetworkUnavailable", "False", "RouteCreated", "RouteController created a route"),
+];
+
+/// The healthy conditions at `now`, keeping a previous transition time where the status is
+/// unchanged.
+pub fn healthy_conditions(previous: Option<&[NodeCondition]>, now: &Time) -> Vec<NodeCondition> {
+    HEALTHY
+        .iter()
+        .map(|(type_, status, reason, message)| {
+            let old = previous.and_then(|cs| cs.iter().find(|c| c.type_ == *type_));
+            let last_transition_time = match old {
+                Some(c) if c.status == *status => c.last_transition_time.clone().or_else(|| Some(now.clone())),
+                _ => Some(now.clone()),
+            };
+            NodeCondition {
+                type_: type_.to_string(),
+                status: status.to_string(),
+                reason: Some(reason.to_string()),
+                message: Some(message.to_string()),
+                last_heartbeat_time: Some(now.clone()),
+                last_transition_time,
+            }
+        })
+        .collect()
+}
+
+fn default_resources() -> BTreeMap<String, Quantity> {
+    [("cpu", "32"), ("memory", "256Gi"), ("pods", "110")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+        .collect()
+}
+
+fn pseudo_uuid(seed: &str, salt: &str) -> String {
+    let d = Sha256::digest(format!("{salt}/{seed}").as_bytes());
+    let h: String = d.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+fn fill(field: &mut String, value: impl Into<String>) {
+    if field.is_empty() {
+        *field = value.into();
+    }
+}
+
+/// The status a healthy kubelet would report for node `name`, starting from `base` (the
+/// template's status or the node's current one) and filling what is unset.
+pub fn simulated(name: &str, base: Option<&NodeStatus>, internal_ips: &[IpAddr], now: &Time, defaults: &NodeDefaults) -> NodeStatus {
+    let mut s = base.cloned().unwrap_or_default();
+    s.conditions = Some(healthy_conditions(base.and_then(|b| b.conditions.as_deref()), now));
+
+    let mut addresses: Vec<NodeAddress> = s.addresses.take().unwrap_or_default();
+    for ip in internal_ips {
+        let ip = ip.to_string();
+        if !addresses.iter().any(|a| a.type_ == "InternalIP" && a.address == ip) {
+            addresses.push(NodeAddress { type_: "InternalIP".into(), address: ip });
+        }
+    }
+    if !addresses.iter().any(|a| a.type_ == "Hostname") {
+        addresses.push(NodeAddress { type_: "Hostname".into(), address: name.into() });
+    }
+    s.addresses = Some(addresses);
+
+    s.daemon_endpoints = Some(NodeDaemonEndpoints {
+        kubelet_endpoint: Some(DaemonEndpoint { port: KUBELET_PORT }),
+    });
+
+    let mut info: NodeSystemInfo = s.node_info.take().unwrap_or_default();
+    fill(&mut info.architecture, "amd64");
+    fill(&mut info.operating_system, "linux");
+    fill(&mut info.kubelet_version, defaults.kubelet_version.clone());
+    fill(&mut info.kernel_version, "fake");
+    fill(&mut info.os_image, "kwok-pools fake node");
+    fill(&mut info.container_runtime_version, "fake://1.0.0");
+    fill(&mut info.machine_id, pseudo_uuid(name, "machine").replace('-', ""));
+    fill(&mut info.system_uuid, pseudo_uuid(name, "system"));
+    fill(&mut info.boot_id, pseudo_uuid(name, "boot"));
+    s.node_info = Some(info);
+
+    match (s.capacity.as_ref().filter(|m| !m.is_empty()), s.allocatable.as_ref().filter(|m| !m.is_empty())) {
+        (None, None) => {
+            s.capacity = Some(default_resources());
+            s.allocatable = Some(default_resources());
+        }
+        (Some(c), None) => s.allocatable = Some(c.clone()),
+        (None, Some(a)) => s.capacity = Some(a.clone()),
+        (Some(_), Some(_)) => {}
+    }
+    if s.phase.as_deref().unwrap_or("").is_empty() {
+        s.phase = Some("Running".into());
+    }
+    s
+}
+
+/// The InternalIP addresses a node reports.
+pub fn internal_ips(node: &Node) -> Vec<IpAddr> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .map(|a| a.iter().filter(|a| a.type_ == "InternalIP").filter_map(|a| a.address.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Whether the node's status is not what a healthy kubelet would report, so the simulator
+/// must write it: Ready is not True (a controller marked it Unknown, or nobody ever set it),
+/// a condition, an address, the daemon endpoint or the resources are missing.
+pub fn needs_write(node: &Node) -> bool {
+    let Some(s) = node.status.as_ref() else { return true };
+    let conditions = s.conditions.as_deref().unwrap_or_default();
+    let healthy = HEALTHY.iter().all(|(type_, status, reason, _)| {
+        conditions
+            .iter()
+            .any(|c| c.type_ == *type_ && c.status == *status && c.reason.as_deref() == Some(*reason))
+    });
+    let addresses = s.addresses.as_deref().unwrap_or_default();
+    let has_ip = addresses.iter().any(|a| a.type_ == "InternalIP");
+    let has_host = addresses.iter().any(|a| a.type_ == "Hostname");
+    let endpoint = s
+        .daemon_endpoints
+        .as_ref()
+        .and_then(|d| d.kubelet_endpoint.as_ref())
+        .is_some_and(|e| e.port == KUBELET_PORT);
+    let resources = s.capacity.as_ref().is_some_and(|m| !m.is_empty()) && s.allocatable.as_ref().is_some_and(|m| !m.is_empty());
+    !(healthy && has_ip && has_host && endpoint && resources)
+}
+
+/// Whether the node's Ready condition is True.
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(1_000_000).unwrap())
+    }
+
+    #[test]
+    fn fills_a_blank_status() {
+        let ip: IpAddr = "10.1.0.1".parse().unwrap();
+        let s = simulated("n-0", None, &[ip], &now(), &NodeDefaults::default());
+        let node = Node { status: Some(s.clone()), ..Default::default() };
+        assert!(is_ready(&node));
+        assert!(!needs_write(&node));
+        assert_eq!(internal_ips(&node), vec![ip]);
+        assert_eq!(s.allocatable.unwrap()["pods"], Quantity("110".into()));
+        assert_eq!(s.node_info.unwrap().kubelet_version, "fake");
+        let hostnames: Vec<_> = s.addresses.unwrap().into_iter().filter(|a| a.type_ == "Hostname").collect();
+        assert_eq!(hostnames[0].address, "n-0");
+    }
+
+    #[test]
+    fn keeps_template_values_and_mirrors_resources() {
+        let base = NodeStatus {
+            capacity: Some([("cpu".to_string(), Quantity("8".into()))].into()),
+            node_info: Some(NodeSystemInfo { kubelet_version: "v9".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        let s = simulated("n", Some(&base), &[], &now(), &NodeDefaults::default());
+        assert_eq!(s.allocatable.unwrap()["cpu"], Quantity("8".into()));
+        assert_eq!(s.node_info.unwrap().kubelet_version, "v9");
+    }
+
+    #[test]
+    fn unknown_ready_needs_a_write_and_keeps_other_transition_times() {
+        let ip: IpAddr = "10.1.0.1".parse().unwrap();
+        let mut s = simulated("n", None, &[ip], &now(), &NodeDefaults::default());
+        for c in s.conditions.as_mut().unwrap() {
+            if c.type_ == "Ready" {
+                c.status = "Unknown".into();
+                c.reason = Some("NodeStatusUnknown".into());
+            }
+        }
+        let node = Node { status: Some(s.clone()), ..Default::default() };
+        assert!(needs_write(&node));
+        let later = Time(k8s_openapi::jiff::Timestamp::from_second(2_000_000).unwrap());
+        let fixed = healthy_conditions(s.conditions.as_deref(), &later);
+        let ready = fixed.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(ready.last_transition_time, Some(later.clone()));
+        let mem = fixed.iter().find(|c| c.type_ == "MemoryPressure").unwrap();
+        assert_eq!(mem.last_transition_time, Some(now()));
+    }
+}

@@ -1,0 +1,262 @@
+//! The node half of the simulator: every managed node gets a healthy status when it lacks
+//! one, a lease renewed every leaseDuration/4 (with jitter), and a periodic status heartbeat.
+//! All timers live on one `DelayQueue`; writes run as bounded background tasks.
+
+use super::ipam::HostAllocator;
+use super::leases;
+use super::manage::Manage;
+use super::node_status::{self, NodeDefaults};
+use crate::informer::Change;
+use crate::pool::FIELD_MANAGER;
+use crate::telemetry::metrics::{Metrics, ResultLabels};
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, ResourceExt};
+use rand::Rng;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio_util::time::{DelayQueue, delay_queue};
+
+#[derive(Clone, Debug)]
+pub struct NodeSimConfig {
+    pub manage: Manage,
+    /// Lease duration written into each lease; renewals come every quarter of it.
+    pub lease_duration: Duration,
+    /// How often the node conditions' heartbeat times are refreshed.
+    pub status_frequency: Duration,
+    pub defaults: NodeDefaults,
+}
+
+pub struct NodeSimulator {
+    pub client: Client,
+    pub config: NodeSimConfig,
+    pub nodes: Store<Node>,
+    pub leases: Store<Lease>,
+    pub addresses: Arc<Mutex<HostAllocator>>,
+    pub metrics: Arc<Metrics>,
+    pub writes: Arc<Semaphore>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Timer {
+    Lease(String),
+    Status(String),
+}
+
+struct Tracked {
+    uid: String,
+    lease_key: delay_queue::Key,
+    status_key: delay_queue::Key,
+    lease_due: Instant,
+    status_in_flight: bool,
+}
+
+enum Done {
+    Status { name: String },
+    Lease { name: String, ok: bool },
+}
+
+fn jittered(base: Duration, low: f64, high: f64) -> Duration {
+    base.mul_f64(rand::rng().random_range(low..high))
+}
+
+impl NodeSimulator {
+    fn renew_interval(&self) -> Duration {
+        self.config.lease_duration / 4
+    }
+
+    /// Runs until the change stream ends.
+    pub async fn run(self, mut changes: UnboundedReceiver<Change<Node>>) {
+        let this = Arc::new(self);
+        let mut queue: DelayQueue<Timer> = DelayQueue::new();
+        let mut tracked: HashMap<String, Tracked> = HashMap::new();
+        let (done_tx, mut done_rx) = unbounded_channel::<Done>();
+        loop {
+            tokio::select! {
+                change = changes.recv() => match change {
+                    Some(Change::Applied(node)) => this.on_node(&node, &mut tracked, &mut queue, &done_tx),
+                    Some(Change::Deleted(node)) => this.on_deleted(&node, &mut tracked, &mut queue),
+                    Some(Change::Synced) => {}
+                    None => return,
+                },
+                Some(expired) = queue.next(), if !queue.is_empty() => {
+                    let timer = expired.into_inner();
+                    this.on_timer(timer, &mut tracked, &mut queue, &done_tx);
+                }
+                Some(done) = done_rx.recv() => match done {
+                    Done::Status { name } => {
+                        if let Some(t) = tracked.get_mut(&name) {
+                            t.status_in_flight = false;
+                        }
+                    }
+                    Done::Lease { name, ok } => {
+                        if !ok {
+                            if let Some(t) = tracked.get_mut(&name) {
+                                // Retry soon instead of waiting a whole interval.
+                                let retry = Duration::from_secs(1);
+                                queue.reset(&t.lease_key, retry);
+                                t.lease_due = Instant::now() + retry;
+                            }
+                        }
+                    }
+                }
+            }
+            this.metrics.managed_nodes.set(tracked.len() as i64);
+        }
+    }
+
+    fn on_node(
+        self: &Arc<Self>,
+        node: &Arc<Node>,
+        tracked: &mut HashMap<String, Tracked>,
+        queue: &mut DelayQueue<Timer>,
+        done: &UnboundedSender<Done>,
+    ) {
+        let name = node.name_any();
+        // Every node's addresses count, managed or not, so defaults never collide.
+        {
+            let mut addresses = self.addresses.lock().expect("address allocator lock");
+            for ip in node_status::internal_ips(node) {
+                addresses.observe(&name, ip);
+            }
+        }
+        if !self.config.manage.manages(node) || node.metadata.deletion_timestamp.is_some() {
+            if let Some(t) = tracked.remove(&name) {
+                queue.remove(&t.lease_key);
+                queue.remove(&t.status_key);
+            }
+            return;
+        }
+        let uid = node.metadata.uid.clone().unwrap_or_default();
+        let renewed_for_other_uid = tracked.get(&name).is_some_and(|t| t.uid != uid);
+        if renewed_for_other_uid {
+            if let Some(t) = tracked.remove(&name) {
+                queue.remove(&t.lease_key);
+                queue.remove(&t.status_key);
+            }
+        }
+        if !tracked.contains_key(&name) {
+            // First sight: lease right away, status heartbeat somewhere in the next period.
+            let lease_key = queue.insert(Timer::Lease(name.clone()), Duration::ZERO);
+            let status_key = queue.insert(Timer::Status(name.clone()), jittered(self.config.status_frequency, 0.5, 1.0));
+            tracked.insert(name.clone(), Tracked { uid, lease_key, status_key, lease_due: Instant::now(), status_in_flight: false });
+        }
+        let t = tracked.get_mut(&name).expect("just inserted");
+        if node_status::needs_write(node) && !t.status_in_flight {
+            t.status_in_flight = true;
+            self.spawn_status(node.clone(), true, done.clone());
+        }
+    }
+
+    fn on_deleted(&self, node: &Arc<Node>, tracked: &mut HashMap<String, Tracked>, queue: &mut DelayQueue<Timer>) {
+        let name = node.name_any();
+        if let Some(t) = tracked.remove(&name) {
+            queue.remove(&t.lease_key);
+            queue.remove(&t.status_key);
+        }
+        self.addresses.lock().expect("address allocator lock").release(&name);
+    }
+
+    fn on_timer(
+        self: &Arc<Self>,
+        timer: Timer,
+        tracked: &mut HashMap<String, Tracked>,
+        queue: &mut DelayQueue<Timer>,
+        done: &UnboundedSender<Done>,
+    ) {
+        match timer {
+            Timer::Lease(name) => {
+                let Some(t) = tracked.get_mut(&name) else { return };
+                let due = t.lease_due;
+                let next = jittered(self.renew_interval(), 0.85, 1.0);
+                t.lease_key = queue.insert(Timer::Lease(name.clone()), next);
+                t.lease_due = Instant::now() + next;
+                let Some(node) = self.nodes.get(&ObjectRef::new(&name)) else { return };
+                self.spawn_lease(node, due, done.clone());
+            }
+            Timer::Status(name) => {
+                let Some(t) = tracked.get_mut(&name) else { return };
+                t.status_key = queue.insert(Timer::Status(name.clone()), jittered(self.config.status_frequency, 0.9, 1.1));
+                if t.status_in_flight {
+                    return;
+                }
+                let Some(node) = self.nodes.get(&ObjectRef::new(&name)) else { return };
+                t.status_in_flight = true;
+                self.spawn_status(node, false, done.clone());
+            }
+        }
+    }
+
+    fn spawn_lease(self: &Arc<Self>, node: Arc<Node>, due: Instant, done: UnboundedSender<Done>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _permit = this.writes.acquire().await.expect("write semaphore is never closed");
+            let api: Api<Lease> = Api::namespaced(this.client.clone(), leases::LEASE_NAMESPACE);
+            let secs = this.config.lease_duration.as_secs().max(1) as i32;
+            let result = leases::renew(&api, &this.leases, &node, secs).await;
+            let ok = result.is_ok();
+            let verb = match &result {
+                Ok(v) => *v,
+                Err(e) => {
+                    tracing::warn!(node = %node.name_any(), error = %e, "lease renewal failed; retrying in 1s");
+                    "renew"
+                }
+            };
+            this.metrics.write("leases", verb, ok);
+            this.metrics
+                .lease_renewals
+                .get_or_create(&ResultLabels { result: if ok { "ok" } else { "error" }.into() })
+                .inc();
+            if ok && due.elapsed() > this.renew_interval() / 2 {
+                this.metrics.late_lease_renewals.inc();
+            }
+            let _ = done.send(Done::Lease { name: node.name_any(), ok });
+        });
+    }
+
+    /// Writes the node status: the full healthy status when `full`, else only the
+    /// conditions' heartbeat.
+    fn spawn_status(self: &Arc<Self>, node: Arc<Node>, full: bool, done: UnboundedSender<Done>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _permit = this.writes.acquire().await.expect("write semaphore is never closed");
+            let name = node.name_any();
+            let now = Time(k8s_openapi::jiff::Timestamp::now());
+            let patch = if full {
+                let mut ips = node_status::internal_ips(&node);
+                if ips.is_empty() {
+                    let mut addresses = this.addresses.lock().expect("address allocator lock");
+                    match addresses.allocate(&name) {
+                        Some(ip) => ips.push(ip),
+                        None => tracing::warn!(node = %name, range = %addresses.net(), "default node address range is full: raise --node-ip-range"),
+                    }
+                }
+                let status = node_status::simulated(&name, node.status.as_ref(), &ips, &now, &this.config.defaults);
+                serde_json::json!({ "status": status })
+            } else {
+                let conditions = node_status::healthy_conditions(
+                    node.status.as_ref().and_then(|s| s.conditions.as_deref()),
+                    &now,
+                );
+                serde_json::json!({ "status": { "conditions": conditions } })
+            };
+            let api: Api<Node> = Api::all(this.client.clone());
+            let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            let result = api.patch_status(&name, &pp, &Patch::Merge(&patch)).await;
+            this.metrics.write("nodes", "patch-status", result.is_ok());
+            if let Err(e) = result {
+                if !matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                    tracing::warn!(node = %name, error = %e, "node status write failed");
+                }
+            }
+            let _ = done.send(Done::Status { name });
+        });
+    }
+}
