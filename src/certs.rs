@@ -2,8 +2,7 @@
 //! plane (cluster/) and the admission webhook (admission/). Pure: no files, no I/O.
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
 use std::time::Duration;
 
@@ -49,11 +48,8 @@ impl Authority {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, common_name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         validity(&mut params);
         let cert = params.self_signed(&key)?;
         let pair = CertPair { cert_pem: cert.pem(), key_pem: key.serialize_pem() };
@@ -68,8 +64,7 @@ impl Authority {
         if let Some(org) = spec.organization {
             params.distinguished_name.push(DnType::OrganizationName, org);
         }
-        params.key_usages =
-            vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         if spec.server {
             params.extended_key_usages.push(ExtendedKeyUsagePurpose::ServerAuth);
         }

@@ -3,8 +3,8 @@
 
 pub mod api;
 pub mod certs;
-pub mod cluster;
 pub mod cli;
+pub mod cluster;
 pub mod controllers;
 pub mod informer;
 pub mod operator;

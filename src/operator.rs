@@ -69,7 +69,9 @@ where
                 return Ok(());
             }
             Ok(Err(e)) => anyhow::bail!("the {what} store closed before syncing: {e}"),
-            Err(_) => tracing::info!(what, waited = ?start.elapsed(), "still waiting for the first list of {what} (is the API server reachable? are the CRDs installed?)"),
+            Err(_) => {
+                tracing::info!(what, waited = ?start.elapsed(), "still waiting for the first list of {what} (is the API server reachable? are the CRDs installed?)")
+            }
         }
     }
 }

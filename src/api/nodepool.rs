@@ -1,3 +1,4 @@
+#![allow(clippy::duplicated_attributes)] // kube(printcolumn(...)) repeats keys by design
 //! NodePool: a cluster-scoped pool of fake Nodes.
 
 use super::common::{PoolStatus, SubnetRange, TemplateMetadata};
@@ -25,7 +26,12 @@ use serde::{Deserialize, Serialize};
     ),
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.nodeCount", description = "nodes wanted"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas", description = "nodes Ready"),
-    printcolumn(name = "Up-to-date", type_ = "integer", json_path = ".status.updatedReplicas", description = "nodes rendered from the current template"),
+    printcolumn(
+        name = "Up-to-date",
+        type_ = "integer",
+        json_path = ".status.updatedReplicas",
+        description = "nodes rendered from the current template"
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     cel
 )]

@@ -1,3 +1,4 @@
+#![allow(clippy::duplicated_attributes)] // kube(printcolumn(...)) repeats keys by design
 //! PodPool: a namespaced pool of Pods that, by default, land on fake nodes.
 
 use super::common::{PoolStatus, TemplateMetadata};
@@ -26,7 +27,12 @@ use serde::{Deserialize, Serialize};
     ),
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.podCount", description = "pods wanted"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas", description = "pods Ready"),
-    printcolumn(name = "Up-to-date", type_ = "integer", json_path = ".status.updatedReplicas", description = "pods rendered from the current template"),
+    printcolumn(
+        name = "Up-to-date",
+        type_ = "integer",
+        json_path = ".status.updatedReplicas",
+        description = "pods rendered from the current template"
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     cel
 )]

@@ -92,9 +92,8 @@ mod tests {
 
     #[test]
     fn strips_descriptions_and_rewrites_quantities() {
-        let mut generator = schemars::generate::SchemaSettings::openapi3()
-            .with(|s| s.inline_subschemas = true)
-            .into_generator();
+        let mut generator =
+            schemars::generate::SchemaSettings::openapi3().with(|s| s.inline_subschemas = true).into_generator();
         let schema = core_type::<NodeStatus>(&mut generator).to_value();
         let text = schema.to_string();
         assert!(!text.contains("\"description\""), "descriptions left");

@@ -10,7 +10,11 @@ use std::sync::Arc;
 pub fn validate_nodepool(pool: &NodePool, others: &[Arc<NodePool>]) -> Result<(), String> {
     let spec = &pool.spec;
     if spec.node_count < 0 || spec.node_count > super::common::MAX_COUNT {
-        return Err(format!("spec.nodeCount: {} is out of range: use 0 to {}", spec.node_count, super::common::MAX_COUNT));
+        return Err(format!(
+            "spec.nodeCount: {} is out of range: use 0 to {}",
+            spec.node_count,
+            super::common::MAX_COUNT
+        ));
     }
     if let Some(range) = &spec.pod_cidr {
         let net: IpNet = range
@@ -20,8 +24,7 @@ pub fn validate_nodepool(pool: &NodePool, others: &[Arc<NodePool>]) -> Result<()
         let _ = net;
     }
     if let Some(ips) = &spec.internal_ips {
-        ips.parse::<IpNet>()
-            .map_err(|_| format!("spec.internalIPs: {ips:?} is not a CIDR such as 10.1.0.0/16"))?;
+        ips.parse::<IpNet>().map_err(|_| format!("spec.internalIPs: {ips:?} is not a CIDR such as 10.1.0.0/16"))?;
     }
     let _ = (others, pool.name_any());
     Ok(())
@@ -31,7 +34,11 @@ pub fn validate_nodepool(pool: &NodePool, others: &[Arc<NodePool>]) -> Result<()
 pub fn validate_podpool(pool: &PodPool) -> Result<(), String> {
     let spec = &pool.spec;
     if spec.pod_count < 0 || spec.pod_count > super::common::MAX_COUNT {
-        return Err(format!("spec.podCount: {} is out of range: use 0 to {}", spec.pod_count, super::common::MAX_COUNT));
+        return Err(format!(
+            "spec.podCount: {} is out of range: use 0 to {}",
+            spec.pod_count,
+            super::common::MAX_COUNT
+        ));
     }
     Ok(())
 }

@@ -73,9 +73,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 fn parse_extra_arg(s: &str) -> Result<(Component, String), String> {
-    let (name, flag) = s
-        .split_once('=')
-        .ok_or_else(|| format!("expected COMPONENT=--flag, got {s:?}"))?;
+    let (name, flag) = s.split_once('=').ok_or_else(|| format!("expected COMPONENT=--flag, got {s:?}"))?;
     let c = Component::parse(name).ok_or_else(|| {
         format!("unknown component {name:?}: use etcd, kube-apiserver, kube-controller-manager or kube-scheduler")
     })?;

@@ -13,12 +13,8 @@ pub enum Component {
 }
 
 /// Start order; `cluster delete` stops them in reverse.
-pub const ALL: [Component; 4] = [
-    Component::Etcd,
-    Component::KubeApiserver,
-    Component::KubeControllerManager,
-    Component::KubeScheduler,
-];
+pub const ALL: [Component; 4] =
+    [Component::Etcd, Component::KubeApiserver, Component::KubeControllerManager, Component::KubeScheduler];
 
 /// The pod network the controller manager's node IPAM splits into per-node podCIDRs
 /// (a /24 each: room for 32768 nodes) and the service network. They do not overlap.

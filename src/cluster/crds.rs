@@ -14,7 +14,8 @@ pub const FIELD_MANAGER: &str = "kwok-pools";
 
 /// A client for the kubeconfig at `path`.
 pub async fn client(path: &Path) -> Result<kube::Client, ClusterError> {
-    let kc = Kubeconfig::read_from(path).map_err(|e| ClusterError::Other(format!("reading {}: {e}", path.display())))?;
+    let kc =
+        Kubeconfig::read_from(path).map_err(|e| ClusterError::Other(format!("reading {}: {e}", path.display())))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| ClusterError::Other(format!("loading {}: {e}", path.display())))?;

@@ -39,14 +39,7 @@ pub enum ClusterError {
          raise --timeout if the machine is busy, or `kwok-pools cluster delete --name {name}` and retry",
         log.display()
     )]
-    Timeout {
-        name: String,
-        component: String,
-        waited: Duration,
-        detail: String,
-        log: PathBuf,
-        tail: String,
-    },
+    Timeout { name: String, component: String, waited: Duration, detail: String, log: PathBuf, tail: String },
 
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },

@@ -4,6 +4,9 @@
 //! processes bound to 127.0.0.1, with state (PKI, kubeconfig, data, logs, pid files) in one
 //! directory per cluster. Several clusters can run side by side on different ports.
 
+// Errors carry log tails for the person reading them; they are rare, so their size is fine.
+#![allow(clippy::result_large_err)]
+
 pub mod binaries;
 pub mod component;
 pub mod crds;
@@ -58,8 +61,7 @@ pub fn running_components(layout: &Layout) -> usize {
     component::ALL
         .into_iter()
         .filter(|c| {
-            process::read_pid(&layout.pid(*c))
-                .is_some_and(|pid| process::is_ours(pid, c.binary(), &layout.dir))
+            process::read_pid(&layout.pid(*c)).is_some_and(|pid| process::is_ours(pid, c.binary(), &layout.dir))
         })
         .count()
 }
@@ -108,7 +110,11 @@ pub async fn create(opts: &CreateOptions) -> Result<Created, ClusterError> {
 
     let result = start_all(opts, &layout, &ports, &bin_dir, deadline).await;
     if let Err(e) = result {
-        eprintln!("cluster {:?} did not come up; stopping what was started (logs kept in {})", opts.name, layout.logs().display());
+        eprintln!(
+            "cluster {:?} did not come up; stopping what was started (logs kept in {})",
+            opts.name,
+            layout.logs().display()
+        );
         stop_all(&layout);
         return Err(e);
     }

@@ -106,7 +106,14 @@ mod tests {
         let layout = Layout::new(dir.path().to_path_buf());
         write_pki(&layout).unwrap();
         write_kubeconfig(&layout, "t", 1234).unwrap();
-        for p in [layout.ca_cert(), layout.admin_cert(), layout.admin_key(), layout.sa_private(), layout.sa_public(), layout.kubeconfig()] {
+        for p in [
+            layout.ca_cert(),
+            layout.admin_cert(),
+            layout.admin_key(),
+            layout.sa_private(),
+            layout.sa_public(),
+            layout.kubeconfig(),
+        ] {
             assert!(p.exists(), "{}", p.display());
         }
         let mode = std::fs::metadata(layout.admin_key()).unwrap().permissions().mode() & 0o777;

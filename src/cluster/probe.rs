@@ -20,8 +20,8 @@ pub fn http_client(layout: &Layout, verify: bool) -> Result<reqwest::Client, Clu
         .use_rustls_tls()
         .identity(reqwest::Identity::from_pem(&identity).map_err(|e| ClusterError::Other(e.to_string()))?);
     if verify {
-        let ca = reqwest::Certificate::from_pem(&read(layout.ca_cert())?)
-            .map_err(|e| ClusterError::Other(e.to_string()))?;
+        let ca =
+            reqwest::Certificate::from_pem(&read(layout.ca_cert())?).map_err(|e| ClusterError::Other(e.to_string()))?;
         b = b.add_root_certificate(ca);
     } else {
         b = b.danger_accept_invalid_certs(true);
@@ -61,7 +61,10 @@ pub async fn wait_healthy(
                 let code = resp.status();
                 let body = resp.text().await.unwrap_or_default();
                 let failing: Vec<&str> = body.lines().filter(|l| l.contains("failed")).take(3).collect();
-                detail = format!("{url} answered {code}{}", if failing.is_empty() { String::new() } else { format!(": {}", failing.join("; ")) });
+                detail = format!(
+                    "{url} answered {code}{}",
+                    if failing.is_empty() { String::new() } else { format!(": {}", failing.join("; ")) }
+                );
             }
             Err(e) => detail = format!("{url}: {}", root_cause(&e)),
         }

@@ -29,8 +29,7 @@ pub fn spawn(binary: &Path, args: &[String], log: &Path, pid_file: &Path) -> Res
         .process_group(0)
         .spawn()
         .ctx(|| format!("starting {}", binary.display()))?;
-    std::fs::write(pid_file, child.id().to_string())
-        .ctx(|| format!("writing {}", pid_file.display()))?;
+    std::fs::write(pid_file, child.id().to_string()).ctx(|| format!("writing {}", pid_file.display()))?;
     Ok(child)
 }
 
@@ -55,15 +54,10 @@ pub fn is_ours(pid: i32, binary: &str, state_dir: &Path) -> bool {
         return false;
     }
     let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
-    let args: Vec<String> = raw
-        .split(|b| *b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    let exe_matches = args
-        .first()
-        .and_then(|a0| Path::new(a0).file_name())
-        .is_some_and(|n| n.to_string_lossy() == binary);
+    let args: Vec<String> =
+        raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let exe_matches =
+        args.first().and_then(|a0| Path::new(a0).file_name()).is_some_and(|n| n.to_string_lossy() == binary);
     let dir = state_dir.display().to_string();
     exe_matches && args.iter().skip(1).any(|a| a.contains(&dir))
 }

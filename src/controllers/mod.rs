@@ -33,12 +33,14 @@ pub fn pools_to_wake<P: PoolKind>(child: &P::Child) -> Vec<ObjectRef<P>> {
         .map(|o| with_ns(ObjectRef::new(&o.name)))
         .collect();
     let name = child.name_any();
-    if let Some((pool, index)) = name.rsplit_once('-') {
-        if !pool.is_empty() && !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) {
-            let r = with_ns(ObjectRef::new(pool));
-            if !out.contains(&r) {
-                out.push(r);
-            }
+    if let Some((pool, index)) = name.rsplit_once('-')
+        && !pool.is_empty()
+        && !index.is_empty()
+        && index.bytes().all(|b| b.is_ascii_digit())
+    {
+        let r = with_ns(ObjectRef::new(pool));
+        if !out.contains(&r) {
+            out.push(r);
         }
     }
     out

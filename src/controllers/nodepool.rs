@@ -41,7 +41,12 @@ fn pool_net(text: &str, field: &str) -> Result<IpNet, Problem> {
 }
 
 fn fake_taint() -> Taint {
-    Taint { key: FAKE_TAINT_KEY.into(), value: Some(FAKE_TAINT_VALUE.into()), effect: "NoSchedule".into(), time_added: None }
+    Taint {
+        key: FAKE_TAINT_KEY.into(),
+        value: Some(FAKE_TAINT_VALUE.into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }
 }
 
 impl NodePool {
@@ -51,7 +56,9 @@ impl NodePool {
             let net = pool_net(range, "spec.internalIPs")?;
             return nth_host(&net, index).map(|ip| vec![ip]).ok_or_else(|| Problem {
                 reason: "RangeExhausted".into(),
-                message: format!("spec.internalIPs {range} has no host address for node index {index}: use a larger range"),
+                message: format!(
+                    "spec.internalIPs {range} has no host address for node index {index}: use a larger range"
+                ),
             });
         }
         if !env.simulate {
@@ -167,20 +174,17 @@ impl PoolKind for NodePool {
             status.conditions = None;
             let want = serde_json::to_value(&status).unwrap_or_default();
             let have = serde_json::to_value(child.status.clone().unwrap_or_default()).unwrap_or_default();
-            let differs = want
-                .as_object()
-                .map(|m| m.iter().any(|(k, v)| have.get(k) != Some(v)))
-                .unwrap_or(false);
+            let differs = want.as_object().map(|m| m.iter().any(|(k, v)| have.get(k) != Some(v))).unwrap_or(false);
             if differs {
                 writes.push(Write::MergeStatus(serde_json::json!({ "status": want })));
             }
         }
         // A podCIDR cannot change once set: keep what the node has.
-        if let (Some(spec), Some(current)) = (desired.spec.as_mut(), child.spec.as_ref()) {
-            if current.pod_cidr.is_some() {
-                spec.pod_cidr = None;
-                spec.pod_cidrs = None;
-            }
+        if let (Some(spec), Some(current)) = (desired.spec.as_mut(), child.spec.as_ref())
+            && current.pod_cidr.is_some()
+        {
+            spec.pod_cidr = None;
+            spec.pod_cidrs = None;
         }
         writes.insert(0, Write::Apply(desired));
         writes

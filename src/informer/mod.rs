@@ -4,9 +4,9 @@
 //! the operator must remember, not with whole objects.
 
 use futures::StreamExt;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use std::collections::HashSet;
@@ -37,11 +37,7 @@ where
 {
     pub fn new() -> Arc<Self> {
         let writer = reflector::store::Writer::<K>::default();
-        Arc::new(Self {
-            reader: writer.as_reader(),
-            writer: Mutex::new(Some(writer)),
-            subscribers: Arc::default(),
-        })
+        Arc::new(Self { reader: writer.as_reader(), writer: Mutex::new(Some(writer)), subscribers: Arc::default() })
     }
 
     pub fn store(&self) -> Store<K> {

@@ -94,11 +94,8 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         }
     }
 
-    let mut outdated: Vec<&Observed> = by_index
-        .values()
-        .filter(|c| c.hash.as_deref() != Some(input.hash))
-        .copied()
-        .collect();
+    let mut outdated: Vec<&Observed> =
+        by_index.values().filter(|c| c.hash.as_deref() != Some(input.hash)).copied().collect();
     // Not-ready children first (replacing them costs no availability), then by index.
     outdated.sort_by_key(|c| (c.ready, c.index));
     match input.mode {
@@ -252,7 +249,14 @@ mod tests {
     #[test]
     fn creations_are_batched() {
         let taken = BTreeSet::new();
-        let p = plan(&PlanInput { count: 10, hash: "h", mode: UpdateMode::InPlace, owned: &[], taken: &taken, max_creates: 4 });
+        let p = plan(&PlanInput {
+            count: 10,
+            hash: "h",
+            mode: UpdateMode::InPlace,
+            owned: &[],
+            taken: &taken,
+            max_creates: 4,
+        });
         assert_eq!(p.create, vec![0, 1, 2, 3]);
         assert!(p.pending);
     }

@@ -58,10 +58,7 @@ pub fn observe<P: PoolKind>(pool: &P, store: &Store<P::Child>) -> (Vec<Observed>
     let mut observed = Vec::new();
     let mut objects = HashMap::new();
     for child in store.state() {
-        let owned = child
-            .owner_references()
-            .iter()
-            .any(|o| o.controller == Some(true) && o.uid == uid);
+        let owned = child.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid);
         if !owned {
             continue;
         }
@@ -130,7 +127,10 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
 
     // Validate: an invalid pool is reported, never acted on.
     if let Err(message) = pool.validate(&ctx.env) {
-        status_input.problem = Some(Problem { reason: "InvalidSpec".into(), message: format!("{message}; nothing is done to the {}s until the spec is fixed", P::NOUN) });
+        status_input.problem = Some(Problem {
+            reason: "InvalidSpec".into(),
+            message: format!("{message}; nothing is done to the {}s until the spec is fixed", P::NOUN),
+        });
         write_status(pool.as_ref(), &ctx, status::build(&status_input)).await?;
         return Ok(Action::await_change());
     }
@@ -185,7 +185,11 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
     })
 }
 
-async fn write_status<P: PoolKind>(pool: &P, ctx: &PoolContext<P>, status: crate::api::PoolStatus) -> Result<(), Error> {
+async fn write_status<P: PoolKind>(
+    pool: &P,
+    ctx: &PoolContext<P>,
+    status: crate::api::PoolStatus,
+) -> Result<(), Error> {
     if pool.pool_status() == Some(&status) {
         return Ok(());
     }

@@ -2,8 +2,8 @@
 //! last round found. Conditions keep their lastTransitionTime while their status holds.
 
 use super::plan::{Observed, Plan};
-use crate::api::common::conditions::{DEGRADED, PROGRESSING, READY};
 use crate::api::PoolStatus;
+use crate::api::common::conditions::{DEGRADED, PROGRESSING, READY};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// Why a pool is degraded, if it is.
@@ -30,11 +30,8 @@ pub struct StatusInput<'a> {
 
 /// Builds the status the pool should show.
 pub fn build(input: &StatusInput<'_>) -> PoolStatus {
-    let current: Vec<&Observed> = input
-        .owned
-        .iter()
-        .filter(|c| c.index.is_some_and(|i| i < input.count) && !c.terminating)
-        .collect();
+    let current: Vec<&Observed> =
+        input.owned.iter().filter(|c| c.index.is_some_and(|i| i < input.count) && !c.terminating).collect();
     let replicas = current.len() as i32;
     let ready = current.iter().filter(|c| c.ready).count() as i32;
     let updated = current.iter().filter(|c| c.hash.as_deref() == Some(input.hash)).count() as i32;
@@ -182,7 +179,10 @@ mod tests {
         let mut later = input(1, &owned, Some(&first));
         later.now = Time(k8s_openapi::jiff::Timestamp::from_second(2000).unwrap());
         let second = build(&later);
-        assert_eq!(first.condition("Ready").unwrap().last_transition_time, second.condition("Ready").unwrap().last_transition_time);
+        assert_eq!(
+            first.condition("Ready").unwrap().last_transition_time,
+            second.condition("Ready").unwrap().last_transition_time
+        );
     }
 
     #[test]

@@ -40,7 +40,12 @@ pub fn lease(node_name: &str, node_uid: &str, duration_secs: i32, now: MicroTime
 }
 
 /// Renews (or creates) the lease of a node: one write in the steady state.
-pub async fn renew(api: &Api<Lease>, store: &Store<Lease>, node: &Node, duration_secs: i32) -> Result<&'static str, kube::Error> {
+pub async fn renew(
+    api: &Api<Lease>,
+    store: &Store<Lease>,
+    node: &Node,
+    duration_secs: i32,
+) -> Result<&'static str, kube::Error> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let uid = node.metadata.uid.clone().unwrap_or_default();
     let now = MicroTime(k8s_openapi::jiff::Timestamp::now());

@@ -77,7 +77,12 @@ mod tests {
     fn node(name: &str, annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Node {
         let m = |p: &[(&str, &str)]| Some(p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
         Node {
-            metadata: ObjectMeta { name: Some(name.into()), annotations: m(annotations), labels: m(labels), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: m(annotations),
+                labels: m(labels),
+                ..Default::default()
+            },
             ..Default::default()
         }
     }

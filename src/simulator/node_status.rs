@@ -77,7 +77,13 @@ fn fill(field: &mut String, value: impl Into<String>) {
 
 /// The status a healthy kubelet would report for node `name`, starting from `base` (the
 /// template's status or the node's current one) and filling what is unset.
-pub fn simulated(name: &str, base: Option<&NodeStatus>, internal_ips: &[IpAddr], now: &Time, defaults: &NodeDefaults) -> NodeStatus {
+pub fn simulated(
+    name: &str,
+    base: Option<&NodeStatus>,
+    internal_ips: &[IpAddr],
+    now: &Time,
+    defaults: &NodeDefaults,
+) -> NodeStatus {
     let mut s = base.cloned().unwrap_or_default();
     s.conditions = Some(healthy_conditions(base.and_then(|b| b.conditions.as_deref()), now));
 
@@ -93,9 +99,7 @@ pub fn simulated(name: &str, base: Option<&NodeStatus>, internal_ips: &[IpAddr],
     }
     s.addresses = Some(addresses);
 
-    s.daemon_endpoints = Some(NodeDaemonEndpoints {
-        kubelet_endpoint: Some(DaemonEndpoint { port: KUBELET_PORT }),
-    });
+    s.daemon_endpoints = Some(NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port: KUBELET_PORT }) });
 
     let mut info: NodeSystemInfo = s.node_info.take().unwrap_or_default();
     fill(&mut info.architecture, "amd64");
@@ -140,19 +144,15 @@ pub fn needs_write(node: &Node) -> bool {
     let Some(s) = node.status.as_ref() else { return true };
     let conditions = s.conditions.as_deref().unwrap_or_default();
     let healthy = HEALTHY.iter().all(|(type_, status, reason, _)| {
-        conditions
-            .iter()
-            .any(|c| c.type_ == *type_ && c.status == *status && c.reason.as_deref() == Some(*reason))
+        conditions.iter().any(|c| c.type_ == *type_ && c.status == *status && c.reason.as_deref() == Some(*reason))
     });
     let addresses = s.addresses.as_deref().unwrap_or_default();
     let has_ip = addresses.iter().any(|a| a.type_ == "InternalIP");
     let has_host = addresses.iter().any(|a| a.type_ == "Hostname");
-    let endpoint = s
-        .daemon_endpoints
-        .as_ref()
-        .and_then(|d| d.kubelet_endpoint.as_ref())
-        .is_some_and(|e| e.port == KUBELET_PORT);
-    let resources = s.capacity.as_ref().is_some_and(|m| !m.is_empty()) && s.allocatable.as_ref().is_some_and(|m| !m.is_empty());
+    let endpoint =
+        s.daemon_endpoints.as_ref().and_then(|d| d.kubelet_endpoint.as_ref()).is_some_and(|e| e.port == KUBELET_PORT);
+    let resources =
+        s.capacity.as_ref().is_some_and(|m| !m.is_empty()) && s.allocatable.as_ref().is_some_and(|m| !m.is_empty());
     !(healthy && has_ip && has_host && endpoint && resources)
 }
 

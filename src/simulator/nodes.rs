@@ -97,13 +97,13 @@ impl NodeSimulator {
                         }
                     }
                     Done::Lease { name, ok } => {
-                        if !ok {
-                            if let Some(t) = tracked.get_mut(&name) {
-                                // Retry soon instead of waiting a whole interval.
-                                let retry = Duration::from_secs(1);
-                                queue.reset(&t.lease_key, retry);
-                                t.lease_due = Instant::now() + retry;
-                            }
+                        if !ok
+                            && let Some(t) = tracked.get_mut(&name)
+                        {
+                            // Retry soon instead of waiting a whole interval.
+                            let retry = Duration::from_secs(1);
+                            queue.reset(&t.lease_key, retry);
+                            t.lease_due = Instant::now() + retry;
                         }
                     }
                 }
@@ -136,17 +136,19 @@ impl NodeSimulator {
         }
         let uid = node.metadata.uid.clone().unwrap_or_default();
         let renewed_for_other_uid = tracked.get(&name).is_some_and(|t| t.uid != uid);
-        if renewed_for_other_uid {
-            if let Some(t) = tracked.remove(&name) {
-                queue.remove(&t.lease_key);
-                queue.remove(&t.status_key);
-            }
+        if renewed_for_other_uid && let Some(t) = tracked.remove(&name) {
+            queue.remove(&t.lease_key);
+            queue.remove(&t.status_key);
         }
         if !tracked.contains_key(&name) {
             // First sight: lease right away, status heartbeat somewhere in the next period.
             let lease_key = queue.insert(Timer::Lease(name.clone()), Duration::ZERO);
-            let status_key = queue.insert(Timer::Status(name.clone()), jittered(self.config.status_frequency, 0.5, 1.0));
-            tracked.insert(name.clone(), Tracked { uid, lease_key, status_key, lease_due: Instant::now(), status_in_flight: false });
+            let status_key =
+                queue.insert(Timer::Status(name.clone()), jittered(self.config.status_frequency, 0.5, 1.0));
+            tracked.insert(
+                name.clone(),
+                Tracked { uid, lease_key, status_key, lease_due: Instant::now(), status_in_flight: false },
+            );
         }
         let t = tracked.get_mut(&name).expect("just inserted");
         if node_status::needs_write(node) && !t.status_in_flight {
@@ -183,7 +185,8 @@ impl NodeSimulator {
             }
             Timer::Status(name) => {
                 let Some(t) = tracked.get_mut(&name) else { return };
-                t.status_key = queue.insert(Timer::Status(name.clone()), jittered(self.config.status_frequency, 0.9, 1.1));
+                t.status_key =
+                    queue.insert(Timer::Status(name.clone()), jittered(self.config.status_frequency, 0.9, 1.1));
                 if t.status_in_flight {
                     return;
                 }
@@ -235,26 +238,26 @@ impl NodeSimulator {
                     let mut addresses = this.addresses.lock().expect("address allocator lock");
                     match addresses.allocate(&name) {
                         Some(ip) => ips.push(ip),
-                        None => tracing::warn!(node = %name, range = %addresses.net(), "default node address range is full: raise --node-ip-range"),
+                        None => {
+                            tracing::warn!(node = %name, range = %addresses.net(), "default node address range is full: raise --node-ip-range")
+                        }
                     }
                 }
                 let status = node_status::simulated(&name, node.status.as_ref(), &ips, &now, &this.config.defaults);
                 serde_json::json!({ "status": status })
             } else {
-                let conditions = node_status::healthy_conditions(
-                    node.status.as_ref().and_then(|s| s.conditions.as_deref()),
-                    &now,
-                );
+                let conditions =
+                    node_status::healthy_conditions(node.status.as_ref().and_then(|s| s.conditions.as_deref()), &now);
                 serde_json::json!({ "status": { "conditions": conditions } })
             };
             let api: Api<Node> = Api::all(this.client.clone());
             let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
             let result = api.patch_status(&name, &pp, &Patch::Merge(&patch)).await;
             this.metrics.write("nodes", "patch-status", result.is_ok());
-            if let Err(e) = result {
-                if !matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                    tracing::warn!(node = %name, error = %e, "node status write failed");
-                }
+            if let Err(e) = result
+                && !matches!(&e, kube::Error::Api(s) if s.code == 404)
+            {
+                tracing::warn!(node = %name, error = %e, "node status write failed");
             }
             let _ = done.send(Done::Status { name });
         });

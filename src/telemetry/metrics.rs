@@ -96,7 +96,11 @@ impl Default for Metrics {
             late_lease_renewals.clone(),
         );
         registry.register("simulator_pod_transitions", "Pod lifecycle writes by transition", pod_transitions.clone());
-        registry.register("admission_reviews", "AdmissionReviews answered by kind and verdict", admission_reviews.clone());
+        registry.register(
+            "admission_reviews",
+            "AdmissionReviews answered by kind and verdict",
+            admission_reviews.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -174,7 +178,10 @@ mod tests {
             let _t = m.reconcile_timer("NodePool");
         }
         let text = m.encode();
-        assert!(text.contains("kwok_pools_api_writes_total{resource=\"nodes\",verb=\"apply\",result=\"ok\"} 1"), "{text}");
+        assert!(
+            text.contains("kwok_pools_api_writes_total{resource=\"nodes\",verb=\"apply\",result=\"ok\"} 1"),
+            "{text}"
+        );
         assert!(text.contains("kwok_pools_reconcile_duration_seconds_count{kind=\"NodePool\"} 1"), "{text}");
     }
 }

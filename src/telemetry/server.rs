@@ -17,10 +17,7 @@ pub struct Health {
 }
 
 async fn metrics(State(h): State<Health>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-        h.metrics.encode(),
-    )
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], h.metrics.encode())
 }
 
 async fn ready(State(h): State<Health>) -> impl IntoResponse {

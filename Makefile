@@ -1,0 +1,90 @@
+# kwok-pools — see README.md. `make run` and `make test` do all set-up on a fresh machine.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+# Rust builds are shared between clones (and survive a fresh clone in CI).
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/kwok-pools/target
+# The Go toolchain on the machine is used as is; never download another one implicitly.
+export GOTOOLCHAIN ?= local
+
+DEBUG_BIN   := $(CARGO_TARGET_DIR)/debug/kwok-pools
+RELEASE_BIN := $(CARGO_TARGET_DIR)/release/kwok-pools
+KUBECTL     := $(CURDIR)/bin/kubectl
+
+# `make run`: the developer's cluster.
+RUN_CLUSTER ?= kwok-pools
+# `make test`: a throw-away cluster with its own state home, deleted after the run. Its
+# controller manager declares nodes NotReady after 20 s without a lease renewal (default 50 s)
+# so the heartbeat tests take seconds, not minutes.
+E2E_HOME    ?= $(CURDIR)/.state/e2e
+E2E_CLUSTER ?= e2e
+E2E_GRACE   ?= 20
+E2E_THREADS ?= 4
+
+.PHONY: help
+help: ## Show the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+.PHONY: controlplane
+controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl into bin/ (cached).
+	./hack/build-controlplane.sh
+
+.PHONY: build
+build: ## Build the operator and every test (debug).
+	cargo build --all-targets
+
+.PHONY: release
+release: ## Build the optimised operator.
+	cargo build --release --bin kwok-pools
+
+.PHONY: crds
+crds: ## Regenerate crds/ from the Rust types.
+	cargo run --quiet --bin kwok-pools -- crd > crds/kwok-pools.yaml
+	@echo "wrote crds/kwok-pools.yaml"
+
+.PHONY: lint
+lint: ## cargo fmt --check and clippy -D warnings.
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+
+.PHONY: unit
+unit: ## Unit tests only (no cluster).
+	cargo test --lib --bins --test crds
+
+.PHONY: test
+test: controlplane build unit e2e ## Unit and end-to-end tests; builds what it needs first.
+
+.PHONY: e2e
+e2e: controlplane build ## End-to-end tests on a fresh local cluster (created, then deleted).
+	@export KWOK_POOLS_HOME=$(E2E_HOME); \
+	$(DEBUG_BIN) cluster delete --name $(E2E_CLUSTER) >/dev/null 2>&1 || true; \
+	$(DEBUG_BIN) cluster create --name $(E2E_CLUSTER) \
+	  --extra-arg kube-controller-manager=--node-monitor-grace-period=$(E2E_GRACE)s; \
+	status=0; \
+	KUBECONFIG=$(E2E_HOME)/clusters/$(E2E_CLUSTER)/kubeconfig E2E_NODE_GRACE_SECONDS=$(E2E_GRACE) \
+	  E2E_LOG_DIR=$(E2E_HOME)/logs RUST_TEST_THREADS=$(E2E_THREADS) \
+	  cargo test --test 'e2e_*' || status=$$?; \
+	$(DEBUG_BIN) cluster delete --name $(E2E_CLUSTER) || true; \
+	if [ $$status -ne 0 ]; then echo "end-to-end tests failed; operator logs are in $(E2E_HOME)/logs"; fi; \
+	exit $$status
+
+.PHONY: run
+run: controlplane release ## Start (or reuse) the local cluster, apply the sample pool, run the operator.
+	@if ! $(RELEASE_BIN) cluster kubeconfig --name $(RUN_CLUSTER) >/dev/null 2>&1; then \
+	  $(RELEASE_BIN) cluster create --name $(RUN_CLUSTER); \
+	elif ! $(RELEASE_BIN) cluster list | grep -E "^$(RUN_CLUSTER) +running" >/dev/null; then \
+	  echo "cluster $(RUN_CLUSTER) exists but is not running: recreating it"; \
+	  $(RELEASE_BIN) cluster delete --name $(RUN_CLUSTER); \
+	  $(RELEASE_BIN) cluster create --name $(RUN_CLUSTER); \
+	fi; \
+	kubeconfig=$$($(RELEASE_BIN) cluster kubeconfig --name $(RUN_CLUSTER)); \
+	KUBECONFIG=$$kubeconfig $(KUBECTL) apply --server-side -f crds/kwok-pools.yaml >/dev/null; \
+	KUBECONFIG=$$kubeconfig $(KUBECTL) apply -f samples/nodepool.yaml; \
+	echo; echo "In another shell:  export KUBECONFIG=$$kubeconfig"; \
+	echo "                   $(KUBECTL) get nodes -o wide"; echo; \
+	KUBECONFIG=$$kubeconfig exec $(RELEASE_BIN) run
+
+.PHONY: clean-cluster
+clean-cluster: ## Delete the `make run` cluster.
+	$(DEBUG_BIN) cluster delete --name $(RUN_CLUSTER) || $(RELEASE_BIN) cluster delete --name $(RUN_CLUSTER)

@@ -1,0 +1,288 @@
+//! The end-to-end harness. Tests run against the real control plane whose kubeconfig is in
+//! `KUBECONFIG` (`make test` creates one cluster for the whole run). Each test works in its
+//! own namespace and scope: pools and nodes carry the label `kwok-pools.test/scope=<scope>`,
+//! and the test starts its own operator that handles only that scope, so tests run in
+//! parallel without touching each other.
+#![allow(dead_code)]
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const SCOPE_LABEL: &str = "kwok-pools.test/scope";
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn kwok_pools_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_kwok-pools"))
+}
+
+pub fn kubectl_bin() -> PathBuf {
+    repo().join("bin/kubectl")
+}
+
+/// The kubeconfig of the test cluster. Fails with what to do when there is none.
+pub fn kubeconfig() -> PathBuf {
+    match std::env::var_os("KUBECONFIG") {
+        Some(k) if !k.is_empty() => PathBuf::from(k),
+        _ => panic!(
+            "KUBECONFIG is not set: run the tests with `make test`, or point them at a running cluster with \
+             `export KUBECONFIG=$(kwok-pools cluster kubeconfig --name NAME)`"
+        ),
+    }
+}
+
+/// The controller manager's node-monitor grace period of the test cluster (the Makefile
+/// starts it with a short one so the NotReady test does not take minutes).
+pub fn node_grace_period() -> Duration {
+    let s = std::env::var("E2E_NODE_GRACE_SECONDS").unwrap_or_else(|_| "50".into());
+    Duration::from_secs(s.parse().unwrap_or(50))
+}
+
+pub async fn client() -> kube::Client {
+    kwok_pools::telemetry::init_crypto();
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig()).expect("reading KUBECONFIG");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("loading KUBECONFIG");
+    kube::Client::try_from(config).expect("building a client")
+}
+
+/// Runs bin/kubectl with the test kubeconfig.
+pub fn kubectl(args: &[&str]) -> Output {
+    kubectl_stdin(args, None)
+}
+
+pub fn kubectl_stdin(args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut cmd = Command::new(kubectl_bin());
+    cmd.args(args).env("KUBECONFIG", kubeconfig()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    let mut child =
+        cmd.spawn().unwrap_or_else(|e| panic!("running {}: {e} (run `make controlplane`)", kubectl_bin().display()));
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// kubectl that must succeed; returns stdout.
+pub fn kubectl_ok(args: &[&str]) -> String {
+    let out = kubectl(args);
+    assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `kubectl apply -f -` of `yaml`; must succeed.
+pub fn apply(yaml: &str) -> String {
+    let out = kubectl_stdin(&["apply", "--server-side", "--force-conflicts", "-f", "-"], Some(yaml));
+    assert!(out.status.success(), "kubectl apply failed: {}\n---\n{yaml}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A unique, DNS-safe scope name for one test.
+pub fn unique(prefix: &str) -> String {
+    let n: u32 = rand::random::<u32>() % 1_000_000;
+    format!("{prefix}-{n:06}")
+}
+
+/// Polls `check` until it returns `Some`, printing progress every 5 s. Panics with
+/// `what` and the last observation after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    let mut last_report = Instant::now();
+    loop {
+        let last = match check().await {
+            Ok(v) => return v,
+            Err(e) => e,
+        };
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
+        }
+        if last_report.elapsed() > Duration::from_secs(5) {
+            eprintln!("  … waiting for {what} ({}s): {last}", start.elapsed().as_secs());
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A namespace deleted when the test ends.
+pub struct TestNamespace {
+    pub name: String,
+}
+
+impl TestNamespace {
+    pub async fn new(client: &kube::Client, prefix: &str) -> Self {
+        let name = unique(prefix);
+        let api: Api<Namespace> = Api::all(client.clone());
+        let ns =
+            Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() }, ..Default::default() };
+        api.create(&PostParams::default(), &ns).await.expect("creating the test namespace");
+        // Pods need the default ServiceAccount the controller manager creates.
+        let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), &name);
+        let what = format!("default ServiceAccount in {name}");
+        wait_for(&what, Duration::from_secs(30), || {
+            let sa = sa.clone();
+            async move { sa.get_opt("default").await.map_err(|e| e.to_string())?.ok_or("not yet".to_string()) }
+        })
+        .await;
+        Self { name }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let _ = kubectl(&["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"]);
+    }
+}
+
+/// An operator process for one scope, stopped when dropped (or when the test thread ends).
+pub struct Operator {
+    child: Option<Child>,
+    pub scope: String,
+    pub metrics_port: u16,
+    pub log: PathBuf,
+    extra: Vec<String>,
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn log_dir() -> PathBuf {
+    let dir = std::env::var_os("E2E_LOG_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("kwok-pools-e2e"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Operator {
+    /// Starts `kwok-pools run` for `scope` with the test lease settings and `extra` flags.
+    /// Pass `manage_override` to replace the scoped node selection flags.
+    pub fn start(scope: &str, extra: &[&str]) -> Self {
+        let mut op = Self {
+            child: None,
+            scope: scope.to_string(),
+            metrics_port: free_port(),
+            log: log_dir().join(format!("{scope}.log")),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        op.spawn();
+        op
+    }
+
+    fn spawn(&mut self) {
+        let selector = format!("{SCOPE_LABEL}={}", self.scope);
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            "--pool-selector".into(),
+            selector.clone(),
+            "--metrics-addr".into(),
+            format!("127.0.0.1:{}", self.metrics_port),
+            "--node-lease-duration-seconds".into(),
+            "20".into(),
+        ];
+        let overrides_manage = self.extra.iter().any(|a| a.starts_with("--manage-"));
+        if !overrides_manage {
+            args.push("--manage-nodes-with-label-selector".into());
+            args.push(selector);
+        }
+        args.extend(self.extra.iter().cloned());
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let mut cmd = Command::new(kwok_pools_bin());
+        cmd.args(&args)
+            .env("KUBECONFIG", kubeconfig())
+            .env("RUST_LOG", "info,kwok_pools=debug,kube_runtime=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        // The operator dies with the test thread that started it, even on a panic or a kill.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)
+            });
+        }
+        eprintln!("  started operator for scope {} (log {})", self.scope, self.log.display());
+        self.child = Some(cmd.spawn().expect("starting kwok-pools run"));
+    }
+
+    /// Stops the operator (SIGTERM, then SIGKILL).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// The operator's /metrics text.
+    pub async fn metrics(&self) -> String {
+        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
+        match reqwest::get(&url).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("operator log tail for scope {}:\n{}", self.scope, self.log_tail());
+        }
+        self.stop();
+    }
+}
+
+/// Deletes a cluster-scoped object by kind and name, not waiting.
+pub fn delete_quietly(kind: &str, name: &str) {
+    let _ = kubectl(&["delete", kind, name, "--wait=false", "--ignore-not-found"]);
+}
+
+/// Reads a file of the repository.
+pub fn read_repo_file(path: &str) -> String {
+    std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("reading {path}: {e}"))
+}
+
+pub async fn delete_api<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let _ = api.delete(name, &DeleteParams::default()).await;
+}
+
+pub fn path_exists(p: &Path) -> bool {
+    p.exists()
+}

@@ -1,0 +1,19 @@
+//! The committed CRDs must be what the Rust types generate (run `make crds` after a change).
+
+#[test]
+fn committed_crds_are_up_to_date() {
+    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/crds/kwok-pools.yaml"))
+        .expect("crds/kwok-pools.yaml exists: run `make crds`");
+    let generated = kwok_pools::api::crds_yaml();
+    assert!(committed == generated, "crds/kwok-pools.yaml is stale: run `make crds` and commit the result");
+}
+
+#[test]
+fn crds_stay_well_under_the_size_limits() {
+    for crd in kwok_pools::api::crds() {
+        let bytes = serde_json::to_vec(&crd).unwrap().len();
+        let name = crd.metadata.name.unwrap_or_default();
+        // etcd's request limit is 1.5 MiB; client-side apply's annotation limit is 256 KiB.
+        assert!(bytes < 256 * 1024, "{name} is {bytes} bytes");
+    }
+}
