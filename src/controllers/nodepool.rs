@@ -179,12 +179,13 @@ impl PoolKind for NodePool {
                 writes.push(Write::MergeStatus(serde_json::json!({ "status": want })));
             }
         }
-        // A podCIDR cannot change once set: keep what the node has.
+        // A podCIDR cannot change once set: keep what the node has (leaving it out would make
+        // server-side apply try to remove it).
         if let (Some(spec), Some(current)) = (desired.spec.as_mut(), child.spec.as_ref())
             && current.pod_cidr.is_some()
         {
-            spec.pod_cidr = None;
-            spec.pod_cidrs = None;
+            spec.pod_cidr = current.pod_cidr.clone();
+            spec.pod_cidrs = current.pod_cidrs.clone();
         }
         writes.insert(0, Write::Apply(desired));
         writes

@@ -145,6 +145,9 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
         max_creates: ctx.max_creates,
     });
     let outcome = apply::execute(pool.as_ref(), &plan, &owned, &hash, &ctx).await;
+    if let Some(first) = outcome.failures.first() {
+        tracing::warn!(kind, pool = %name, failed = outcome.failures.len(), first = %first, "writes failed");
+    }
     if outcome.writes > 0 {
         tracing::info!(
             kind, pool = %name, create = plan.create.len(), update = plan.update.len(),

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod pools;
+
 pub const SCOPE_LABEL: &str = "kwok-pools.test/scope";
 
 pub fn repo() -> PathBuf {

@@ -1,0 +1,132 @@
+//! Helpers for pools and their nodes in end-to-end tests.
+#![allow(dead_code)]
+
+use super::{SCOPE_LABEL, wait_for};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use kwok_pools::api::NodePool;
+use std::time::Duration;
+
+/// A NodePool manifest for `scope` with `count` nodes and extra spec YAML (indented 2).
+pub fn nodepool_yaml(name: &str, scope: &str, count: u32, extra_spec: &str) -> String {
+    format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
+kind: NodePool
+metadata:
+  name: {name}
+  labels:
+    {SCOPE_LABEL}: {scope}
+spec:
+  nodeCount: {count}
+{extra_spec}  nodeTemplate:
+    metadata:
+      labels:
+        {SCOPE_LABEL}: {scope}
+    status:
+      capacity:
+        cpu: 8
+        memory: 32Gi
+        pods: 110
+"
+    )
+}
+
+/// Adds the scope label to a sample NodePool (its metadata and its node template).
+pub fn scoped_sample(sample: &str, scope: &str) -> String {
+    let mut v: serde_yaml::Value = serde_yaml::from_str(sample).expect("sample parses");
+    let label = serde_yaml::Value::String(SCOPE_LABEL.into());
+    let value = serde_yaml::Value::String(scope.into());
+    let meta = &mut v["metadata"];
+    if meta.get("labels").is_none() {
+        meta["labels"] = serde_yaml::Value::Mapping(Default::default());
+    }
+    meta["labels"].as_mapping_mut().unwrap().insert(label.clone(), value.clone());
+    let tmeta = &mut v["spec"]["nodeTemplate"]["metadata"];
+    if tmeta.get("labels").is_none() {
+        tmeta["labels"] = serde_yaml::Value::Mapping(Default::default());
+    }
+    tmeta["labels"].as_mapping_mut().unwrap().insert(label, value);
+    serde_yaml::to_string(&v).unwrap()
+}
+
+pub async fn pool_nodes(client: &kube::Client, pool: &str) -> Vec<Node> {
+    let api: Api<Node> = Api::all(client.clone());
+    let lp = ListParams::default().labels(&format!("pools.kwok.x-k8s.io/pool={pool}"));
+    let mut nodes = api.list(&lp).await.map(|l| l.items).unwrap_or_default();
+    nodes.sort_by_key(|n| n.metadata.name.clone());
+    nodes
+}
+
+pub fn is_ready(node: &Node) -> bool {
+    kwok_pools::simulator::node_status::is_ready(node)
+}
+
+pub fn ready_condition(node: &Node) -> String {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.clone())
+        .unwrap_or_else(|| "none".into())
+}
+
+/// Waits until the pool has exactly `count` nodes, all Ready, named `<pool>-0..count-1`.
+pub async fn wait_ready_nodes(client: &kube::Client, pool: &str, count: usize, timeout: Duration) -> Vec<Node> {
+    let what = format!("{count} Ready nodes of {pool}");
+    wait_for(&what, timeout, || async {
+        let nodes = pool_nodes(client, pool).await;
+        let ready = nodes.iter().filter(|n| is_ready(n) && n.metadata.deletion_timestamp.is_none()).count();
+        let mut names: Vec<String> = nodes.iter().filter_map(|n| n.metadata.name.clone()).collect();
+        names.sort();
+        let mut want: Vec<String> = (0..count).map(|i| format!("{pool}-{i}")).collect();
+        want.sort();
+        if nodes.len() == count && ready == count && names == want {
+            Ok(nodes)
+        } else {
+            Err(format!("{} nodes, {ready} Ready: {names:?}", nodes.len()))
+        }
+    })
+    .await
+}
+
+pub async fn get_pool(client: &kube::Client, name: &str) -> NodePool {
+    Api::<NodePool>::all(client.clone()).get(name).await.expect("the NodePool exists")
+}
+
+pub async fn lease(client: &kube::Client, node: &str) -> Option<Lease> {
+    Api::<Lease>::namespaced(client.clone(), "kube-node-lease").get_opt(node).await.ok().flatten()
+}
+
+/// Seconds since the lease of `node` was renewed.
+pub async fn lease_age(client: &kube::Client, node: &str) -> Option<f64> {
+    let l = lease(client, node).await?;
+    let renew = l.spec?.renew_time?;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    Some((now - renew.0).total(k8s_openapi::jiff::Unit::Second).unwrap_or(f64::MAX))
+}
+
+/// Waits until the pool's status reports `ready`/`updated` of `desired` with Ready=True.
+pub async fn wait_pool_status(client: &kube::Client, name: &str, desired: i32, timeout: Duration) -> NodePool {
+    let what = format!("status of {name} to show {desired} ready and up to date");
+    wait_for(&what, timeout, || async {
+        let p = get_pool(client, name).await;
+        let s = p.status.clone().unwrap_or_default();
+        let ready_cond = s.condition("Ready").map(|c| c.status.as_str()).unwrap_or("none").to_string();
+        let fresh = s.observed_generation == p.metadata.generation;
+        if fresh
+            && s.replicas == desired
+            && s.ready_replicas == desired
+            && s.updated_replicas == desired
+            && ready_cond == "True"
+        {
+            Ok(p)
+        } else {
+            Err(format!(
+                "replicas {} ready {} updated {} Ready={ready_cond} observed {:?}/{:?}",
+                s.replicas, s.ready_replicas, s.updated_replicas, s.observed_generation, p.metadata.generation
+            ))
+        }
+    })
+    .await
+}

@@ -1,0 +1,340 @@
+//! NodePool end to end: the sample, scaling, template edits, hand-deleted and foreign nodes,
+//! heartbeats across an operator outage. kubectl is the client where a user would use it.
+
+mod common;
+
+use common::pools::*;
+use common::*;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use std::collections::HashSet;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+
+fn pod_cidr(n: &Node) -> String {
+    n.spec.as_ref().and_then(|s| s.pod_cidr.clone()).unwrap_or_default()
+}
+
+fn internal_ip(n: &Node) -> String {
+    n.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .and_then(|a| a.iter().find(|a| a.type_ == "InternalIP"))
+        .map(|a| a.address.clone())
+        .unwrap_or_default()
+}
+
+fn hostname(n: &Node) -> String {
+    n.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .and_then(|a| a.iter().find(|a| a.type_ == "Hostname"))
+        .map(|a| a.address.clone())
+        .unwrap_or_default()
+}
+
+async fn wait_podcidrs(client: &kube::Client, pool: &str, count: usize) -> Vec<Node> {
+    wait_for("podCIDRs on every node", T, || async {
+        let nodes = pool_nodes(client, pool).await;
+        if nodes.len() == count && nodes.iter().all(|n| !pod_cidr(n).is_empty()) {
+            Ok(nodes)
+        } else {
+            Err(format!("{:?}", nodes.iter().map(pod_cidr).collect::<Vec<_>>()))
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_sample_gives_ready_nodes_that_scale_and_go_away() {
+    let client = client().await;
+    let scope = unique("sample");
+    let _op = Operator::start(&scope, &[]);
+    let pool = "nodepool-sample";
+    delete_quietly("nodepool", pool);
+    wait_for("an old nodepool-sample to be gone", T, || async {
+        if pool_nodes(&client, pool).await.is_empty() { Ok(()) } else { Err("nodes left".into()) }
+    })
+    .await;
+    apply(&scoped_sample(&read_repo_file("samples/nodepool.yaml"), &scope));
+
+    wait_ready_nodes(&client, pool, 3, T).await;
+    let nodes = wait_podcidrs(&client, pool, 3).await;
+    let distinct = |f: fn(&Node) -> String| nodes.iter().map(f).collect::<HashSet<_>>().len();
+    assert_eq!(distinct(hostname), 3, "distinct hostnames");
+    assert_eq!(distinct(pod_cidr), 3, "distinct podCIDRs");
+    assert_eq!(distinct(internal_ip), 3, "distinct InternalIPs");
+    for n in &nodes {
+        let name = n.metadata.name.clone().unwrap();
+        assert!(!internal_ip(n).is_empty(), "{name} has an InternalIP");
+        assert_eq!(hostname(n), name);
+        let labels = n.metadata.labels.clone().unwrap();
+        assert_eq!(labels["type"], "kwok");
+        assert_eq!(labels["kubernetes.io/hostname"], name);
+        assert_eq!(labels["kubernetes.io/role"], "agent", "template labels are copied");
+        assert_eq!(n.metadata.annotations.as_ref().unwrap()["kwok.x-k8s.io/node"], "fake");
+        let taints = n.spec.as_ref().unwrap().taints.clone().unwrap_or_default();
+        assert!(
+            taints.iter().any(|t| t.key == "kwok.x-k8s.io/node"
+                && t.value.as_deref() == Some("fake")
+                && t.effect == "NoSchedule")
+        );
+        let cap = n.status.as_ref().unwrap().capacity.clone().unwrap();
+        assert_eq!(cap["memory"].0, "256Gi");
+        assert!(lease(&client, &name).await.is_some(), "{name} has a lease");
+    }
+
+    // kubectl shows them the way a user expects.
+    let wide = kubectl_ok(&["get", "nodes", "-o", "wide", "-l", &format!("pools.kwok.x-k8s.io/pool={pool}")]);
+    for n in &nodes {
+        let name = n.metadata.name.as_deref().unwrap();
+        let line = wide.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} missing:\n{wide}"));
+        assert!(line.contains(" Ready "), "{line}");
+        assert!(line.contains("agent"), "role: {line}");
+        assert!(line.contains("fake"), "version: {line}");
+        assert!(line.contains(&internal_ip(n)), "INTERNAL-IP: {line}");
+    }
+    wait_pool_status(&client, pool, 3, T).await;
+    let printed = kubectl_ok(&["get", "np", pool]);
+    assert!(printed.contains("DESIRED") && printed.contains("READY") && printed.contains("UP-TO-DATE"), "{printed}");
+    assert!(kubectl_ok(&["get", "pools"]).contains(pool), "category pools lists it");
+
+    kubectl_ok(&["scale", "nodepool", pool, "--replicas", "5"]);
+    wait_ready_nodes(&client, pool, 5, T).await;
+    wait_pool_status(&client, pool, 5, T).await;
+
+    kubectl_ok(&["scale", "nodepool", pool, "--replicas", "1"]);
+    wait_ready_nodes(&client, pool, 1, T).await;
+    wait_pool_status(&client, pool, 1, T).await;
+    let what = "leases of removed nodes to go";
+    wait_for(what, T, || async {
+        for i in 1..5 {
+            if lease(&client, &format!("{pool}-{i}")).await.is_some() {
+                return Err(format!("{pool}-{i} still has a lease"));
+            }
+        }
+        Ok(())
+    })
+    .await;
+
+    kubectl_ok(&["delete", "nodepool", pool]);
+    wait_for("nodes and leases of the deleted pool to go", T, || async {
+        let left = pool_nodes(&client, pool).await.len();
+        let lease_left = lease(&client, &format!("{pool}-0")).await.is_some();
+        if left == 0 && !lease_left { Ok(()) } else { Err(format!("{left} nodes, lease left: {lease_left}")) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn template_edits_reach_every_node_and_deleted_nodes_come_back() {
+    let client = client().await;
+    let scope = unique("edit");
+    let _op = Operator::start(&scope, &[]);
+    let pool = scope.clone();
+    let ranges = "  podCIDR:\n    cidr: 10.200.0.0/16\n    maskSize: 24\n  internalIPs: 10.201.0.0/24\n";
+    apply(&nodepool_yaml(&pool, &scope, 3, ranges));
+    let nodes = wait_ready_nodes(&client, &pool, 3, T).await;
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(pod_cidr(n), format!("10.200.{i}.0/24"), "pool podCIDR, i-th subnet");
+        assert_eq!(internal_ip(n), format!("10.201.0.{}", i + 1), "pool internalIPs, i-th host");
+    }
+    let before = wait_pool_status(&client, &pool, 3, T).await;
+
+    // Edit: add a label and an annotation, a taint, change capacity.
+    let patch = format!(
+        r#"{{"spec":{{"nodeTemplate":{{"metadata":{{"labels":{{"{SCOPE_LABEL}":"{scope}","tier":"gold"}},"annotations":{{"note":"edited"}}}},"spec":{{"taints":[{{"key":"dedicated","value":"x","effect":"NoSchedule"}}]}},"status":{{"capacity":{{"cpu":"16","memory":"64Gi","pods":"50"}}}}}}}}}}"#
+    );
+    kubectl_ok(&["patch", "nodepool", &pool, "--type", "merge", "-p", &patch]);
+    wait_for("every node to carry the edit", T, || async {
+        let nodes = pool_nodes(&client, &pool).await;
+        let done = nodes.iter().filter(|n| {
+            let labels = n.metadata.labels.clone().unwrap_or_default();
+            let ann = n.metadata.annotations.clone().unwrap_or_default();
+            let taints = n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+            let cpu =
+                n.status.as_ref().and_then(|s| s.capacity.as_ref()).map(|c| c["cpu"].0.clone()).unwrap_or_default();
+            labels.get("tier").map(String::as_str) == Some("gold")
+                && ann.get("note").map(String::as_str) == Some("edited")
+                && taints.iter().any(|t| t.key == "dedicated")
+                && taints.iter().any(|t| t.key == "kwok.x-k8s.io/node")
+                && cpu == "16"
+                && is_ready(n)
+        });
+        if nodes.len() == 3 && done.count() == 3 { Ok(()) } else { Err("not yet".into()) }
+    })
+    .await;
+    let after = wait_pool_status(&client, &pool, 3, T).await;
+    assert!(after.metadata.generation > before.metadata.generation);
+    let uids_after_edit: HashSet<String> =
+        pool_nodes(&client, &pool).await.iter().filter_map(|n| n.metadata.uid.clone()).collect();
+    let uids_before: HashSet<String> = nodes.iter().filter_map(|n| n.metadata.uid.clone()).collect();
+    assert_eq!(uids_before, uids_after_edit, "nodes are patched in place, not replaced");
+
+    // Remove the label again: it goes from the nodes.
+    let patch = format!(r#"{{"spec":{{"nodeTemplate":{{"metadata":{{"labels":{{"tier":null}}}}}}}}}}"#);
+    kubectl_ok(&["patch", "nodepool", &pool, "--type", "merge", "-p", &patch]);
+    wait_for("the removed label to leave every node", T, || async {
+        let nodes = pool_nodes(&client, &pool).await;
+        let with = nodes.iter().filter(|n| n.metadata.labels.as_ref().is_some_and(|l| l.contains_key("tier"))).count();
+        if with == 0 && nodes.len() == 3 { Ok(()) } else { Err(format!("{with} nodes still labelled")) }
+    })
+    .await;
+
+    // A node deleted by hand comes back.
+    let victim = format!("{pool}-1");
+    let old_uid = pool_nodes(&client, &pool).await[1].metadata.uid.clone();
+    kubectl_ok(&["delete", "node", &victim]);
+    let nodes = wait_for("the deleted node to come back Ready", T, || async {
+        let nodes = pool_nodes(&client, &pool).await;
+        let back = nodes.iter().find(|n| n.metadata.name.as_deref() == Some(victim.as_str()));
+        match back {
+            Some(n) if n.metadata.uid != old_uid && is_ready(n) => Ok(nodes),
+            _ => Err("not back yet".into()),
+        }
+    })
+    .await;
+    assert_eq!(nodes.len(), 3);
+    assert_eq!(pod_cidr(&nodes[1]), "10.200.1.0/24", "identity follows the index");
+    wait_pool_status(&client, &pool, 3, T).await;
+    kubectl_ok(&["delete", "nodepool", &pool, "--wait=false"]);
+}
+
+#[tokio::test]
+async fn a_foreign_node_with_a_child_name_is_never_adopted() {
+    let client = client().await;
+    let scope = unique("foreign");
+    let _op = Operator::start(&scope, &[]);
+    let pool = scope.clone();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let foreign = Node {
+        metadata: ObjectMeta {
+            name: Some(format!("{pool}-1")),
+            labels: Some(
+                [("owner".to_string(), "someone-else".to_string()), (SCOPE_LABEL.to_string(), scope.clone())].into(),
+            ),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    nodes.create(&PostParams::default(), &foreign).await.unwrap();
+    apply(&nodepool_yaml(&pool, &scope, 3, ""));
+
+    let p = wait_for("a NameConflict condition", T, || async {
+        let p = get_pool(&client, &pool).await;
+        let d = p.status.as_ref().and_then(|s| s.condition("Degraded")).cloned();
+        match d {
+            Some(c) if c.status == "True" && c.reason == "NameConflict" => Ok((p, c)),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(p.1.message.contains(&format!("{pool}-1")), "{}", p.1.message);
+    // The other two are made; the foreign one is untouched.
+    wait_for("nodes 0 and 2 Ready", T, || async {
+        let all = nodes.list(&Default::default()).await.map_err(|e| e.to_string())?.items;
+        let ours: Vec<&Node> = all
+            .iter()
+            .filter(|n| n.metadata.name == Some(format!("{pool}-0")) || n.metadata.name == Some(format!("{pool}-2")))
+            .filter(|n| is_ready(n))
+            .collect();
+        if ours.len() == 2 { Ok(()) } else { Err(format!("{} ready", ours.len())) }
+    })
+    .await;
+    let still = nodes.get(&format!("{pool}-1")).await.unwrap();
+    assert_eq!(still.metadata.uid, nodes.get(&format!("{pool}-1")).await.unwrap().metadata.uid);
+    assert!(still.metadata.owner_references.unwrap_or_default().is_empty(), "not adopted");
+    let labels = still.metadata.labels.unwrap();
+    assert_eq!(labels.get("owner").map(String::as_str), Some("someone-else"));
+    assert!(!labels.contains_key("pools.kwok.x-k8s.io/pool"), "not overwritten");
+    assert!(still.status.as_ref().and_then(|s| s.conditions.as_ref()).is_none_or(|c| c.is_empty()), "not simulated");
+
+    // Once the foreign node goes, the pool makes its own.
+    nodes.delete(&format!("{pool}-1"), &DeleteParams::default()).await.unwrap();
+    wait_ready_nodes(&client, &pool, 3, T).await;
+    let p = wait_pool_status(&client, &pool, 3, T).await;
+    assert_eq!(p.status.unwrap().condition("Degraded").unwrap().status, "False");
+    kubectl_ok(&["delete", "nodepool", &pool, "--wait=false"]);
+}
+
+#[tokio::test]
+async fn nodes_outlive_the_grace_period_go_not_ready_without_the_operator_and_recover() {
+    let client = client().await;
+    let scope = unique("beat");
+    let mut op = Operator::start(&scope, &[]);
+    let pool = scope.clone();
+    apply(&nodepool_yaml(&pool, &scope, 3, ""));
+    let nodes = wait_ready_nodes(&client, &pool, 3, T).await;
+    let uids: HashSet<String> = nodes.iter().filter_map(|n| n.metadata.uid.clone()).collect();
+
+    // Longer than the node-monitor grace period: still Ready, leases fresh.
+    let grace = node_grace_period();
+    eprintln!("  holding for {:?} (grace period {:?})", grace + Duration::from_secs(10), grace);
+    tokio::time::sleep(grace + Duration::from_secs(10)).await;
+    for n in pool_nodes(&client, &pool).await {
+        let name = n.metadata.name.clone().unwrap();
+        assert!(is_ready(&n), "{name} is {}", ready_condition(&n));
+        let age = lease_age(&client, &name).await.unwrap();
+        assert!(age < 10.0, "{name}'s lease is {age:.1}s old (renewed every 5s)");
+    }
+
+    op.stop();
+    let what = "the controller manager to mark the nodes NotReady";
+    wait_for(what, grace + Duration::from_secs(40), || async {
+        let nodes = pool_nodes(&client, &pool).await;
+        let states: Vec<String> = nodes.iter().map(ready_condition).collect();
+        if states.iter().all(|s| s == "Unknown" || s == "False") { Ok(()) } else { Err(format!("{states:?}")) }
+    })
+    .await;
+
+    op.restart();
+    let nodes = wait_ready_nodes(&client, &pool, 3, T).await;
+    let after: HashSet<String> = nodes.iter().filter_map(|n| n.metadata.uid.clone()).collect();
+    assert_eq!(uids, after, "the same nodes, no duplicates");
+    // No orphans: every lease belongs to a live node of the pool.
+    for n in &nodes {
+        let l = lease(&client, n.metadata.name.as_deref().unwrap()).await.expect("lease");
+        let owner = &l.metadata.owner_references.unwrap()[0];
+        assert_eq!(Some(&owner.uid), n.metadata.uid.as_ref());
+    }
+    wait_pool_status(&client, &pool, 3, T).await;
+    kubectl_ok(&["delete", "nodepool", &pool, "--wait=false"]);
+}
+
+#[tokio::test]
+async fn a_hand_made_annotated_node_is_kept_ready() {
+    let client = client().await;
+    let scope = unique("hand");
+    let _op = Operator::start(&scope, &[]);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let name = format!("{scope}-manual");
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some([(SCOPE_LABEL.to_string(), scope.clone())].into()),
+            annotations: Some([("kwok.x-k8s.io/node".to_string(), "fake".to_string())].into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let n = wait_for("the hand-made node to become Ready", T, || async {
+        let n = nodes.get(&name).await.map_err(|e| e.to_string())?;
+        if is_ready(&n) { Ok(n) } else { Err(ready_condition(&n)) }
+    })
+    .await;
+    let s = n.status.unwrap();
+    assert!(s.addresses.unwrap().iter().any(|a| a.type_ == "InternalIP"));
+    assert!(s.allocatable.is_some() && s.capacity.is_some());
+    let first = lease(&client, &name).await.unwrap().spec.unwrap().renew_time.unwrap();
+    wait_for("the lease to be renewed", T, || async {
+        let now = lease(&client, &name).await.and_then(|l| l.spec?.renew_time);
+        match now {
+            Some(t) if t.0 > first.0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let _ = nodes.delete(&name, &DeleteParams::default()).await;
+}
