@@ -88,3 +88,7 @@ run: controlplane release ## Start (or reuse) the local cluster, apply the sampl
 .PHONY: clean-cluster
 clean-cluster: ## Delete the `make run` cluster.
 	$(DEBUG_BIN) cluster delete --name $(RUN_CLUSTER) || $(RELEASE_BIN) cluster delete --name $(RUN_CLUSTER)
+
+.PHONY: bench
+bench: controlplane ## Scale benchmarks on a fresh local cluster (release build); prints numbers.
+	cargo bench --bench scale -- $(BENCH_ARGS)

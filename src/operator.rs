@@ -155,6 +155,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
             writes: writes.clone(),
             max_in_flight_per_pool: config.max_writes_per_pool,
             max_creates: config.max_creates_per_round,
+            expectations: Default::default(),
         });
         let api: Api<NodePool> = Api::all(client.clone());
         tasks.spawn(async move {

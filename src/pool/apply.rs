@@ -18,9 +18,14 @@ pub struct Outcome {
     pub failures: Vec<String>,
     pub render_problems: Vec<Problem>,
     pub writes: usize,
+    /// Children created by this round (the store may not show them yet).
+    pub created: Vec<String>,
+    /// Children deleted by this round.
+    pub deleted: Vec<String>,
 }
 
 enum Op<C> {
+    Create(String, C),
     Apply(String, C),
     MergeStatus(String, serde_json::Value),
     Delete(String, Option<String>),
@@ -43,7 +48,7 @@ pub async fn execute<P: PoolKind>(
     }
     for &i in &plan.create {
         match pool.render(i, hash, &ctx.env) {
-            Ok(child) => ops.push(Op::Apply(child_name(&pool_name, i), child)),
+            Ok(child) => ops.push(Op::Create(child_name(&pool_name, i), child)),
             Err(p) => outcome.render_problems.push(p),
         }
     }
@@ -74,7 +79,7 @@ pub async fn execute<P: PoolKind>(
     let resource = P::Child::plural(&()).to_string();
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let merge = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-    let results: Vec<Option<String>> = futures::stream::iter(ops)
+    let results: Vec<(&'static str, String, Option<String>)> = futures::stream::iter(ops)
         .map(|op| {
             let api = api.clone();
             let apply = apply.clone();
@@ -83,6 +88,10 @@ pub async fn execute<P: PoolKind>(
             async move {
                 let _permit = ctx.writes.acquire().await.expect("write semaphore is never closed");
                 let (verb, name, result) = match op {
+                    Op::Create(name, child) => {
+                        let r = api.patch(&name, &apply, &Patch::Apply(&child)).await.map(|_| ());
+                        ("create", name, r)
+                    }
                     Op::Apply(name, child) => {
                         let r = api.patch(&name, &apply, &Patch::Apply(&child)).await.map(|_| ());
                         ("apply", name, r)
@@ -106,13 +115,21 @@ pub async fn execute<P: PoolKind>(
                     }
                 };
                 ctx.metrics.write(&resource, verb, result.is_ok());
-                result.err().map(|e| format!("{verb} {resource}/{name}: {}", describe(&e)))
+                let error = result.err().map(|e| format!("{verb} {resource}/{name}: {}", describe(&e)));
+                (verb, name, error)
             }
         })
         .buffer_unordered(ctx.max_in_flight_per_pool)
         .collect()
         .await;
-    outcome.failures = results.into_iter().flatten().collect();
+    for (verb, name, error) in results {
+        match (verb, error) {
+            (_, Some(e)) => outcome.failures.push(e),
+            ("create", None) => outcome.created.push(name),
+            ("delete", None) => outcome.deleted.push(name),
+            _ => {}
+        }
+    }
     outcome
 }
 

@@ -31,6 +31,54 @@ pub struct PoolContext<P: PoolKind> {
     pub max_in_flight_per_pool: usize,
     /// Creations per round, so a big pool shows progress in its status.
     pub max_creates: usize,
+    /// Writes made but not yet seen in the store.
+    pub expectations: Expectations,
+}
+
+/// Children this operator created or deleted that the store does not show yet, per pool, so
+/// a reconcile that runs before the watch catches up neither creates a child twice nor
+/// counts a deleted one as present. Entries expire after a while in case an event is lost.
+#[derive(Default)]
+pub struct Expectations {
+    inner: std::sync::Mutex<HashMap<String, HashMap<String, (Expect, std::time::Instant)>>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    Create,
+    Delete,
+}
+
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+
+impl Expectations {
+    pub fn expect(&self, pool_uid: &str, names: &[String], what: Expect) {
+        if names.is_empty() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let mut inner = self.inner.lock().expect("expectations lock");
+        let entry = inner.entry(pool_uid.to_string()).or_default();
+        for n in names {
+            entry.insert(n.clone(), (what, now));
+        }
+    }
+
+    /// Drops satisfied and expired entries and returns what is still pending.
+    pub fn pending(&self, pool_uid: &str, satisfied: impl Fn(&str, Expect) -> bool) -> Vec<(String, Expect)> {
+        let mut inner = self.inner.lock().expect("expectations lock");
+        let Some(entry) = inner.get_mut(pool_uid) else { return vec![] };
+        entry.retain(|name, (what, at)| at.elapsed() < EXPECTATION_TTL && !satisfied(name, *what));
+        let out = entry.iter().map(|(n, (w, _))| (n.clone(), *w)).collect();
+        if entry.is_empty() {
+            inner.remove(pool_uid);
+        }
+        out
+    }
+
+    pub fn forget(&self, pool_uid: &str) {
+        self.inner.lock().expect("expectations lock").remove(pool_uid);
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +150,7 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
     let _timer = ctx.metrics.reconcile_timer(&kind);
     if pool.meta().deletion_timestamp.is_some() {
         // Children go with the pool through their owner references (garbage collector).
+        ctx.expectations.forget(pool.meta().uid.as_deref().unwrap_or_default());
         return Ok(Action::await_change());
     }
     if tokio::time::timeout(Duration::from_secs(30), ctx.children.wait_until_ready()).await.is_err() {
@@ -109,8 +158,31 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
     }
 
     let name = pool.name_any();
+    let uid = pool.meta().uid.clone().unwrap_or_default();
     let hash = pool.template_hash();
-    let (observed, owned) = observe(pool.as_ref(), &ctx.children);
+    let (mut observed, owned) = observe(pool.as_ref(), &ctx.children);
+    // Writes the store does not show yet: created children count as present (not ready),
+    // deleted ones as terminating.
+    let pending = ctx.expectations.pending(&uid, |child, what| match what {
+        Expect::Create => owned.contains_key(child),
+        Expect::Delete => owned.get(child).is_none_or(|c| c.meta().deletion_timestamp.is_some()),
+    });
+    for (child, what) in pending {
+        match what {
+            Expect::Create => observed.push(Observed {
+                index: plan::parse_index(&name, &child),
+                hash: Some(hash.clone()),
+                ready: false,
+                terminating: false,
+                name: child,
+            }),
+            Expect::Delete => {
+                if let Some(o) = observed.iter_mut().find(|o| o.name == child) {
+                    o.terminating = true;
+                }
+            }
+        }
+    }
     let selector = format!("{POOL_LABEL}={name}");
     let mut status_input = StatusInput {
         count: pool.count(),
@@ -145,6 +217,8 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
         max_creates: ctx.max_creates,
     });
     let outcome = apply::execute(pool.as_ref(), &plan, &owned, &hash, &ctx).await;
+    ctx.expectations.expect(&uid, &outcome.created, Expect::Create);
+    ctx.expectations.expect(&uid, &outcome.deleted, Expect::Delete);
     if let Some(first) = outcome.failures.first() {
         tracing::warn!(kind, pool = %name, failed = outcome.failures.len(), first = %first, "writes failed");
     }

@@ -1,0 +1,250 @@
+//! What every benchmark needs: a fresh local cluster, the release operator as a child
+//! process, CPU and memory readings from /proc, and API write counts from the API server's
+//! own metrics.
+#![allow(dead_code)]
+
+use kwok_pools::cluster::{self, CreateOptions, Layout};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub struct Bench {
+    pub home: PathBuf,
+    pub name: String,
+    pub layout: Layout,
+    pub client: kube::Client,
+}
+
+impl Bench {
+    /// Creates a fresh cluster for the benchmark (deleting a stale one of the same name).
+    pub async fn cluster(name: &str) -> Self {
+        kwok_pools::telemetry::init_crypto();
+        let home = repo().join(".state/bench");
+        let _ = cluster::delete(&home, name);
+        let opts = CreateOptions {
+            name: name.into(),
+            home: home.clone(),
+            bin_dir: repo().join("bin"),
+            timeout: Duration::from_secs(180),
+            extra_args: vec![],
+            install_crds: true,
+        };
+        let created = cluster::create(&opts).await.expect("creating the benchmark cluster (run `make controlplane`)");
+        let client = cluster::crds::client(&created.kubeconfig).await.unwrap();
+        let layout = Layout::new(cluster::cluster_dir(&home, name));
+        Self { home, name: name.into(), layout, client }
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.layout.kubeconfig()
+    }
+
+    pub fn control_plane_pids(&self) -> Vec<(String, i32)> {
+        cluster::component::ALL
+            .iter()
+            .filter_map(|c| cluster::process::read_pid(&self.layout.pid(*c)).map(|p| (c.name().to_string(), p)))
+            .collect()
+    }
+
+    pub fn delete(&self) {
+        let _ = cluster::delete(&self.home, &self.name);
+    }
+
+    /// Write requests the API server has answered, by resource (all verbs that write).
+    pub async fn writes(&self) -> BTreeMap<String, f64> {
+        let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+        let text = self.client.request_text(req).await.unwrap_or_default();
+        let mut out = BTreeMap::new();
+        for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+            let Some((labels, value)) = line.rsplit_once(' ') else { continue };
+            let get = |k: &str| {
+                labels.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_string()
+            };
+            let verb = get("verb");
+            if !matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE" | "DELETECOLLECTION") {
+                continue;
+            }
+            let sub = get("subresource");
+            let resource = if sub.is_empty() { get("resource") } else { format!("{}/{}", get("resource"), sub) };
+            *out.entry(resource).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+        }
+        out
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        self.delete();
+    }
+}
+
+/// Differences between two write snapshots.
+pub fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect()
+}
+
+/// CPU seconds (user + system) a process has used.
+pub fn cpu_seconds(pid: i32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    let Some((_, rest)) = stat.rsplit_once(')') else { return 0.0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3; utime 14 and stime 15 (1-based in proc(5)).
+    let utime: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let stime: f64 = fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
+    (utime + stime) / ticks
+}
+
+/// Peak resident memory (VmHWM) of a process, in MiB.
+pub fn peak_rss_mib(pid: i32) -> f64 {
+    status_kib(pid, "VmHWM:") / 1024.0
+}
+
+pub fn rss_mib(pid: i32) -> f64 {
+    status_kib(pid, "VmRSS:") / 1024.0
+}
+
+fn status_kib(pid: i32, key: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with(key)).map(|l| l.to_string()))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// The release operator, stopped when dropped.
+pub struct Operator {
+    pub child: Child,
+    pub metrics_port: u16,
+}
+
+impl Operator {
+    pub async fn start(bench: &Bench, extra: &[&str]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let log = std::fs::File::create(bench.home.join("operator.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_kwok-pools"))
+            .arg("run")
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args(extra)
+            .env("KUBECONFIG", bench.kubeconfig())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting the operator");
+        let op = Self { child, metrics_port: port };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            if let Ok(r) = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await
+                && r.status().is_success()
+            {
+                return op;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the operator did not become ready; see {}", bench.home.join("operator.log").display());
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.metrics_port))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with(name) && (l.as_bytes().get(name.len()) == Some(&b' ') || l.as_bytes().get(name.len()) == Some(&b'{')))
+            .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+            .sum()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU readings of the operator and of the control plane between two points.
+pub struct CpuMeter {
+    op_pid: i32,
+    cp: Vec<(String, i32)>,
+    op_start: f64,
+    cp_start: Vec<f64>,
+    pub start: Instant,
+}
+
+impl CpuMeter {
+    pub fn start(op_pid: i32, cp: Vec<(String, i32)>) -> Self {
+        let cp_start = cp.iter().map(|(_, p)| cpu_seconds(*p)).collect();
+        Self { op_pid, op_start: cpu_seconds(op_pid), cp, cp_start, start: Instant::now() }
+    }
+
+    /// (operator CPU s, control plane CPU s by component, wall s)
+    pub fn read(&self) -> (f64, Vec<(String, f64)>, f64) {
+        let op = cpu_seconds(self.op_pid) - self.op_start;
+        let cp = self.cp.iter().zip(&self.cp_start).map(|((n, p), s)| (n.clone(), cpu_seconds(*p) - s)).collect();
+        (op, cp, self.start.elapsed().as_secs_f64())
+    }
+}
+
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    format!("{cores} cores, {cpu}")
+}
+
+/// Prints the CPU split as a line of the report.
+pub fn report_cpu(label: &str, op: f64, cp: &[(String, f64)], wall: f64) {
+    let cp_total: f64 = cp.iter().map(|(_, v)| v).sum();
+    let share = if op + cp_total > 0.0 { 100.0 * op / (op + cp_total) } else { 0.0 };
+    let parts: Vec<String> = cp.iter().map(|(n, v)| format!("{n} {v:.1}s")).collect();
+    println!(
+        "  {label}: operator {op:.1} CPU-s, control plane {cp_total:.1} CPU-s ({}) over {wall:.1}s wall; operator share {share:.0}%",
+        parts.join(", ")
+    );
+}
+
+/// Waits for `check` to return Some, printing progress every 5 s.
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    let mut last = Instant::now();
+    loop {
+        match check().await {
+            Ok(v) => return Some(v),
+            Err(progress) => {
+                if start.elapsed() > timeout {
+                    println!("  ! gave up waiting for {what} after {timeout:?}: {progress}");
+                    return None;
+                }
+                if last.elapsed() > Duration::from_secs(5) {
+                    eprintln!("    … {what} ({:.0}s): {progress}", start.elapsed().as_secs_f64());
+                    last = Instant::now();
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
