@@ -36,8 +36,13 @@ pub struct OperatorConfig {
     pub node_ip_range: IpNet,
     /// Only pools matching this label selector are handled (sharding, tests).
     pub pool_selector: Option<String>,
+    /// Writes in flight for the pool controllers (all pools together).
     pub max_writes_in_flight: usize,
     pub max_writes_per_pool: usize,
+    /// Writes in flight for the simulator (leases, node and pod status). Kept apart from the
+    /// controllers' budget so heartbeats of thousands of nodes never starve creation, and
+    /// the other way round.
+    pub max_simulator_writes_in_flight: usize,
     pub max_creates_per_round: usize,
     pub metrics_addr: SocketAddr,
 }
@@ -86,6 +91,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
 
     let writes = Arc::new(Semaphore::new(config.max_writes_in_flight));
+    let sim_writes = Arc::new(Semaphore::new(config.max_simulator_writes_in_flight));
     let addresses = Arc::new(Mutex::new(HostAllocator::new(config.node_ip_range)));
 
     // One watch per kind, shared by controllers and simulator.
@@ -130,7 +136,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
             leases: leases.store(),
             addresses: addresses.clone(),
             metrics: metrics.clone(),
-            writes: writes.clone(),
+            writes: sim_writes.clone(),
         };
         tasks.spawn(async move {
             sim.run(changes).await;

@@ -45,14 +45,17 @@ pub struct RunArgs {
     /// Only handle pools whose labels match this selector (run several operators side by side).
     #[arg(long, value_name = "SELECTOR")]
     pub pool_selector: Option<String>,
-    /// Writes in flight to the API server, across everything.
-    #[arg(long, default_value_t = 128)]
+    /// Writes in flight to the API server from the pool controllers, all pools together.
+    #[arg(long, default_value_t = 96)]
     pub max_writes_in_flight: usize,
+    /// Writes in flight from the simulator (leases, node and pod status).
+    #[arg(long, default_value_t = 96)]
+    pub max_simulator_writes_in_flight: usize,
     /// Writes in flight for one pool.
     #[arg(long, default_value_t = 64)]
     pub max_writes_per_pool: usize,
     /// Children created per reconcile round (status shows progress between rounds).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 1000)]
     pub max_creates_per_round: usize,
 
     /// Where /metrics, /healthz and /readyz are served.
@@ -85,6 +88,7 @@ impl RunArgs {
             pool_selector: self.pool_selector.clone(),
             max_writes_in_flight: self.max_writes_in_flight.max(1),
             max_writes_per_pool: self.max_writes_per_pool.max(1),
+            max_simulator_writes_in_flight: self.max_simulator_writes_in_flight.max(1),
             max_creates_per_round: self.max_creates_per_round.max(1),
             metrics_addr: self.metrics_addr,
         })

@@ -108,6 +108,9 @@ impl Component {
                 format!("--cluster-cidr={CLUSTER_CIDR}"),
                 "--node-cidr-mask-size=24".into(),
                 format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                // No kubelet reads the TTL annotation this controller keeps on every node, and
+                // it rewrites all nodes each time the cluster crosses a size boundary.
+                "--controllers=*,-ttl".into(),
                 "--kube-api-qps=1000".into(),
                 "--kube-api-burst=2000".into(),
                 "--profiling=false".into(),

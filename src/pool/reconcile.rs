@@ -255,8 +255,13 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
     write_status(pool.as_ref(), &ctx, new_status).await?;
 
     let busy = plan.pending || !outcome.failures.is_empty() || !outcome.render_problems.is_empty();
-    Ok(if outcome.writes > 0 || busy {
-        Action::requeue(Duration::from_secs(if outcome.failures.is_empty() { 1 } else { 5 }))
+    Ok(if !outcome.failures.is_empty() || !outcome.render_problems.is_empty() {
+        Action::requeue(Duration::from_secs(5))
+    } else if plan.pending {
+        // More to create right away (the round was capped), or children still terminating.
+        Action::requeue(Duration::from_millis(if plan.create.is_empty() { 1000 } else { 50 }))
+    } else if outcome.writes > 0 || busy {
+        Action::requeue(Duration::from_secs(1))
     } else {
         Action::requeue(Duration::from_secs(300))
     })

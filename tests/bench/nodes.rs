@@ -40,13 +40,23 @@ async fn listed_ready(client: &kube::Client, name: &str) -> (usize, usize) {
 
 /// The oldest lease renewal among the pool's nodes, in seconds.
 async fn oldest_lease(client: &kube::Client, name: &str) -> (usize, f64) {
-    let leases = Api::<Lease>::namespaced(client.clone(), "kube-node-lease").list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
+    let leases = Api::<Lease>::namespaced(client.clone(), "kube-node-lease")
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
     let now = k8s_openapi::jiff::Timestamp::now();
     let prefix = format!("{name}-");
     let ages: Vec<f64> = leases
         .iter()
         .filter(|l| l.metadata.name.as_deref().is_some_and(|n| n.starts_with(&prefix)))
-        .filter_map(|l| l.spec.as_ref()?.renew_time.as_ref().map(|t| (now - t.0).total(k8s_openapi::jiff::Unit::Second).unwrap_or(f64::MAX)))
+        .filter_map(|l| {
+            l.spec
+                .as_ref()?
+                .renew_time
+                .as_ref()
+                .map(|t| (now - t.0).total(k8s_openapi::jiff::Unit::Second).unwrap_or(f64::MAX))
+        })
         .collect();
     (ages.len(), ages.into_iter().fold(0.0, f64::max))
 }
@@ -74,7 +84,10 @@ pub async fn run(sizes: &[u32], hold: Duration) {
         let writes = delta(&bench.writes().await, &writes_before);
         println!("- NodePool of {n}:");
         if ready.is_some() {
-            println!("  all Ready after {wall:.1}s: {:.0} nodes Ready/s ({listed} listed, {api_ready} Ready by the API)", n as f64 / wall);
+            println!(
+                "  all Ready after {wall:.1}s: {:.0} nodes Ready/s ({listed} listed, {api_ready} Ready by the API)",
+                n as f64 / wall
+            );
         } else {
             println!("  NOT all Ready after {wall:.1}s ({listed} listed, {api_ready} Ready)");
         }
@@ -119,7 +132,11 @@ pub async fn run(sizes: &[u32], hold: Duration) {
                 wall,
                 if on_time { "yes" } else { "NO" }
             );
-            println!("  steady load: {:.0} lease writes/s ({:.2} per node per 10s)", lease_writes / wall, lease_writes / n as f64 / (wall / 10.0));
+            println!(
+                "  steady load: {:.0} lease writes/s ({:.2} per node per 10s)",
+                lease_writes / wall,
+                lease_writes / n as f64 / (wall / 10.0)
+            );
             report_cpu("hold CPU", op_cpu, &cp_cpu, wall);
         }
         let cpu = CpuMeter::start(op.pid(), bench.control_plane_pids());
