@@ -1,8 +1,8 @@
 //! The operator process: starts the shared informers, the pool controllers, the simulator and
 //! the HTTP servers, all from one [`OperatorConfig`]. Nothing global.
 
-use crate::api::NodePool;
-use crate::controllers::{self, nodepool::NodeEnv};
+use crate::api::{NodePool, PodPool};
+use crate::controllers::{self, nodepool::NodeEnv, podpool::PodEnv};
 use crate::informer::{Informer, trim_meta};
 use crate::pool::reconcile::PoolContext;
 use crate::simulator::ipam::HostAllocator;
@@ -10,11 +10,12 @@ use crate::simulator::leases::LEASE_NAMESPACE;
 use crate::simulator::manage::Manage;
 use crate::simulator::node_status::{self, NodeDefaults};
 use crate::simulator::nodes::{NodeSimConfig, NodeSimulator};
+use crate::simulator::pods::{PodSimConfig, PodSimulator};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::server::{self, Health};
 use ipnet::IpNet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodCondition, PodSpec, PodStatus};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use std::net::SocketAddr;
@@ -45,6 +46,10 @@ pub struct OperatorConfig {
     pub max_simulator_writes_in_flight: usize,
     pub max_creates_per_round: usize,
     pub metrics_addr: SocketAddr,
+    /// Remove deleted pods after this long instead of their whole grace period.
+    pub pod_termination_delay: Option<Duration>,
+    /// How long pods owned by a Job run before they complete.
+    pub job_run_time: Duration,
 }
 
 fn trim_node(node: &mut Node) {
@@ -53,6 +58,41 @@ fn trim_node(node: &mut Node) {
         s.images = None;
         s.volumes_attached = None;
         s.volumes_in_use = None;
+    }
+}
+
+/// Keeps only what the PodPool controller and the pod simulator read: a pod in the store is
+/// a fraction of the size of a pod on the wire.
+fn trim_pod(pod: &mut Pod) {
+    trim_meta(pod);
+    pod.metadata.annotations = None;
+    if let Some(spec) = pod.spec.take() {
+        let slim = |c: &Container| Container {
+            name: c.name.clone(),
+            image: c.image.clone(),
+            restart_policy: c.restart_policy.clone(),
+            ..Default::default()
+        };
+        pod.spec = Some(PodSpec {
+            node_name: spec.node_name,
+            host_network: spec.host_network,
+            containers: spec.containers.iter().map(slim).collect(),
+            init_containers: spec.init_containers.map(|cs| cs.iter().map(slim).collect()),
+            readiness_gates: spec.readiness_gates,
+            ..Default::default()
+        });
+    }
+    if let Some(status) = pod.status.take() {
+        pod.status = Some(PodStatus {
+            phase: status.phase,
+            conditions: status.conditions.map(|cs| {
+                cs.into_iter().map(|c| PodCondition { type_: c.type_, status: c.status, ..Default::default() }).collect()
+            }),
+            pod_ip: status.pod_ip,
+            pod_ips: status.pod_ips,
+            start_time: status.start_time,
+            ..Default::default()
+        });
     }
 }
 
@@ -98,6 +138,11 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let nodes = Informer::<Node>::new();
     let node_changes_for_pools = config.controllers.then(|| nodes.subscribe());
     let node_changes_for_sim = config.simulate.then(|| nodes.subscribe());
+    let node_changes_for_pods = config.simulate.then(|| nodes.subscribe());
+    let pods = Informer::<Pod>::new();
+    let pod_changes_for_pools = config.controllers.then(|| pods.subscribe());
+    let pod_changes_for_sim = config.simulate.then(|| pods.subscribe());
+    pods.start(Api::all(client.clone()), watcher::Config::default(), trim_pod);
     nodes.start(Api::all(client.clone()), watcher::Config::default(), trim_node);
     let leases = Informer::<Lease>::new();
     if config.simulate {
@@ -111,6 +156,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         wait_synced("leases", &leases.store()).await?;
     }
     wait_synced("nodepools", &node_pools.store()).await?;
+    wait_synced("pods", &pods.store()).await?;
     {
         // Rebuild the default address allocator from the nodes that exist.
         let mut a = addresses.lock().expect("address allocator lock");
@@ -143,11 +189,47 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
             "node simulator"
         });
     }
-    if let Some(changes) = node_changes_for_pools {
-        let pool_watch = match &config.pool_selector {
-            Some(s) => watcher::Config::default().labels(s),
-            None => watcher::Config::default(),
+    if let (Some(pod_changes), Some(node_changes)) = (pod_changes_for_sim, node_changes_for_pods) {
+        let sim = PodSimulator {
+            client: client.clone(),
+            config: PodSimConfig {
+                manage: config.manage.clone(),
+                termination_delay: config.pod_termination_delay,
+                job_run_time: config.job_run_time,
+            },
+            nodes: nodes.store(),
+            pods: pods.store(),
+            metrics: metrics.clone(),
+            writes: sim_writes.clone(),
         };
+        tasks.spawn(async move {
+            sim.run(pod_changes, node_changes).await;
+            "pod simulator"
+        });
+    }
+    let pool_watch = match &config.pool_selector {
+        Some(s) => watcher::Config::default().labels(s),
+        None => watcher::Config::default(),
+    };
+    if let Some(changes) = pod_changes_for_pools {
+        let ctx = Arc::new(PoolContext::<PodPool> {
+            client: client.clone(),
+            children: pods.store(),
+            env: PodEnv,
+            metrics: metrics.clone(),
+            writes: writes.clone(),
+            max_in_flight_per_pool: config.max_writes_per_pool,
+            max_creates: config.max_creates_per_round,
+            expectations: Default::default(),
+        });
+        let api: Api<PodPool> = Api::all(client.clone());
+        let watch = pool_watch.clone();
+        tasks.spawn(async move {
+            controllers::run(api, watch, changes, ctx).await;
+            "podpool controller"
+        });
+    }
+    if let Some(changes) = node_changes_for_pools {
         let ctx = Arc::new(PoolContext::<NodePool> {
             client: client.clone(),
             children: nodes.store(),

@@ -58,6 +58,14 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1000)]
     pub max_creates_per_round: usize,
 
+    /// Remove deleted pods after this long (e.g. 1s) instead of waiting for their whole
+    /// termination grace period, as a kubelet does when containers exit at once.
+    #[arg(long, value_parser = parse_duration)]
+    pub pod_termination_delay: Option<Duration>,
+    /// How long pods owned by a Job run before they complete successfully.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub job_run_time: Duration,
+
     /// Where /metrics, /healthz and /readyz are served.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub metrics_addr: SocketAddr,
@@ -91,6 +99,8 @@ impl RunArgs {
             max_simulator_writes_in_flight: self.max_simulator_writes_in_flight.max(1),
             max_creates_per_round: self.max_creates_per_round.max(1),
             metrics_addr: self.metrics_addr,
+            pod_termination_delay: self.pod_termination_delay,
+            job_run_time: self.job_run_time,
         })
     }
 }

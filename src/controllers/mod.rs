@@ -1,6 +1,7 @@
 //! One controller per pool kind, wiring its API type to the pool core.
 
 pub mod nodepool;
+pub mod podpool;
 
 use crate::api::common::GROUP;
 use crate::informer::Change;

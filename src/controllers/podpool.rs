@@ -1,0 +1,188 @@
+//! PodPool on the pool core: how a Pod child is rendered (placed on fake nodes unless the
+//! template says otherwise), judged ready, and replaced on a template change.
+
+use super::nodepool::{FAKE_TAINT_KEY, TYPE_LABEL};
+use crate::api::common::{HASH_LABEL, INDEX_LABEL, POOL_LABEL};
+use crate::api::{PodPool, PoolStatus};
+use crate::pool::plan::{MaxUnavailable, UpdateMode, child_name, resolve_max_unavailable};
+use crate::pool::status::Problem;
+use crate::pool::{PoolKind, hash};
+use crate::simulator::pod_status;
+use k8s_openapi::api::core::v1::{Pod, Toleration};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::ObjectMeta;
+use kube::{Api, Client, Resource, ResourceExt};
+
+/// Nothing beyond the pool is needed to render a pod.
+#[derive(Default)]
+pub struct PodEnv;
+
+/// Whether the tolerations already tolerate the fake-node taint.
+fn tolerates_fake_nodes(tolerations: &[Toleration]) -> bool {
+    tolerations.iter().any(|t| {
+        let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == "NoSchedule");
+        let key_ok = match t.key.as_deref() {
+            None | Some("") => t.operator.as_deref() == Some("Exists"),
+            Some(k) => k == FAKE_TAINT_KEY,
+        };
+        key_ok && effect_ok
+    })
+}
+
+/// `maxUnavailable` of the spec in the planner's terms.
+pub fn max_unavailable(value: Option<&IntOrString>) -> Option<MaxUnavailable> {
+    match value? {
+        IntOrString::Int(n) => Some(MaxUnavailable::Count((*n).max(0) as u32)),
+        IntOrString::String(s) => {
+            let p = s.trim().strip_suffix('%')?.parse::<u32>().ok()?;
+            Some(MaxUnavailable::Percent(p.min(100)))
+        }
+    }
+}
+
+impl PoolKind for PodPool {
+    type Child = Pod;
+    type Env = PodEnv;
+    const NOUN: &'static str = "pod";
+
+    fn count(&self) -> u32 {
+        self.spec.pod_count.max(0) as u32
+    }
+
+    fn template_hash(&self) -> String {
+        hash::of(&self.spec.pod_template)
+    }
+
+    fn pool_status(&self) -> Option<&PoolStatus> {
+        self.status.as_ref()
+    }
+
+    fn update_mode(&self) -> UpdateMode {
+        let mu = max_unavailable(self.spec.max_unavailable.as_ref());
+        UpdateMode::Replace { max_unavailable: resolve_max_unavailable(mu.as_ref(), self.count()) }
+    }
+
+    fn validate(&self, _env: &PodEnv) -> Result<(), String> {
+        crate::api::validation::validate_podpool(self)
+    }
+
+    fn render(&self, index: u32, hash: &str, _env: &PodEnv) -> Result<Pod, Problem> {
+        let pool = self.name_any();
+        let template = &self.spec.pod_template;
+        let tmeta = template.metadata.clone().unwrap_or_default();
+        let mut labels = tmeta.labels.unwrap_or_default();
+        labels.insert(POOL_LABEL.into(), pool.clone());
+        labels.insert(INDEX_LABEL.into(), index.to_string());
+        labels.insert(HASH_LABEL.into(), hash.into());
+
+        let mut spec = template.spec.clone();
+        let mut tolerations = spec.tolerations.take().unwrap_or_default();
+        if !tolerates_fake_nodes(&tolerations) {
+            tolerations.push(Toleration {
+                key: Some(FAKE_TAINT_KEY.into()),
+                operator: Some("Exists".into()),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            });
+        }
+        spec.tolerations = Some(tolerations);
+        // The template's own placement wins; without one, pods go to fake nodes.
+        let placed = spec.node_name.as_deref().is_some_and(|n| !n.is_empty())
+            || spec.node_selector.as_ref().is_some_and(|s| !s.is_empty())
+            || spec.affinity.is_some();
+        if !placed {
+            spec.node_selector = Some([(TYPE_LABEL.to_string(), "kwok".to_string())].into());
+        }
+
+        Ok(Pod {
+            metadata: ObjectMeta {
+                name: Some(child_name(&pool, index)),
+                namespace: self.namespace(),
+                labels: Some(labels),
+                annotations: tmeta.annotations,
+                owner_references: self.controller_owner_ref(&()).map(|o| vec![o]),
+                ..Default::default()
+            },
+            spec: Some(spec),
+            status: None,
+        })
+    }
+
+    fn is_ready(child: &Pod) -> bool {
+        pod_status::is_ready(child)
+    }
+
+    fn child_api(client: Client, pool: &Self) -> Api<Pod> {
+        Api::namespaced(client, &pool.namespace().unwrap_or_default())
+    }
+
+    fn pool_api(client: Client, pool: &Self) -> Api<Self> {
+        Api::namespaced(client, &pool.namespace().unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{PodPoolSpec, PodTemplate};
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+    fn pool(spec: PodSpec) -> PodPool {
+        let mut p = PodPool::new(
+            "web",
+            PodPoolSpec { pod_count: 2, pod_template: PodTemplate { metadata: None, spec }, max_unavailable: None },
+        );
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.uid = Some("uid-1".into());
+        p
+    }
+
+    fn container() -> Vec<Container> {
+        vec![Container { name: "c".into(), image: Some("img".into()), ..Default::default() }]
+    }
+
+    #[test]
+    fn pods_go_to_fake_nodes_by_default() {
+        let p = pool(PodSpec { containers: container(), ..Default::default() });
+        let pod = p.render(1, "h", &PodEnv).unwrap();
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-1"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("ns"));
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.node_selector.unwrap()["type"], "kwok");
+        assert!(tolerates_fake_nodes(&spec.tolerations.unwrap()));
+        let labels = pod.metadata.labels.unwrap();
+        assert_eq!(labels[INDEX_LABEL], "1");
+        assert_eq!(pod.metadata.owner_references.unwrap()[0].uid, "uid-1");
+    }
+
+    #[test]
+    fn the_template_placement_wins() {
+        let p = pool(PodSpec {
+            containers: container(),
+            node_selector: Some([("zone".to_string(), "a".to_string())].into()),
+            ..Default::default()
+        });
+        let spec = p.render(0, "h", &PodEnv).unwrap().spec.unwrap();
+        assert_eq!(spec.node_selector.unwrap().get("type"), None);
+        let p = pool(PodSpec { containers: container(), node_name: Some("n1".into()), ..Default::default() });
+        assert!(p.render(0, "h", &PodEnv).unwrap().spec.unwrap().node_selector.is_none());
+    }
+
+    #[test]
+    fn an_existing_toleration_is_not_duplicated() {
+        let t = Toleration { operator: Some("Exists".into()), ..Default::default() };
+        let p = pool(PodSpec { containers: container(), tolerations: Some(vec![t]), ..Default::default() });
+        assert_eq!(p.render(0, "h", &PodEnv).unwrap().spec.unwrap().tolerations.unwrap().len(), 1);
+    }
+
+    #[test]
+    fn max_unavailable_forms() {
+        assert_eq!(max_unavailable(Some(&IntOrString::Int(3))), Some(MaxUnavailable::Count(3)));
+        assert_eq!(max_unavailable(Some(&IntOrString::String("50%".into()))), Some(MaxUnavailable::Percent(50)));
+        assert_eq!(max_unavailable(None), None);
+        let mut p = pool(PodSpec { containers: container(), ..Default::default() });
+        p.spec.pod_count = 10;
+        p.spec.max_unavailable = Some(IntOrString::String("20%".into()));
+        assert_eq!(p.update_mode(), UpdateMode::Replace { max_unavailable: 2 });
+    }
+}

@@ -1,0 +1,260 @@
+//! What a kubelet reports about a pod it runs, built without a kubelet. Pure: patches for
+//! the status subresource (strategic merge: conditions merge by type, so conditions other
+//! controllers own, such as readiness gates, are kept).
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::net::IpAddr;
+
+fn sha(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0]);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn image_id(image: &str) -> String {
+    let repo = image.split('@').next().unwrap_or(image);
+    let repo = match repo.rsplit_once(':') {
+        Some((r, tag)) if !tag.contains('/') => r,
+        _ => repo,
+    };
+    format!("{repo}@sha256:{}", sha(&[image]))
+}
+
+fn container_id(pod_uid: &str, name: &str) -> String {
+    format!("containerd://{}", sha(&[pod_uid, name]))
+}
+
+/// Whether every readiness gate of the pod has its condition True.
+pub fn gates_ready(pod: &Pod) -> bool {
+    let gates = pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref());
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    gates.is_none_or(|gates| {
+        gates.iter().all(|g| {
+            conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == g.condition_type && c.status == "True"))
+        })
+    })
+}
+
+fn condition(pod: &Pod, type_: &str) -> Option<String> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
+        .map(|c| c.status.clone())
+}
+
+pub fn phase(pod: &Pod) -> &str {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending")
+}
+
+pub fn is_ready(pod: &Pod) -> bool {
+    condition(pod, "Ready").as_deref() == Some("True")
+}
+
+pub fn host_network(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false)
+}
+
+pub fn pod_ips(pod: &Pod) -> Vec<IpAddr> {
+    let Some(s) = pod.status.as_ref() else { return vec![] };
+    let mut ips: Vec<IpAddr> = s.pod_ips.iter().flatten().filter_map(|p| p.ip.parse().ok()).collect();
+    if ips.is_empty()
+        && let Some(ip) = s.pod_ip.as_ref().and_then(|ip| ip.parse().ok())
+    {
+        ips.push(ip);
+    }
+    ips
+}
+
+/// Whether the pod already looks the way the simulator makes running pods look.
+pub fn is_running(pod: &Pod) -> bool {
+    phase(pod) == "Running" && (host_network(pod) || !pod_ips(pod).is_empty()) && condition(pod, "Initialized").is_some()
+}
+
+fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+fn running_state(pod_uid: &str, c: &Container, ready: bool, now: &Value) -> Value {
+    json!({
+        "name": c.name,
+        "image": c.image.clone().unwrap_or_default(),
+        "imageID": image_id(c.image.as_deref().unwrap_or_default()),
+        "containerID": container_id(pod_uid, &c.name),
+        "ready": ready,
+        "started": true,
+        "restartCount": 0,
+        "state": {"running": {"startedAt": now}},
+    })
+}
+
+fn terminated_state(pod_uid: &str, c: &Container, now: &Value) -> Value {
+    let id = container_id(pod_uid, &c.name);
+    json!({
+        "name": c.name,
+        "image": c.image.clone().unwrap_or_default(),
+        "imageID": image_id(c.image.as_deref().unwrap_or_default()),
+        "containerID": id,
+        "ready": false,
+        "started": false,
+        "restartCount": 0,
+        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now, "containerID": id}},
+    })
+}
+
+fn cond(type_: &str, status: bool, now: &Value, reason: Option<&str>) -> Value {
+    let mut c = json!({
+        "type": type_,
+        "status": if status { "True" } else { "False" },
+        "lastTransitionTime": now,
+        "lastProbeTime": null,
+    });
+    if let Some(r) = reason {
+        c["reason"] = r.into();
+    }
+    c
+}
+
+/// The status patch that makes a pod Running with the given addresses.
+pub fn running_patch(pod: &Pod, host_ips: &[IpAddr], pod_ips: &[IpAddr], now: &Value) -> Value {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let ready = gates_ready(pod);
+    let containers: Vec<Value> = spec.containers.iter().map(|c| running_state(&uid, c, true, now)).collect();
+    let init: Vec<Value> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| if is_sidecar(c) { running_state(&uid, c, true, now) } else { terminated_state(&uid, c, now) })
+        .collect();
+    let mut status = json!({
+        "phase": "Running",
+        "conditions": [
+            cond("PodReadyToStartContainers", true, now, None),
+            cond("Initialized", true, now, None),
+            cond("ContainersReady", true, now, None),
+            cond("Ready", ready, now, (!ready).then_some("ReadinessGatesNotReady")),
+            cond("PodScheduled", true, now, None),
+        ],
+        "hostIP": host_ips.first().map(|ip| ip.to_string()),
+        "hostIPs": host_ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect::<Vec<_>>(),
+        "podIP": pod_ips.first().map(|ip| ip.to_string()),
+        "podIPs": pod_ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect::<Vec<_>>(),
+        "startTime": now,
+        "containerStatuses": containers,
+    });
+    if !init.is_empty() {
+        status["initContainerStatuses"] = Value::Array(init);
+    }
+    json!({ "status": status })
+}
+
+/// The status patch of a pod whose containers all exited 0 (a finished Job pod).
+pub fn completed_patch(pod: &Pod, now: &Value) -> Value {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let containers: Vec<Value> = spec.containers.iter().map(|c| terminated_state(&uid, c, now)).collect();
+    json!({ "status": {
+        "phase": "Succeeded",
+        "conditions": [
+            cond("PodReadyToStartContainers", false, now, None),
+            cond("ContainersReady", false, now, Some("PodCompleted")),
+            cond("Ready", false, now, Some("PodCompleted")),
+        ],
+        "containerStatuses": containers,
+    }})
+}
+
+/// When readiness gates change on a running pod: the Ready condition it should show now, if
+/// it differs from what it shows.
+pub fn ready_fix(pod: &Pod, now: &Value) -> Option<Value> {
+    if phase(pod) != "Running" {
+        return None;
+    }
+    let want = gates_ready(pod);
+    if is_ready(pod) == want {
+        return None;
+    }
+    Some(json!({ "status": { "conditions": [cond("Ready", want, now, (!want).then_some("ReadinessGatesNotReady"))] } }))
+}
+
+/// Whether a Job owns the pod (its containers finish).
+pub fn owned_by_job(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Job" && o.api_version.starts_with("batch/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodStatus};
+
+    fn pod(gates: &[&str], conditions: &[(&str, &str)]) -> Pod {
+        Pod {
+            metadata: kube::api::ObjectMeta { uid: Some("u1".into()), ..Default::default() },
+            spec: Some(PodSpec {
+                containers: vec![Container { name: "app".into(), image: Some("nginx:1.27".into()), ..Default::default() }],
+                init_containers: Some(vec![
+                    Container { name: "setup".into(), image: Some("busybox".into()), ..Default::default() },
+                    Container { name: "proxy".into(), image: Some("envoy".into()), restart_policy: Some("Always".into()), ..Default::default() },
+                ]),
+                readiness_gates: Some(gates.iter().map(|g| PodReadinessGate { condition_type: g.to_string() }).collect()),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                conditions: Some(conditions.iter().map(|(t, s)| PodCondition { type_: t.to_string(), status: s.to_string(), ..Default::default() }).collect()),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn running_patch_has_everything_kubectl_shows() {
+        let p = pod(&[], &[]);
+        let ip: IpAddr = "10.0.0.5".parse().unwrap();
+        let host: IpAddr = "100.64.0.1".parse().unwrap();
+        let v = running_patch(&p, &[host], &[ip], &json!("2026-01-01T00:00:00Z"));
+        let s = &v["status"];
+        assert_eq!(s["phase"], "Running");
+        assert_eq!(s["podIP"], "10.0.0.5");
+        assert_eq!(s["hostIPs"][0]["ip"], "100.64.0.1");
+        let c = &s["containerStatuses"][0];
+        assert_eq!((c["ready"].clone(), c["restartCount"].clone()), (json!(true), json!(0)));
+        assert!(c["containerID"].as_str().unwrap().starts_with("containerd://"));
+        assert!(c["imageID"].as_str().unwrap().starts_with("nginx@sha256:"));
+        let init = &s["initContainerStatuses"];
+        assert_eq!(init[0]["state"]["terminated"]["reason"], "Completed");
+        assert!(init[1]["state"]["running"].is_object(), "sidecars keep running");
+        let ready = s["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+        assert_eq!(ready["status"], "True");
+    }
+
+    #[test]
+    fn readiness_gates_hold_ready_back() {
+        let p = pod(&["example.com/lb"], &[]);
+        assert!(!gates_ready(&p));
+        let v = running_patch(&p, &[], &[], &json!("t"));
+        let ready = v["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
+        assert_eq!(ready["status"], "False");
+        let mut running = pod(&["example.com/lb"], &[("Ready", "False"), ("example.com/lb", "True")]);
+        running.status.as_mut().unwrap().phase = Some("Running".into());
+        assert!(gates_ready(&running));
+        let fix = ready_fix(&running, &json!("t")).unwrap();
+        assert_eq!(fix["status"]["conditions"][0]["status"], "True");
+    }
+
+    #[test]
+    fn completed_pods_exit_zero() {
+        let v = completed_patch(&pod(&[], &[]), &json!("t"));
+        assert_eq!(v["status"]["phase"], "Succeeded");
+        assert_eq!(v["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 0);
+    }
+}
