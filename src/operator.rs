@@ -86,7 +86,9 @@ fn trim_pod(pod: &mut Pod) {
         pod.status = Some(PodStatus {
             phase: status.phase,
             conditions: status.conditions.map(|cs| {
-                cs.into_iter().map(|c| PodCondition { type_: c.type_, status: c.status, ..Default::default() }).collect()
+                cs.into_iter()
+                    .map(|c| PodCondition { type_: c.type_, status: c.status, ..Default::default() })
+                    .collect()
             }),
             pod_ip: status.pod_ip,
             pod_ips: status.pod_ips,

@@ -6,7 +6,7 @@ pub mod leases;
 pub mod manage;
 pub mod node_status;
 pub mod nodes;
-pub mod selector;
 pub mod pod_ipam;
 pub mod pod_status;
 pub mod pods;
+pub mod selector;

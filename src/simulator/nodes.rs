@@ -129,16 +129,16 @@ impl NodeSimulator {
         }
         if !self.config.manage.manages(node) || node.metadata.deletion_timestamp.is_some() {
             if let Some(t) = tracked.remove(&name) {
-                queue.remove(&t.lease_key);
-                queue.remove(&t.status_key);
+                queue.try_remove(&t.lease_key);
+                queue.try_remove(&t.status_key);
             }
             return;
         }
         let uid = node.metadata.uid.clone().unwrap_or_default();
         let renewed_for_other_uid = tracked.get(&name).is_some_and(|t| t.uid != uid);
         if renewed_for_other_uid && let Some(t) = tracked.remove(&name) {
-            queue.remove(&t.lease_key);
-            queue.remove(&t.status_key);
+            queue.try_remove(&t.lease_key);
+            queue.try_remove(&t.status_key);
         }
         if !tracked.contains_key(&name) {
             // First sight: lease right away, status heartbeat somewhere in the next period.
@@ -160,8 +160,8 @@ impl NodeSimulator {
     fn on_deleted(&self, node: &Arc<Node>, tracked: &mut HashMap<String, Tracked>, queue: &mut DelayQueue<Timer>) {
         let name = node.name_any();
         if let Some(t) = tracked.remove(&name) {
-            queue.remove(&t.lease_key);
-            queue.remove(&t.status_key);
+            queue.try_remove(&t.lease_key);
+            queue.try_remove(&t.status_key);
         }
         self.addresses.lock().expect("address allocator lock").release(&name);
     }

@@ -34,9 +34,9 @@ pub fn gates_ready(pod: &Pod) -> bool {
     let gates = pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref());
     let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
     gates.is_none_or(|gates| {
-        gates.iter().all(|g| {
-            conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == g.condition_type && c.status == "True"))
-        })
+        gates
+            .iter()
+            .all(|g| conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == g.condition_type && c.status == "True")))
     })
 }
 
@@ -73,7 +73,9 @@ pub fn pod_ips(pod: &Pod) -> Vec<IpAddr> {
 
 /// Whether the pod already looks the way the simulator makes running pods look.
 pub fn is_running(pod: &Pod) -> bool {
-    phase(pod) == "Running" && (host_network(pod) || !pod_ips(pod).is_empty()) && condition(pod, "Initialized").is_some()
+    phase(pod) == "Running"
+        && (host_network(pod) || !pod_ips(pod).is_empty())
+        && condition(pod, "Initialized").is_some()
 }
 
 fn is_sidecar(c: &Container) -> bool {
@@ -185,11 +187,7 @@ pub fn ready_fix(pod: &Pod, now: &Value) -> Option<Value> {
 
 /// Whether a Job owns the pod (its containers finish).
 pub fn owned_by_job(pod: &Pod) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "Job" && o.api_version.starts_with("batch/"))
+    pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Job" && o.api_version.starts_with("batch/"))
 }
 
 #[cfg(test)]
@@ -201,16 +199,36 @@ mod tests {
         Pod {
             metadata: kube::api::ObjectMeta { uid: Some("u1".into()), ..Default::default() },
             spec: Some(PodSpec {
-                containers: vec![Container { name: "app".into(), image: Some("nginx:1.27".into()), ..Default::default() }],
+                containers: vec![Container {
+                    name: "app".into(),
+                    image: Some("nginx:1.27".into()),
+                    ..Default::default()
+                }],
                 init_containers: Some(vec![
                     Container { name: "setup".into(), image: Some("busybox".into()), ..Default::default() },
-                    Container { name: "proxy".into(), image: Some("envoy".into()), restart_policy: Some("Always".into()), ..Default::default() },
+                    Container {
+                        name: "proxy".into(),
+                        image: Some("envoy".into()),
+                        restart_policy: Some("Always".into()),
+                        ..Default::default()
+                    },
                 ]),
-                readiness_gates: Some(gates.iter().map(|g| PodReadinessGate { condition_type: g.to_string() }).collect()),
+                readiness_gates: Some(
+                    gates.iter().map(|g| PodReadinessGate { condition_type: g.to_string() }).collect(),
+                ),
                 ..Default::default()
             }),
             status: Some(PodStatus {
-                conditions: Some(conditions.iter().map(|(t, s)| PodCondition { type_: t.to_string(), status: s.to_string(), ..Default::default() }).collect()),
+                conditions: Some(
+                    conditions
+                        .iter()
+                        .map(|(t, s)| PodCondition {
+                            type_: t.to_string(),
+                            status: s.to_string(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
                 ..Default::default()
             }),
         }
@@ -242,7 +260,8 @@ mod tests {
         let p = pod(&["example.com/lb"], &[]);
         assert!(!gates_ready(&p));
         let v = running_patch(&p, &[], &[], &json!("t"));
-        let ready = v["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
+        let ready =
+            v["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
         assert_eq!(ready["status"], "False");
         let mut running = pod(&["example.com/lb"], &[("Ready", "False"), ("example.com/lb", "True")]);
         running.status.as_mut().unwrap().phase = Some("Running".into());

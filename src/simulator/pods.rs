@@ -44,8 +44,8 @@ pub struct PodSimulator {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Timer {
-    Complete(ObjectRef<Pod>),
-    Remove(ObjectRef<Pod>),
+    Complete(ObjectRef<Pod>, String),
+    Remove(ObjectRef<Pod>, String),
     /// Look at the pod again after a failed write.
     Retry(ObjectRef<Pod>),
 }
@@ -183,11 +183,8 @@ impl Loop {
 
     fn untrack(&mut self, uid: &str) {
         if let Some(t) = self.tracked.remove(uid) {
-            if let Some(k) = t.complete_key {
-                self.queue.remove(&k);
-            }
-            if let Some(k) = t.remove_key {
-                self.queue.remove(&k);
+            for k in [t.complete_key, t.remove_key].into_iter().flatten() {
+                self.queue.try_remove(&k);
             }
             self.ipam.release(&t.node, uid);
         }
@@ -242,12 +239,22 @@ impl Loop {
             if t.remove_key.is_none() && !t.removed {
                 let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64;
                 let terminal = matches!(pod_status::phase(pod), "Succeeded" | "Failed");
-                let wait = if terminal { Duration::ZERO } else { self.sim.config.termination_delay.map_or(Duration::from_secs(grace), |d| d.min(Duration::from_secs(grace))) };
+                let wait = if terminal {
+                    Duration::ZERO
+                } else {
+                    self.sim
+                        .config
+                        .termination_delay
+                        .map_or(Duration::from_secs(grace), |d| d.min(Duration::from_secs(grace)))
+                };
                 // deletionTimestamp = request time + grace, so the request came at `deleted_at - grace`.
                 let requested = deleted_at.0 - k8s_openapi::jiff::SignedDuration::from_secs(grace as i64);
-                let elapsed = (k8s_openapi::jiff::Timestamp::now() - requested).total(k8s_openapi::jiff::Unit::Second).unwrap_or(0.0).max(0.0);
+                let elapsed = (k8s_openapi::jiff::Timestamp::now() - requested)
+                    .total(k8s_openapi::jiff::Unit::Second)
+                    .unwrap_or(0.0)
+                    .max(0.0);
                 let remaining = wait.saturating_sub(Duration::from_secs_f64(elapsed));
-                t.remove_key = Some(self.queue.insert(Timer::Remove(key), remaining));
+                t.remove_key = Some(self.queue.insert(Timer::Remove(key, uid.clone()), remaining));
             }
             return;
         }
@@ -313,20 +320,25 @@ impl Loop {
         if pod_status::owned_by_job(pod) && t.complete_key.is_none() {
             let started = pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
             let ran = started
-                .map(|s| (k8s_openapi::jiff::Timestamp::now() - s).total(k8s_openapi::jiff::Unit::Second).unwrap_or(0.0).max(0.0))
+                .map(|s| {
+                    (k8s_openapi::jiff::Timestamp::now() - s)
+                        .total(k8s_openapi::jiff::Unit::Second)
+                        .unwrap_or(0.0)
+                        .max(0.0)
+                })
                 .unwrap_or(0.0);
             let remaining = self.sim.config.job_run_time.saturating_sub(Duration::from_secs_f64(ran));
-            t.complete_key = Some(self.queue.insert(Timer::Complete(key), remaining));
+            t.complete_key = Some(self.queue.insert(Timer::Complete(key, uid.clone()), remaining));
         }
     }
 
     fn on_timer(&mut self, timer: Timer) {
         match timer {
-            Timer::Complete(key) => {
-                let Some(pod) = self.sim.pods.get(&key) else { return };
-                let uid = pod.metadata.uid.clone().unwrap_or_default();
+            Timer::Complete(key, uid) => {
+                // The key is spent whatever happens next.
                 let Some(t) = self.tracked.get_mut(&uid) else { return };
                 t.complete_key = None;
+                let Some(pod) = self.sim.pods.get(&key) else { return };
                 if pod.metadata.deletion_timestamp.is_some() || pod_status::phase(&pod) != "Running" {
                     return;
                 }
@@ -339,11 +351,15 @@ impl Loop {
                     self.on_pod(&pod);
                 }
             }
-            Timer::Remove(key) => {
-                let Some(pod) = self.sim.pods.get(&key) else { return };
-                let uid = pod.metadata.uid.clone().unwrap_or_default();
+            Timer::Remove(key, uid) => {
                 if let Some(t) = self.tracked.get_mut(&uid) {
                     t.remove_key = None;
+                }
+                let Some(pod) = self.sim.pods.get(&key) else { return };
+                if pod.metadata.uid.as_deref() != Some(uid.as_str()) {
+                    return;
+                }
+                if let Some(t) = self.tracked.get_mut(&uid) {
                     t.in_flight = true;
                 }
                 self.spawn_remove(pod);

@@ -1,0 +1,504 @@
+//! Pods on fake nodes and PodPool, end to end: whoever creates a pod bound to a managed
+//! node, it runs with an address from the node's podCIDR, completes if a Job owns it, and
+//! goes away after its grace period when deleted.
+
+mod common;
+
+use common::pools::*;
+use common::*;
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(90);
+
+/// A NodePool of `count` nodes for `scope` allowing `pods` pods each, with its own podCIDRs.
+fn nodes_yaml(name: &str, scope: &str, count: u32, pods: u32, cidr: &str, mask: u8) -> String {
+    format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
+kind: NodePool
+metadata:
+  name: {name}
+  labels: {{{SCOPE_LABEL}: {scope}}}
+spec:
+  nodeCount: {count}
+  podCIDR: {{cidr: {cidr}, maskSize: {mask}}}
+  nodeTemplate:
+    metadata:
+      labels: {{{SCOPE_LABEL}: {scope}}}
+    status:
+      capacity: {{cpu: 64, memory: 256Gi, pods: {pods}}}
+"
+    )
+}
+
+/// A PodPool in `ns` pinned to the scope's nodes.
+fn podpool_yaml(name: &str, ns: &str, scope: &str, count: u32, image: &str, extra_spec: &str) -> String {
+    format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
+kind: PodPool
+metadata:
+  name: {name}
+  namespace: {ns}
+  labels: {{{SCOPE_LABEL}: {scope}}}
+spec:
+  podCount: {count}
+{extra_spec}  podTemplate:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: main
+        image: {image}
+"
+    )
+}
+
+async fn pods(client: &kube::Client, ns: &str, selector: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default().labels(selector)).await.map(|l| l.items).unwrap_or_default()
+}
+
+fn phase(p: &Pod) -> String {
+    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default()
+}
+
+fn ready(p: &Pod) -> bool {
+    kwok_pools::simulator::pod_status::is_ready(p)
+}
+
+fn ip(p: &Pod) -> Option<IpAddr> {
+    p.status.as_ref()?.pod_ip.as_ref()?.parse().ok()
+}
+
+fn node_of(p: &Pod) -> String {
+    p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default()
+}
+
+async fn wait_running(client: &kube::Client, ns: &str, selector: &str, count: usize, timeout: Duration) -> Vec<Pod> {
+    let what = format!("{count} Running and Ready pods ({selector})");
+    wait_for(&what, timeout, || async {
+        let ps = pods(client, ns, selector).await;
+        let live: Vec<&Pod> = ps.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+        let running = live.iter().filter(|p| phase(p) == "Running" && ready(p)).count();
+        if live.len() == count && running == count {
+            Ok(ps)
+        } else {
+            Err(format!("{} pods, {running} running", live.len()))
+        }
+    })
+    .await
+}
+
+/// Every live pod has a unique address inside its node's podCIDR.
+async fn assert_addresses(client: &kube::Client, ps: &[Pod]) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut cidr_of: HashMap<String, IpNet> = HashMap::new();
+    let mut seen: HashSet<IpAddr> = HashSet::new();
+    for p in ps.iter().filter(|p| p.metadata.deletion_timestamp.is_none() && phase(p) == "Running") {
+        let node = node_of(p);
+        if !cidr_of.contains_key(&node) {
+            let n = nodes.get(&node).await.unwrap();
+            cidr_of.insert(node.clone(), n.spec.unwrap().pod_cidr.unwrap().parse().unwrap());
+        }
+        let addr = ip(p).unwrap_or_else(|| panic!("{} has no IP", p.metadata.name.as_deref().unwrap_or("")));
+        assert!(cidr_of[&node].contains(&addr), "{addr} of {:?} is outside {}", p.metadata.name, cidr_of[&node]);
+        assert!(seen.insert(addr), "{addr} is used twice");
+    }
+}
+
+#[tokio::test]
+async fn the_deployment_sample_runs_on_a_one_node_pool() {
+    let client = client().await;
+    let scope = unique("deploy");
+    let ns = TestNamespace::new(&client, "deploy").await;
+    let _op = Operator::start(&scope, &[]);
+    apply(&nodes_yaml(&scope, &scope, 1, 110, "10.210.0.0/16", 24));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+
+    // The sample as published, moved to the test namespace and pinned to this test's node.
+    let mut d: serde_yaml::Value = serde_yaml::from_str(&read_repo_file("samples/deployment.yaml")).unwrap();
+    d["metadata"]["namespace"] = ns.name.clone().into();
+    d["spec"]["template"]["spec"]["nodeSelector"] =
+        serde_yaml::from_str(&format!("{{{SCOPE_LABEL}: {scope}}}")).unwrap();
+    let start = Instant::now();
+    apply(&serde_yaml::to_string(&d).unwrap());
+    let ps = wait_running(&client, &ns.name, "app=fake-pod", 10, T).await;
+    eprintln!("  10 pods Running after {:.1}s", start.elapsed().as_secs_f64());
+    assert_addresses(&client, &ps).await;
+    let node = format!("{scope}-0");
+    assert!(ps.iter().all(|p| node_of(p) == node));
+
+    let wide = kubectl_ok(&["get", "pods", "-n", &ns.name, "-l", "app=fake-pod", "-o", "wide"]);
+    let rows: Vec<&str> = wide.lines().skip(1).collect();
+    assert_eq!(rows.len(), 10, "{wide}");
+    for (row, p) in rows.iter().zip({
+        let mut sorted = ps.clone();
+        sorted.sort_by_key(|p| p.metadata.name.clone());
+        sorted
+    }) {
+        assert!(row.contains("1/1") && row.contains("Running"), "{row}");
+        assert!(row.contains(&ip(&p).unwrap().to_string()) && row.contains(&node), "IP and NODE: {row}");
+    }
+    wait_for("the Deployment to report 10/10 available", T, || async {
+        let out = kubectl_ok(&[
+            "get",
+            "deployment",
+            "fake-pod",
+            "-n",
+            &ns.name,
+            "-o",
+            "jsonpath={.status.availableReplicas}/{.status.replicas}",
+        ]);
+        if out == "10/10" { Ok(()) } else { Err(out) }
+    })
+    .await;
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}
+
+#[tokio::test]
+async fn a_podpool_spreads_over_nodes_and_respects_the_pods_limit() {
+    let client = client().await;
+    let scope = unique("spread");
+    let ns = TestNamespace::new(&client, "spread").await;
+    let _op = Operator::start(&scope, &[]);
+    apply(&nodes_yaml(&scope, &scope, 3, 110, "10.211.0.0/16", 24));
+    wait_ready_nodes(&client, &scope, 3, T).await;
+    apply(&podpool_yaml("web", &ns.name, &scope, 50, "nginx:1.27", ""));
+    let ps = wait_running(&client, &ns.name, "app=web", 50, T).await;
+    assert_addresses(&client, &ps).await;
+    let used: HashSet<String> = ps.iter().map(node_of).collect();
+    assert_eq!(used.len(), 3, "the scheduler spreads them over the 3 nodes");
+    let names: HashSet<String> = ps.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    assert!((0..50).all(|i| names.contains(&format!("web-{i}"))));
+    let pool = kubectl_ok(&[
+        "get",
+        "podpool",
+        "web",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.status.readyReplicas}/{.status.replicas}",
+    ]);
+    wait_for("PodPool status 50/50", T, || async {
+        let out = kubectl_ok(&[
+            "get",
+            "pp",
+            "web",
+            "-n",
+            &ns.name,
+            "-o",
+            "jsonpath={.status.readyReplicas}/{.status.replicas}",
+        ]);
+        if out == "50/50" { Ok(()) } else { Err(out) }
+    })
+    .await;
+    let _ = pool;
+
+    // Nodes that take 2 pods each: 4 of 5 pods run, one waits with the scheduler's reason.
+    let small = format!("{scope}-small");
+    let small_scope = format!("{scope}s");
+    let _op2 = Operator::start(&small_scope, &[]);
+    apply(&nodes_yaml(&small, &small_scope, 2, 2, "10.212.0.0/16", 24));
+    wait_ready_nodes(&client, &small, 2, T).await;
+    apply(&podpool_yaml("tight", &ns.name, &small_scope, 5, "nginx:1.27", ""));
+    let pending = wait_for("4 Running and 1 Pending", T, || async {
+        let ps = pods(&client, &ns.name, "app=tight").await;
+        let running: Vec<&Pod> = ps.iter().filter(|p| phase(p) == "Running").collect();
+        let pending: Vec<&Pod> = ps.iter().filter(|p| phase(p) == "Pending").collect();
+        let unschedulable = pending.iter().any(|p| {
+            p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+                })
+            })
+        });
+        if running.len() == 4 && pending.len() == 1 && unschedulable {
+            Ok(pending[0].clone())
+        } else {
+            Err(format!("{} running, {} pending", running.len(), pending.len()))
+        }
+    })
+    .await;
+    let msg = pending
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .unwrap()
+        .message
+        .unwrap_or_default();
+    assert!(msg.contains("Too many pods"), "the scheduler's reason: {msg}");
+    let per_node: HashMap<String, usize> = pods(&client, &ns.name, "app=tight")
+        .await
+        .iter()
+        .filter(|p| phase(p) == "Running")
+        .fold(HashMap::new(), |mut m, p| {
+            *m.entry(node_of(p)).or_default() += 1;
+            m
+        });
+    assert!(per_node.values().all(|n| *n == 2), "{per_node:?}");
+    kubectl_ok(&["delete", "nodepool", &scope, &small, "--wait=false"]);
+}
+
+#[tokio::test]
+async fn a_template_change_rolls_within_max_unavailable() {
+    let client = client().await;
+    let scope = unique("roll");
+    let ns = TestNamespace::new(&client, "roll").await;
+    let _op = Operator::start(&scope, &["--pod-termination-delay", "500ms"]);
+    apply(&nodes_yaml(&scope, &scope, 2, 110, "10.213.0.0/16", 24));
+    wait_ready_nodes(&client, &scope, 2, T).await;
+    apply(&podpool_yaml("app", &ns.name, &scope, 10, "app:v1", "  maxUnavailable: 2\n"));
+    let before = wait_running(&client, &ns.name, "app=app", 10, T).await;
+    let old_uids: HashSet<String> = before.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+
+    apply(&podpool_yaml("app", &ns.name, &scope, 10, "app:v2", "  maxUnavailable: 2\n"));
+    let mut worst = 0usize;
+    let start = Instant::now();
+    loop {
+        let ps = pods(&client, &ns.name, "app=app").await;
+        let available = ps.iter().filter(|p| p.metadata.deletion_timestamp.is_none() && ready(p)).count();
+        worst = worst.max(10usize.saturating_sub(available));
+        let updated = ps
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && ready(p))
+            .filter(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("app:v2"))
+            .count();
+        if updated == 10 && ps.len() == 10 {
+            break;
+        }
+        assert!(start.elapsed() < T, "rollout did not finish: {updated} updated");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(worst <= 2, "{worst} pods were unavailable at once; maxUnavailable is 2");
+    assert!(worst >= 1, "the rollout replaced pods");
+    let after = pods(&client, &ns.name, "app=app").await;
+    assert!(after.iter().all(|p| !old_uids.contains(p.metadata.uid.as_deref().unwrap())), "every pod replaced");
+    assert_addresses(&client, &after).await;
+
+    // Scale down removes the highest indexes, then deleting the pool removes the rest.
+    kubectl_ok(&["scale", "podpool", "app", "-n", &ns.name, "--replicas", "4"]);
+    let ps = wait_running(&client, &ns.name, "app=app", 4, T).await;
+    let names: HashSet<String> =
+        ps.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).filter_map(|p| p.metadata.name.clone()).collect();
+    assert_eq!(names, (0..4).map(|i| format!("app-{i}")).collect());
+    kubectl_ok(&["delete", "podpool", "app", "-n", &ns.name]);
+    wait_for("the pool's pods to go", T, || async {
+        let left = pods(&client, &ns.name, "app=app").await.len();
+        if left == 0 { Ok(()) } else { Err(format!("{left} left")) }
+    })
+    .await;
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}
+
+#[tokio::test]
+async fn jobs_complete_and_deleted_pods_take_their_grace_period() {
+    let client = client().await;
+    let scope = unique("job");
+    let ns = TestNamespace::new(&client, "job").await;
+    let _op = Operator::start(&scope, &["--job-run-time", "2s"]);
+    apply(&nodes_yaml(&scope, &scope, 1, 110, "10.214.0.0/16", 24));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let job = format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {{name: three, namespace: {}}}
+spec:
+  completions: 3
+  parallelism: 2
+  template:
+    spec:
+      restartPolicy: Never
+      nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+      tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
+      containers: [{{name: work, image: busybox}}]
+",
+        ns.name
+    );
+    apply(&job);
+    wait_for("the Job to complete", T, || async {
+        let out = kubectl_ok(&[
+            "get",
+            "job",
+            "three",
+            "-n",
+            &ns.name,
+            "-o",
+            "jsonpath={.status.succeeded}/{.status.conditions[?(@.type==\"Complete\")].status}",
+        ]);
+        if out == "3/True" { Ok(()) } else { Err(out) }
+    })
+    .await;
+    let done = pods(&client, &ns.name, "batch.kubernetes.io/job-name=three").await;
+    assert!(done.iter().filter(|p| phase(p) == "Succeeded").count() >= 3);
+    let c = &done
+        .iter()
+        .find(|p| phase(p) == "Succeeded")
+        .unwrap()
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    let term = c.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!((term.exit_code, term.reason.as_deref()), (0, Some("Completed")));
+
+    // A running pod deleted with kubectl goes in about its grace period (3 s here).
+    let pod = format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: graceful, namespace: {}}}
+spec:
+  terminationGracePeriodSeconds: 3
+  nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
+  containers: [{{name: c, image: nginx}}]
+",
+        ns.name
+    );
+    apply(&pod);
+    wait_for("the pod to run", T, || async {
+        let ps = pods(&client, &ns.name, "").await;
+        let p = ps.iter().find(|p| p.metadata.name.as_deref() == Some("graceful"));
+        if p.is_some_and(|p| phase(p) == "Running") { Ok(()) } else { Err("not yet".into()) }
+    })
+    .await;
+    let start = Instant::now();
+    kubectl_ok(&["delete", "pod", "graceful", "-n", &ns.name, "--timeout=60s"]);
+    let took = start.elapsed().as_secs_f64();
+    assert!((2.5..10.0).contains(&took), "kubectl delete took {took:.1}s for a 3s grace period");
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}
+
+#[tokio::test]
+async fn addresses_stay_unique_across_a_simulator_restart() {
+    let client = client().await;
+    let scope = unique("ipam");
+    let ns = TestNamespace::new(&client, "ipam").await;
+    let mut op = Operator::start(&scope, &["--pod-termination-delay", "200ms"]);
+    apply(&nodes_yaml(&scope, &scope, 2, 250, "10.215.0.0/16", 24));
+    wait_ready_nodes(&client, &scope, 2, T).await;
+    apply(&podpool_yaml("many", &ns.name, &scope, 300, "nginx", ""));
+    let ps = wait_running(&client, &ns.name, "app=many", 300, T).await;
+    assert_addresses(&client, &ps).await;
+
+    // Restart; then churn: delete some, add more. Rebuilt state must hand out no address twice.
+    op.restart();
+    kubectl_ok(&["delete", "pods", "-n", &ns.name, "many-3", "many-7", "many-11", "--wait=false"]);
+    kubectl_ok(&["scale", "podpool", "many", "-n", &ns.name, "--replicas", "400"]);
+    let ps = wait_running(&client, &ns.name, "app=many", 400, T).await;
+    assert_addresses(&client, &ps).await;
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}
+
+#[tokio::test]
+async fn readiness_gates_host_network_and_exhausted_ranges() {
+    let client = client().await;
+    let scope = unique("gate");
+    let ns = TestNamespace::new(&client, "gate").await;
+    let _op = Operator::start(&scope, &[]);
+    // A /30 per node: two pod addresses.
+    apply(&nodes_yaml(&scope, &scope, 1, 20, "10.216.0.0/24", 30));
+    let nodes = wait_ready_nodes(&client, &scope, 1, T).await;
+    let node_ip = nodes[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .addresses
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|a| a.type_ == "InternalIP")
+        .unwrap()
+        .address
+        .clone();
+    let pod = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {}, labels: {{t: gate}}}}
+spec:
+  nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
+  containers: [{{name: c, image: nginx}}]
+{extra}",
+            ns.name
+        )
+    };
+    apply(&pod("gated", "  readinessGates: [{conditionType: example.com/ready}]\n"));
+    apply(&pod("host", "  hostNetwork: true\n"));
+    let get = |name: &'static str| {
+        let client = client.clone();
+        let ns = ns.name.clone();
+        async move { Api::<Pod>::namespaced(client, &ns).get(name).await.unwrap() }
+    };
+    wait_for("the gated pod to run without being Ready", T, || async {
+        let p = get("gated").await;
+        if phase(&p) == "Running" && !ready(&p) { Ok(()) } else { Err(phase(&p)) }
+    })
+    .await;
+    let patch = r#"{"status":{"conditions":[{"type":"example.com/ready","status":"True"}]}}"#;
+    kubectl_ok(&[
+        "patch",
+        "pod",
+        "gated",
+        "-n",
+        &ns.name,
+        "--subresource",
+        "status",
+        "--type",
+        "strategic",
+        "-p",
+        patch,
+    ]);
+    wait_for("the gate to make it Ready", T, || async {
+        let p = get("gated").await;
+        if ready(&p) { Ok(()) } else { Err("not ready".into()) }
+    })
+    .await;
+    let host = wait_for("the host-network pod to run", T, || async {
+        let p = get("host").await;
+        if phase(&p) == "Running" { Ok(p) } else { Err(phase(&p)) }
+    })
+    .await;
+    assert_eq!(host.status.unwrap().pod_ip.as_deref(), Some(node_ip.as_str()), "host network pods get the node's IP");
+
+    // gated took one of the two addresses; two more pods: one runs, one waits with an event.
+    apply(&pod("second", ""));
+    apply(&pod("third", ""));
+    let ev = wait_for("a PodCIDRExhausted event", T, || async {
+        let out = kubectl_ok(&[
+            "get",
+            "events",
+            "-n",
+            &ns.name,
+            "--field-selector",
+            "reason=PodCIDRExhausted",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ]);
+        if out.contains("no free address") { Ok(out) } else { Err(out) }
+    })
+    .await;
+    assert!(ev.contains("10.216.0.0/30"), "{ev}");
+    let phases: Vec<String> = futures::future::join_all(["second", "third"].map(get)).await.iter().map(phase).collect();
+    assert_eq!(phases.iter().filter(|p| *p == "Running").count(), 1, "{phases:?}");
+    // Freeing an address lets the waiting pod run.
+    kubectl_ok(&["delete", "pod", "gated", "-n", &ns.name, "--grace-period=0", "--force"]);
+    wait_for("the waiting pod to run once an address is free", T, || async {
+        let phases: Vec<String> =
+            futures::future::join_all(["second", "third"].map(get)).await.iter().map(phase).collect();
+        if phases.iter().all(|p| p == "Running") { Ok(()) } else { Err(format!("{phases:?}")) }
+    })
+    .await;
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}
