@@ -50,6 +50,8 @@ pub struct OperatorConfig {
     pub pod_termination_delay: Option<Duration>,
     /// How long pods owned by a Job run before they complete.
     pub job_run_time: Duration,
+    /// The admission webhook (with the controllers only).
+    pub webhook: Option<crate::admission::WebhookConfig>,
 }
 
 fn trim_node(node: &mut Node) {
@@ -167,6 +169,9 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
                 a.observe(&node.name_any(), ip);
             }
         }
+    }
+    if let (true, Some(webhook)) = (config.controllers, config.webhook.clone()) {
+        crate::admission::start(client.clone(), webhook, node_pools.store(), metrics.clone()).await?;
     }
     ready.store(true, Ordering::Relaxed);
 

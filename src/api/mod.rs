@@ -7,6 +7,9 @@ pub mod podpool;
 pub mod schema;
 pub mod validation;
 
+#[cfg(test)]
+mod cel_tests;
+
 pub use common::{PoolStatus, SubnetRange, TemplateMetadata};
 pub use nodepool::{NodePool, NodePoolSpec, NodeTemplate};
 pub use podpool::{PodPool, PodPoolSpec, PodTemplate};

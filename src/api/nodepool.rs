@@ -4,12 +4,15 @@
 use super::common::{PoolStatus, SubnetRange, TemplateMetadata};
 use super::schema;
 use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
+use super::validation::{self, NodePoolRules};
+use garde::Validate;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 /// A pool of `nodeCount` fake Nodes named `<pool>-<index>`, each rendered from `nodeTemplate`
 /// and kept Ready by the simulator.
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(CustomResource, KubeSchema, Validate, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[garde(context(NodePoolRules))]
 #[kube(
     group = "pools.kwok.x-k8s.io",
     version = "v1alpha1",
@@ -45,14 +48,17 @@ use serde::{Deserialize, Serialize};
 pub struct NodePoolSpec {
     /// How many nodes the pool keeps (0 to 100000).
     #[schemars(range(min = 0, max = 100000))]
+    #[garde(custom(validation::count))]
     pub node_count: i32,
 
     /// The Node every child is rendered from: labels, annotations, spec and status.
+    #[garde(custom(validation::node_template))]
     pub node_template: NodeTemplate,
 
     /// Optional pod ranges: node `i` gets the `i`-th subnet as `spec.podCIDR(s)`. Without it the
     /// controller manager's node IPAM assigns podCIDRs.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "podCIDR")]
+    #[garde(custom(validation::pod_cidr(self.node_count)))]
     pub pod_cidr: Option<SubnetRange>,
 
     /// Optional address range: node `i` gets the `i`-th host address as its InternalIP.
@@ -60,6 +66,7 @@ pub struct NodePoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "internalIPs")]
     #[schemars(schema_with = "schema::cidr_string")]
     #[x_kube(validation = Rule::new("isCIDR(self)").message("must be a CIDR such as 10.1.0.0/16"))]
+    #[garde(custom(validation::internal_ips(self.node_count)))]
     pub internal_ips: Option<String>,
 }
 

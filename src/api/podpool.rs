@@ -5,11 +5,13 @@ use super::common::{PoolStatus, TemplateMetadata};
 use super::schema;
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use super::validation;
+use garde::Validate;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 /// A pool of `podCount` Pods named `<pool>-<index>`, each rendered from `podTemplate`.
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(CustomResource, KubeSchema, Validate, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "pools.kwok.x-k8s.io",
     version = "v1alpha1",
@@ -40,15 +42,18 @@ use serde::{Deserialize, Serialize};
 pub struct PodPoolSpec {
     /// How many pods the pool keeps (0 to 100000).
     #[schemars(range(min = 0, max = 100000))]
+    #[garde(custom(validation::count))]
     pub pod_count: i32,
 
     /// The Pod every child is rendered from.
+    #[garde(custom(validation::pod_template))]
     pub pod_template: PodTemplate,
 
     /// How many pods may be unavailable while a template change rolls out: a number or a
     /// percentage of podCount (default 25%, at least one pod at a time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::int_or_percent")]
+    #[garde(custom(validation::max_unavailable))]
     pub max_unavailable: Option<IntOrString>,
 }
 

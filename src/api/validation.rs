@@ -1,44 +1,396 @@
-//! Validation rules beyond what the CRD schema and CEL say. Used by the admission webhook
-//! and again by the reconciler. Messages name fields by their manifest path.
+//! Rules the CRD schema and CEL cannot say well, checked with garde: by the admission webhook
+//! at once, and by the reconciler again before it acts. Every message names the field by its
+//! path in the manifest (`spec.nodeTemplate.status.allocatable.cpu`) and says what is allowed.
+//!
+//! The spec types carry `#[garde(...)]` attributes that call the functions here. A custom
+//! rule that looks inside a field reports each problem on its own line, starting with the
+//! path below that field (`.status.allocatable.cpu: …`); [`messages`] joins the paths.
 
-use super::{NodePool, PodPool};
+use super::common::{HASH_LABEL, INDEX_LABEL, MAX_COUNT, POOL_LABEL, SubnetRange, TemplateMetadata};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use super::nodepool::{NodePoolSpec, NodeTemplate};
+use super::podpool::{PodPoolSpec, PodTemplate};
+use crate::api::{NodePool, PodPool};
+use garde::Validate;
 use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
+use std::collections::HashSet;
 use std::sync::Arc;
 
-/// Checks a NodePool, given every other NodePool (for rules across pools).
-pub fn validate_nodepool(pool: &NodePool, others: &[Arc<NodePool>]) -> Result<(), String> {
-    let spec = &pool.spec;
-    if spec.node_count < 0 || spec.node_count > super::common::MAX_COUNT {
-        return Err(format!(
-            "spec.nodeCount: {} is out of range: use 0 to {}",
-            spec.node_count,
-            super::common::MAX_COUNT
+/// Labels a node template may not set: the pool sets them itself.
+const NODE_RESERVED_LABELS: [&str; 4] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL, "kubernetes.io/hostname"];
+const POD_RESERVED_LABELS: [&str; 3] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL];
+const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+
+/// What NodePool rules need beyond the spec.
+#[derive(Clone, Debug, Default)]
+pub struct NodePoolRules {
+    /// Ranges of the other NodePools: (name, podCIDR, internalIPs).
+    pub others: Vec<(String, Option<IpNet>, Option<IpNet>)>,
+    /// On update: the spec before the change and how many children the pool has.
+    pub old: Option<(NodePoolSpec, u32)>,
+}
+
+impl NodePoolRules {
+    /// The context for `pool` among `all` pools (itself excluded by name), before an update
+    /// from `old` when there is one.
+    pub fn new(pool: &str, all: &[Arc<NodePool>], old: Option<(&NodePool, u32)>) -> Self {
+        let others = all
+            .iter()
+            .filter(|p| p.name_any() != pool && p.metadata.deletion_timestamp.is_none())
+            .map(|p| {
+                (
+                    p.name_any(),
+                    p.spec.pod_cidr.as_ref().and_then(|r| r.cidr.parse::<IpNet>().ok()).map(|n| n.trunc()),
+                    p.spec.internal_ips.as_ref().and_then(|r| r.parse::<IpNet>().ok()).map(|n| n.trunc()),
+                )
+            })
+            .collect();
+        Self { others, old: old.map(|(p, n)| (p.spec.clone(), n)) }
+    }
+}
+
+fn lines(problems: Vec<String>) -> garde::Result {
+    if problems.is_empty() { Ok(()) } else { Err(garde::Error::new(problems.join("\n"))) }
+}
+
+/// The manifest name of a spec field garde reports by its Rust name.
+fn manifest_name(rust: &str) -> String {
+    match rust {
+        "pod_cidr" => "podCIDR".into(),
+        "internal_ips" => "internalIPs".into(),
+        other => {
+            let mut out = String::new();
+            let mut upper = false;
+            for c in other.chars() {
+                if c == '_' {
+                    upper = true;
+                } else if upper {
+                    out.extend(c.to_uppercase());
+                    upper = false;
+                } else {
+                    out.push(c);
+                }
+            }
+            out
+        }
+    }
+}
+
+/// Turns a garde report into messages with full manifest paths (`spec.` + field + sub-path).
+pub fn messages(report: &garde::Report) -> Vec<String> {
+    let mut out = Vec::new();
+    for (path, error) in report.iter() {
+        let field: Vec<String> = path.to_string().split('.').map(manifest_name).collect();
+        let base = format!("spec.{}", field.join("."));
+        for line in error.message().lines() {
+            if line.starts_with('.') || line.starts_with('[') || line.starts_with(':') {
+                out.push(format!("{base}{line}"));
+            } else {
+                out.push(format!("{base}: {line}"));
+            }
+        }
+    }
+    out
+}
+
+fn qualified_name_problem(key: &str) -> Option<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+            })
+    });
+    (!(name_ok && prefix_ok)).then(|| {
+        "must be a qualified name: an optional DNS subdomain prefix and '/', then 1-63 characters [A-Za-z0-9._-] starting and ending alphanumeric".to_string()
+    })
+}
+
+fn label_value_problem(value: &str) -> Option<String> {
+    let ok = value.is_empty()
+        || (value.len() <= 63
+            && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && value.ends_with(|c: char| c.is_ascii_alphanumeric()));
+    (!ok).then(|| "must be empty or 1-63 characters [A-Za-z0-9._-] starting and ending alphanumeric".to_string())
+}
+
+fn metadata_problems(meta: Option<&TemplateMetadata>, reserved: &[&str], out: &mut Vec<String>) {
+    let Some(meta) = meta else { return };
+    for (field, value) in [("name", &meta.name), ("generateName", &meta.generate_name), ("namespace", &meta.namespace)] {
+        if value.as_deref().is_some_and(|v| !v.is_empty()) {
+            out.push(format!(".metadata.{field}: must be empty: children are named <pool>-<index> in the pool's namespace"));
+        }
+    }
+    for (key, value) in meta.labels.iter().flatten() {
+        if reserved.contains(&key.as_str()) {
+            out.push(format!(".metadata.labels.{key}: is set by the pool on every child; remove it from the template"));
+        } else if let Some(p) = qualified_name_problem(key) {
+            out.push(format!(".metadata.labels.{key}: the key {p}"));
+        } else if let Some(p) = label_value_problem(value) {
+            out.push(format!(".metadata.labels.{key}: the value {p}"));
+        }
+    }
+    for key in meta.annotations.iter().flatten().map(|(k, _)| k) {
+        if let Some(p) = qualified_name_problem(key) {
+            out.push(format!(".metadata.annotations.{key}: the key {p}"));
+        }
+    }
+}
+
+fn quantity(q: &Quantity) -> Option<kube_quantity::ParsedQuantity> {
+    kube_quantity::ParsedQuantity::try_from(q).ok()
+}
+
+/// Rules on a node template.
+pub fn node_template(t: &NodeTemplate, ctx: &NodePoolRules) -> garde::Result {
+    let _ = ctx;
+    let mut out = Vec::new();
+    metadata_problems(t.metadata.as_ref(), &NODE_RESERVED_LABELS, &mut out);
+    if let Some(spec) = &t.spec {
+        let mut seen: Vec<(String, String, usize)> = Vec::new();
+        for (i, taint) in spec.taints.iter().flatten().enumerate() {
+            if let Some(p) = qualified_name_problem(&taint.key) {
+                out.push(format!(".spec.taints[{i}].key: {:?} {p}", taint.key));
+            }
+            if let Some(p) = taint.value.as_deref().and_then(label_value_problem) {
+                out.push(format!(".spec.taints[{i}].value: {p}"));
+            }
+            if !TAINT_EFFECTS.contains(&taint.effect.as_str()) {
+                out.push(format!(".spec.taints[{i}].effect: {:?} is not an effect: use NoSchedule, PreferNoSchedule or NoExecute", taint.effect));
+            }
+            if let Some((_, _, j)) = seen.iter().find(|(k, e, _)| *k == taint.key && *e == taint.effect) {
+                out.push(format!(
+                    ".spec.taints[{i}]: duplicates taints[{j}] (key {}, effect {}): a node has one taint per key and effect",
+                    taint.key, taint.effect
+                ));
+            }
+            seen.push((taint.key.clone(), taint.effect.clone(), i));
+        }
+        if spec.pod_cidr.as_deref().is_some_and(|c| !c.is_empty()) || spec.pod_cidrs.as_ref().is_some_and(|c| !c.is_empty()) {
+            out.push(".spec.podCIDR: must be empty: every node needs a range of its own; set spec.podCIDR {cidr, maskSize} on the pool instead".into());
+        }
+    }
+    if let Some(status) = &t.status {
+        for (field, map) in [("capacity", &status.capacity), ("allocatable", &status.allocatable)] {
+            for (k, v) in map.iter().flatten() {
+                if quantity(v).is_none() {
+                    out.push(format!(".status.{field}.{k}: {:?} is not a quantity such as 32, 500m or 256Gi", v.0));
+                }
+            }
+        }
+        if let (Some(cap), Some(alloc)) = (&status.capacity, &status.allocatable) {
+            for (k, a) in alloc {
+                let (Some(c), Some(qa), Some(qc)) = (cap.get(k), quantity(a), cap.get(k).and_then(quantity)) else { continue };
+                if qa > qc {
+                    out.push(format!(
+                        ".status.allocatable.{k}: {} is more than status.capacity.{k} ({}): allocatable must not exceed capacity",
+                        a.0, c.0
+                    ));
+                }
+            }
+        }
+    }
+    lines(out)
+}
+
+fn parse_net(text: &str) -> Result<IpNet, String> {
+    text.parse::<IpNet>()
+        .map(|n| n.trunc())
+        .map_err(|_| format!("{text:?} is not a CIDR such as 10.0.0.0/16 or fd00::/48"))
+}
+
+/// A count from 0 to [`MAX_COUNT`].
+pub fn count<C>(n: &i32, _ctx: &C) -> garde::Result {
+    if (0..=MAX_COUNT).contains(n) {
+        Ok(())
+    } else {
+        Err(garde::Error::new(format!("{n} is out of range: use 0 to {MAX_COUNT}")))
+    }
+}
+
+/// `maxUnavailable`: an integer of at least 0, or a percentage from 0% to 100%.
+pub fn max_unavailable(value: &Option<IntOrString>, _ctx: &()) -> garde::Result {
+    match value {
+        None => Ok(()),
+        Some(IntOrString::Int(n)) if *n >= 0 => Ok(()),
+        Some(IntOrString::String(s))
+            if s.strip_suffix('%').and_then(|p| p.parse::<u32>().ok()).is_some_and(|p| p <= 100) =>
+        {
+            Ok(())
+        }
+        Some(other) => Err(garde::Error::new(format!(
+            "{:?} is not allowed: use a number of pods (0 or more) or a percentage such as 25%",
+            match other {
+                IntOrString::Int(n) => n.to_string(),
+                IntOrString::String(s) => s.clone(),
+            }
+        ))),
+    }
+}
+
+/// Rules on `spec.podCIDR`: valid, big enough, not overlapping another pool, not moving the
+/// subnets of existing nodes.
+pub fn pod_cidr(count: i32) -> impl FnOnce(&Option<SubnetRange>, &NodePoolRules) -> garde::Result {
+    move |range, ctx| pod_cidr_rule(range, ctx, count)
+}
+
+fn pod_cidr_rule(range: &Option<SubnetRange>, ctx: &NodePoolRules, count: i32) -> garde::Result {
+    let Some(range) = range else { return Ok(()) };
+    let net = match parse_net(&range.cidr) {
+        Ok(n) => n,
+        Err(e) => return Err(garde::Error::new(format!(".cidr: {e}"))),
+    };
+    let max = if net.addr().is_ipv4() { 32 } else { 128 };
+    if range.mask_size <= net.prefix_len() || range.mask_size > max {
+        return Err(garde::Error::new(format!(
+            ".maskSize: {} must be longer than the prefix of {} (/{}) and at most {max}",
+            range.mask_size,
+            range.cidr,
+            net.prefix_len()
+        )));
+    }
+    let mut out = Vec::new();
+    let bits = u32::from(range.mask_size - net.prefix_len());
+    if bits < 32 && u64::from(count.max(0) as u32) > 1u64 << bits {
+        out.push(format!(
+            ": {} has {} subnets of /{} but nodeCount is {count}: use a larger cidr, a longer maskSize or fewer nodes",
+            range.cidr,
+            1u64 << bits,
+            range.mask_size
         ));
     }
-    if let Some(range) = &spec.pod_cidr {
-        let net: IpNet = range
-            .cidr
-            .parse()
-            .map_err(|_| format!("spec.podCIDR.cidr: {:?} is not a CIDR such as 10.0.0.0/16", range.cidr))?;
-        let _ = net;
+    for (other, their, _) in &ctx.others {
+        if let Some(their) = their
+            && (their.contains(&net.network()) || net.contains(&their.network()))
+        {
+            out.push(format!(".cidr: {net} overlaps {their}, the podCIDR of NodePool {other}: every pool needs a range of its own"));
+        }
     }
-    if let Some(ips) = &spec.internal_ips {
-        ips.parse::<IpNet>().map_err(|_| format!("spec.internalIPs: {ips:?} is not a CIDR such as 10.1.0.0/16"))?;
+    if let Some((old, children)) = &ctx.old
+        && let Some(old_range) = &old.pod_cidr
+        && let Ok(old_net) = parse_net(&old_range.cidr)
+    {
+        let live = (*children).min(count.max(0) as u32);
+        for i in 0..live {
+            let before = crate::simulator::ipam::nth_subnet(&old_net, old_range.mask_size, i);
+            let after = crate::simulator::ipam::nth_subnet(&net, range.mask_size, i);
+            if before != after {
+                out.push(format!(
+                    ": the change would move node {i} from {} to {}: a live pool's range may grow, but its nodes keep their subnets (keep the start and maskSize, or scale to 0 first)",
+                    before.map(|n| n.to_string()).unwrap_or_default(),
+                    after.map(|n| n.to_string()).unwrap_or_else(|| "nothing".into())
+                ));
+                break;
+            }
+        }
     }
-    let _ = (others, pool.name_any());
-    Ok(())
+    lines(out)
+}
+
+/// Rules on `spec.internalIPs`.
+pub fn internal_ips(count: i32) -> impl FnOnce(&Option<String>, &NodePoolRules) -> garde::Result {
+    move |range, ctx| internal_ips_rule(range, ctx, count)
+}
+
+fn internal_ips_rule(range: &Option<String>, ctx: &NodePoolRules, count: i32) -> garde::Result {
+    let Some(text) = range else { return Ok(()) };
+    let net = parse_net(text).map_err(|e| garde::Error::new(format!(": {e}")))?;
+    let mut out = Vec::new();
+    if crate::simulator::ipam::host_count(&net) < count.max(0) as u128 {
+        out.push(format!(
+            ": {net} has {} host addresses but nodeCount is {count}: use a larger range or fewer nodes",
+            crate::simulator::ipam::host_count(&net)
+        ));
+    }
+    for (other, _, their) in &ctx.others {
+        if let Some(their) = their
+            && (their.contains(&net.network()) || net.contains(&their.network()))
+        {
+            out.push(format!(": {net} overlaps {their}, the internalIPs of NodePool {other}: node addresses must be unique"));
+        }
+    }
+    if let Some((old, children)) = &ctx.old
+        && let Some(old_text) = &old.internal_ips
+        && let Ok(old_net) = parse_net(old_text)
+    {
+        let live = (*children).min(count.max(0) as u32);
+        for i in 0..live {
+            let before = crate::simulator::ipam::nth_host(&old_net, i);
+            let after = crate::simulator::ipam::nth_host(&net, i);
+            if before != after {
+                out.push(format!(
+                    ": the change would move node {i} from {} to {}: a live pool's range may grow, but its nodes keep their addresses",
+                    before.map(|a| a.to_string()).unwrap_or_default(),
+                    after.map(|a| a.to_string()).unwrap_or_else(|| "nothing".into())
+                ));
+                break;
+            }
+        }
+    }
+    lines(out)
+}
+
+fn container_problems(field: &str, containers: &[Container], out: &mut Vec<String>) {
+    let mut names = HashSet::new();
+    for (i, c) in containers.iter().enumerate() {
+        if c.name.trim().is_empty() {
+            out.push(format!(".spec.{field}[{i}].name: is required: every container needs a name"));
+        } else if !names.insert(c.name.clone()) {
+            out.push(format!(".spec.{field}[{i}].name: {:?} is used twice: container names must be unique", c.name));
+        }
+        if c.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
+            out.push(format!(".spec.{field}[{i}].image: is required: every container needs an image (nothing is pulled, any name works)"));
+        }
+    }
+}
+
+/// Rules on a pod template.
+pub fn pod_template(t: &PodTemplate, _ctx: &()) -> garde::Result {
+    let mut out = Vec::new();
+    metadata_problems(t.metadata.as_ref(), &POD_RESERVED_LABELS, &mut out);
+    if t.spec.containers.is_empty() {
+        out.push(".spec.containers: needs at least one container with a name and an image".into());
+    }
+    container_problems("containers", &t.spec.containers, &mut out);
+    container_problems("initContainers", t.spec.init_containers.as_deref().unwrap_or_default(), &mut out);
+    lines(out)
+}
+
+/// Checks a NodePool (messages with manifest paths), given the rules' context.
+pub fn check_nodepool(spec: &NodePoolSpec, ctx: &NodePoolRules) -> Result<(), Vec<String>> {
+    spec.validate_with(ctx).map_err(|r| messages(&r))
 }
 
 /// Checks a PodPool.
-pub fn validate_podpool(pool: &PodPool) -> Result<(), String> {
-    let spec = &pool.spec;
-    if spec.pod_count < 0 || spec.pod_count > super::common::MAX_COUNT {
-        return Err(format!(
-            "spec.podCount: {} is out of range: use 0 to {}",
-            spec.pod_count,
-            super::common::MAX_COUNT
-        ));
-    }
-    Ok(())
+pub fn check_podpool(spec: &PodPoolSpec) -> Result<(), Vec<String>> {
+    spec.validate().map_err(|r| messages(&r))
 }
+
+/// The reconciler's check: every rule, against every other pool; one message.
+pub fn validate_nodepool(pool: &NodePool, all: &[Arc<NodePool>]) -> Result<(), String> {
+    check_nodepool(&pool.spec, &NodePoolRules::new(&pool.name_any(), all, None)).map_err(|m| m.join("; "))
+}
+
+pub fn validate_podpool(pool: &PodPool) -> Result<(), String> {
+    check_podpool(&pool.spec).map_err(|m| m.join("; "))
+}
+
+#[cfg(test)]
+mod tests;

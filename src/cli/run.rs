@@ -1,7 +1,10 @@
 //! `kwok-pools run` and `kwok-pools simulate`: the operator's flags.
 
 use super::cluster::parse_duration;
+use crate::admission::WebhookConfig;
+use crate::admission::register::Endpoint;
 use crate::operator::OperatorConfig;
+use crate::simulator::selector::Selector;
 use crate::simulator::manage::Manage;
 use crate::simulator::node_status::NodeDefaults;
 use clap::Args;
@@ -66,6 +69,27 @@ pub struct RunArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub job_run_time: Duration,
 
+    /// Do not serve the validating admission webhook.
+    #[arg(long)]
+    pub no_webhook: bool,
+    /// Where the admission webhook listens (TLS).
+    #[arg(long, default_value = "127.0.0.1:9443")]
+    pub webhook_addr: SocketAddr,
+    /// The URL the API server calls (default https://<webhook-addr>/validate).
+    #[arg(long, conflicts_with = "webhook_service")]
+    pub webhook_url: Option<String>,
+    /// In a cluster: the Service in front of the webhook, as NAMESPACE/NAME[:PORT].
+    #[arg(long)]
+    pub webhook_service: Option<String>,
+    /// A directory with tls.crt, tls.key and ca.crt (e.g. a mounted Secret) instead of a
+    /// certificate made at start.
+    #[arg(long)]
+    pub webhook_cert_dir: Option<std::path::PathBuf>,
+    /// The name of this operator instance: its webhook configuration is `kwok-pools-<instance>`
+    /// (or `kwok-pools` for the default instance).
+    #[arg(long, default_value = "kwok-pools")]
+    pub instance: String,
+
     /// Where /metrics, /healthz and /readyz are served.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub metrics_addr: SocketAddr,
@@ -75,6 +99,39 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    fn webhook(&self) -> Result<Option<WebhookConfig>, String> {
+        if self.no_webhook {
+            return Ok(None);
+        }
+        let (endpoint, hosts) = match (&self.webhook_url, &self.webhook_service) {
+            (Some(url), _) => (Some(Endpoint::Url(url.clone())), vec![]),
+            (None, Some(svc)) => {
+                let (ns, rest) = svc.split_once('/').ok_or_else(|| format!("--webhook-service {svc:?}: use NAMESPACE/NAME[:PORT]"))?;
+                let (name, port) = match rest.split_once(':') {
+                    Some((n, p)) => (n, p.parse::<i32>().map_err(|_| format!("--webhook-service {svc:?}: the port must be a number"))?),
+                    None => (rest, 443),
+                };
+                let hosts = vec![format!("{name}.{ns}.svc"), format!("{name}.{ns}.svc.cluster.local")];
+                (Some(Endpoint::Service { namespace: ns.into(), name: name.into(), port }), hosts)
+            }
+            (None, None) => (None, vec![]),
+        };
+        let object_selector = match &self.pool_selector {
+            Some(s) => Some(Selector::parse(s).map_err(|e| format!("--pool-selector: {e}"))?.to_label_selector()),
+            None => None,
+        };
+        let configuration_name =
+            if self.instance == "kwok-pools" { "kwok-pools".to_string() } else { format!("kwok-pools-{}", self.instance) };
+        Ok(Some(WebhookConfig {
+            addr: self.webhook_addr,
+            configuration_name,
+            endpoint,
+            hosts,
+            cert_dir: self.webhook_cert_dir.clone(),
+            object_selector,
+        }))
+    }
+
     pub fn config(&self, controllers: bool) -> Result<OperatorConfig, String> {
         let manage = Manage::from_flags(
             self.manage_all_nodes,
@@ -101,6 +158,7 @@ impl RunArgs {
             metrics_addr: self.metrics_addr,
             pod_termination_delay: self.pod_termination_delay,
             job_run_time: self.job_run_time,
+            webhook: self.webhook()?,
         })
     }
 }

@@ -44,6 +44,7 @@ impl PoolKind for PodPool {
     type Child = Pod;
     type Env = PodEnv;
     const NOUN: &'static str = "pod";
+    const CREATE_WITH_POST: bool = true;
 
     fn count(&self) -> u32 {
         self.spec.pod_count.max(0) as u32

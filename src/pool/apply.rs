@@ -5,7 +5,7 @@ use super::plan::{Plan, child_name};
 use super::status::Problem;
 use super::{FIELD_MANAGER, PoolKind, Write};
 use futures::StreamExt;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -88,6 +88,18 @@ pub async fn execute<P: PoolKind>(
             async move {
                 let _permit = ctx.writes.acquire().await.expect("write semaphore is never closed");
                 let (verb, name, result) = match op {
+                    Op::Create(name, child) if P::CREATE_WITH_POST => {
+                        let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+                        let r = match api.create(&pp, &child).await {
+                            Ok(_) => Ok(()),
+                            Err(kube::Error::Api(mut s)) if s.code == 409 => {
+                                s.message = format!("{name} already exists and is not owned by this pool; it is left alone");
+                                Err(kube::Error::Api(s))
+                            }
+                            Err(e) => Err(e),
+                        };
+                        ("create", name, r)
+                    }
                     Op::Create(name, child) => {
                         let r = api.patch(&name, &apply, &Patch::Apply(&child)).await.map(|_| ());
                         ("create", name, r)

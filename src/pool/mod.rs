@@ -39,6 +39,12 @@ pub trait PoolKind:
     /// What one child is called in messages: "node", "pod".
     const NOUN: &'static str;
 
+    /// Create children with a plain POST rather than server-side apply. Cheaper for the API
+    /// server, and it can never take over an object that appeared under the same name, but
+    /// later applies could not remove fields the POST set: only for kinds that are replaced,
+    /// never updated in place.
+    const CREATE_WITH_POST: bool = false;
+
     /// How many children the pool wants.
     fn count(&self) -> u32;
     /// A hash of everything a child is rendered from; a change rolls the children.

@@ -216,6 +216,10 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
         taken: &taken,
         max_creates: ctx.max_creates,
     });
+    if !plan.create.is_empty() && !still_there(pool.as_ref(), &ctx).await {
+        // Deleted meanwhile: creating children now would only hand the garbage collector work.
+        return Ok(Action::await_change());
+    }
     let outcome = apply::execute(pool.as_ref(), &plan, &owned, &hash, &ctx).await;
     ctx.expectations.expect(&uid, &outcome.created, Expect::Create);
     ctx.expectations.expect(&uid, &outcome.deleted, Expect::Delete);
@@ -265,6 +269,16 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
     } else {
         Action::requeue(Duration::from_secs(300))
     })
+}
+
+/// Whether the pool still exists, undeleted, with the same UID (one read before creating).
+async fn still_there<P: PoolKind>(pool: &P, ctx: &PoolContext<P>) -> bool {
+    match P::pool_api(ctx.client.clone(), pool).get_metadata_opt(&pool.name_any()).await {
+        Ok(Some(live)) => live.metadata.uid == pool.meta().uid && live.metadata.deletion_timestamp.is_none(),
+        Ok(None) => false,
+        // Unknown: go ahead; the garbage collector covers the rare loss.
+        Err(_) => true,
+    }
 }
 
 async fn write_status<P: PoolKind>(

@@ -50,6 +50,31 @@ impl Selector {
     }
 }
 
+impl Selector {
+    /// The same selector as a Kubernetes LabelSelector (for object selectors).
+    pub fn to_label_selector(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+        let req = |key: &str, op: &str, values: Option<Vec<String>>| LabelSelectorRequirement {
+            key: key.to_string(),
+            operator: op.to_string(),
+            values,
+        };
+        let exprs = self
+            .requirements
+            .iter()
+            .map(|r| match r {
+                Requirement::Equals(k, v) => req(k, "In", Some(vec![v.clone()])),
+                Requirement::NotEquals(k, v) => req(k, "NotIn", Some(vec![v.clone()])),
+                Requirement::Exists(k) => req(k, "Exists", None),
+                Requirement::NotExists(k) => req(k, "DoesNotExist", None),
+                Requirement::In(k, vs) => req(k, "In", Some(vs.clone())),
+                Requirement::NotIn(k, vs) => req(k, "NotIn", Some(vs.clone())),
+            })
+            .collect::<Vec<_>>();
+        LabelSelector { match_expressions: (!exprs.is_empty()).then_some(exprs), match_labels: None }
+    }
+}
+
 impl std::fmt::Display for Selector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.text)
@@ -152,6 +177,14 @@ mod tests {
         assert!(Selector::parse("a in b").is_err());
         assert!(Selector::parse("a b c").is_err());
         assert!(Selector::parse("=x").is_err());
+    }
+
+    #[test]
+    fn converts_to_a_label_selector() {
+        let s = Selector::parse("a=b,!c").unwrap().to_label_selector();
+        let e = s.match_expressions.unwrap();
+        assert_eq!((e[0].operator.as_str(), e[0].values.clone()), ("In", Some(vec!["b".to_string()])));
+        assert_eq!(e[1].operator, "DoesNotExist");
     }
 
     #[test]

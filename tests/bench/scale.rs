@@ -3,6 +3,7 @@
 
 mod harness;
 mod nodes;
+mod pods;
 
 use std::time::Duration;
 
@@ -19,6 +20,16 @@ async fn main() {
         .flat_map(|v| v.split(','))
         .filter_map(|v| v.parse().ok())
         .collect();
+    let pod_counts: Vec<u32> = picked.iter().filter_map(|a| a.strip_prefix("pods=")).filter_map(|v| v.parse().ok()).collect();
+    if let Some(n) = pod_counts.first() {
+        pods::run((*n / 100).max(1), *n).await;
+    } else if all || picked.contains(&"pods") {
+        if quick {
+            pods::run(10, 1000).await;
+        } else {
+            pods::run(100, 10_000).await;
+        }
+    }
     if !sizes.is_empty() {
         nodes::run(&sizes, Duration::from_secs(if quick { 20 } else { 120 })).await;
     } else if all || picked.contains(&"nodes") {

@@ -151,6 +151,7 @@ pub struct Operator {
     child: Option<Child>,
     pub scope: String,
     pub metrics_port: u16,
+    pub webhook_port: u16,
     pub log: PathBuf,
     extra: Vec<String>,
 }
@@ -175,6 +176,7 @@ impl Operator {
             child: None,
             scope: scope.to_string(),
             metrics_port: free_port(),
+            webhook_port: free_port(),
             log: log_dir().join(format!("{scope}.log")),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
@@ -192,6 +194,10 @@ impl Operator {
             format!("127.0.0.1:{}", self.metrics_port),
             "--node-lease-duration-seconds".into(),
             "20".into(),
+            "--instance".into(),
+            self.scope.clone(),
+            "--webhook-addr".into(),
+            format!("127.0.0.1:{}", self.webhook_port),
         ];
         let overrides_manage = self.extra.iter().any(|a| a.starts_with("--manage-"));
         if !overrides_manage {

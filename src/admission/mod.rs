@@ -1,0 +1,102 @@
+//! The validating admission webhook, served by `kwok-pools run` over TLS: AdmissionReview v1
+//! in, allow or deny out, with messages that name the field by its manifest path.
+
+pub mod register;
+pub mod review;
+pub mod tls;
+
+use crate::api::NodePool;
+use crate::telemetry::metrics::{AdmissionLabels, Metrics};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::runtime::reflector::Store;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+pub struct WebhookConfig {
+    /// Where the webhook listens.
+    pub addr: SocketAddr,
+    /// The ValidatingWebhookConfiguration to create or patch (`kwok-pools-<instance>`).
+    pub configuration_name: String,
+    /// How the API server reaches us; default `https://<addr>/validate`.
+    pub endpoint: Option<register::Endpoint>,
+    /// Extra names for the generated certificate (for a Service).
+    pub hosts: Vec<String>,
+    /// tls.crt / tls.key / ca.crt from a directory instead of a generated certificate.
+    pub cert_dir: Option<PathBuf>,
+    /// Only pools matching this selector are sent to the webhook.
+    pub object_selector: Option<LabelSelector>,
+}
+
+#[derive(Clone)]
+struct AppState {
+    pools: Store<NodePool>,
+    metrics: Arc<Metrics>,
+}
+
+async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
+    match review::answer(&body, &state.pools) {
+        Ok((kind, allowed, review)) => {
+            state
+                .metrics
+                .admission_reviews
+                .get_or_create(&AdmissionLabels { kind, allowed: allowed.to_string() })
+                .inc();
+            axum::Json(review).into_response()
+        }
+        Err(e) => {
+            state.metrics.admission_reviews.get_or_create(&AdmissionLabels { kind: "invalid".into(), allowed: "false".into() }).inc();
+            (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
+        }
+    }
+}
+
+pub fn router(pools: Store<NodePool>, metrics: Arc<Metrics>) -> Router {
+    Router::new().route(register::PATH, post(validate)).with_state(AppState { pools, metrics })
+}
+
+/// Starts the TLS server in the background and registers the webhook configuration.
+/// Returns the bound address.
+pub async fn start(client: kube::Client, config: WebhookConfig, pools: Store<NodePool>, metrics: Arc<Metrics>) -> anyhow::Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind(config.addr)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {} for the webhook: {e}; choose another --webhook-addr", config.addr))?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr()?;
+    let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), bound.ip().to_string()];
+    hosts.extend(config.hosts.iter().cloned());
+    hosts.dedup();
+    let cert = match &config.cert_dir {
+        Some(dir) => tls::from_dir(dir)?,
+        None => tls::generate(&hosts)?,
+    };
+    let rustls = axum_server::tls_rustls::RustlsConfig::from_pem(cert.cert_pem.clone().into_bytes(), cert.key_pem.clone().into_bytes())
+        .await
+        .map_err(|e| anyhow::anyhow!("the webhook certificate is not usable: {e}"))?;
+    let app = router(pools, metrics);
+    let server = axum_server::from_tcp_rustls(listener, rustls)?;
+    tokio::spawn(async move {
+        if let Err(e) = server.serve(app.into_make_service()).await {
+            tracing::error!(error = %e, "webhook server stopped");
+        }
+    });
+    let endpoint = config.endpoint.clone().unwrap_or_else(|| {
+        let host = if bound.ip().is_unspecified() { "127.0.0.1".to_string() } else { bound.ip().to_string() };
+        register::Endpoint::Url(format!("https://{host}:{}{}", bound.port(), register::PATH))
+    });
+    let vwc = register::configuration(&config.configuration_name, &endpoint, &cert.ca_pem, config.object_selector.clone());
+    register::register(client, &vwc).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot register ValidatingWebhookConfiguration {}: {e}; the operator needs create/patch on validatingwebhookconfigurations (or run with --no-webhook)",
+            config.configuration_name
+        )
+    })?;
+    tracing::info!(%bound, configuration = %config.configuration_name, ?endpoint, "admission webhook serving");
+    Ok(bound)
+}
