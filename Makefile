@@ -39,9 +39,20 @@ release: ## Build the optimised operator.
 	cargo build --release --bin kwok-pools
 
 .PHONY: crds
-crds: ## Regenerate crds/ from the Rust types.
+crds: ## Regenerate crds/ (CRDs and editor JSON schemas) from the Rust types.
 	cargo run --quiet --bin kwok-pools -- crd > crds/kwok-pools.yaml
 	@echo "wrote crds/kwok-pools.yaml"
+	cargo run --quiet --bin kwok-pools -- schema --out crds/schemas
+
+# check-jsonschema (PyPI) validates the samples against the editor schemas.
+VENV := $(HOME)/.cache/kwok-pools/venv
+CHECK_JSONSCHEMA_VERSION := 0.39.0
+.PHONY: schema-tools
+schema-tools: ## Install check-jsonschema into a cached virtualenv.
+	@if ! $(VENV)/bin/check-jsonschema --version 2>/dev/null | grep -q $(CHECK_JSONSCHEMA_VERSION); then \
+	  echo "installing check-jsonschema $(CHECK_JSONSCHEMA_VERSION) into $(VENV)"; \
+	  python3 -m venv $(VENV) && $(VENV)/bin/pip install --quiet check-jsonschema==$(CHECK_JSONSCHEMA_VERSION); \
+	fi
 
 .PHONY: lint
 lint: ## cargo fmt --check and clippy -D warnings.
@@ -49,8 +60,8 @@ lint: ## cargo fmt --check and clippy -D warnings.
 	cargo clippy --all-targets -- -D warnings
 
 .PHONY: unit
-unit: ## Unit tests only (no cluster).
-	cargo test --lib --bins --test crds
+unit: schema-tools ## Unit tests only (no cluster).
+	cargo test --lib --bins --test crds --test schemas
 
 .PHONY: test
 test: controlplane build unit e2e ## Unit and end-to-end tests; builds what it needs first.

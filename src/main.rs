@@ -13,6 +13,7 @@ async fn main() {
             print!("{}", kwok_pools::api::crds_yaml());
             Ok(())
         }
+        Command::Schema { out } => write_schemas(&out),
         Command::Version => {
             println!("kwok-pools {}", env!("CARGO_PKG_VERSION"));
             Ok(())
@@ -28,4 +29,14 @@ async fn run(args: kwok_pools::cli::run::RunArgs, controllers: bool) -> anyhow::
     kwok_pools::telemetry::init_tracing(args.log_json);
     let config = args.config(controllers).map_err(|e| anyhow::anyhow!(e))?;
     kwok_pools::operator::run(config).await
+}
+
+fn write_schemas(out: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("creating {}: {e}", out.display()))?;
+    for (name, text) in kwok_pools::api::editor_schema::all() {
+        let path = out.join(&name);
+        std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
 }

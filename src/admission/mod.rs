@@ -52,7 +52,11 @@ async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
             axum::Json(review).into_response()
         }
         Err(e) => {
-            state.metrics.admission_reviews.get_or_create(&AdmissionLabels { kind: "invalid".into(), allowed: "false".into() }).inc();
+            state
+                .metrics
+                .admission_reviews
+                .get_or_create(&AdmissionLabels { kind: "invalid".into(), allowed: "false".into() })
+                .inc();
             (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
         }
     }
@@ -64,9 +68,15 @@ pub fn router(pools: Store<NodePool>, metrics: Arc<Metrics>) -> Router {
 
 /// Starts the TLS server in the background and registers the webhook configuration.
 /// Returns the bound address.
-pub async fn start(client: kube::Client, config: WebhookConfig, pools: Store<NodePool>, metrics: Arc<Metrics>) -> anyhow::Result<SocketAddr> {
-    let listener = std::net::TcpListener::bind(config.addr)
-        .map_err(|e| anyhow::anyhow!("cannot listen on {} for the webhook: {e}; choose another --webhook-addr", config.addr))?;
+pub async fn start(
+    client: kube::Client,
+    config: WebhookConfig,
+    pools: Store<NodePool>,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind(config.addr).map_err(|e| {
+        anyhow::anyhow!("cannot listen on {} for the webhook: {e}; choose another --webhook-addr", config.addr)
+    })?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
     let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), bound.ip().to_string()];
@@ -76,9 +86,12 @@ pub async fn start(client: kube::Client, config: WebhookConfig, pools: Store<Nod
         Some(dir) => tls::from_dir(dir)?,
         None => tls::generate(&hosts)?,
     };
-    let rustls = axum_server::tls_rustls::RustlsConfig::from_pem(cert.cert_pem.clone().into_bytes(), cert.key_pem.clone().into_bytes())
-        .await
-        .map_err(|e| anyhow::anyhow!("the webhook certificate is not usable: {e}"))?;
+    let rustls = axum_server::tls_rustls::RustlsConfig::from_pem(
+        cert.cert_pem.clone().into_bytes(),
+        cert.key_pem.clone().into_bytes(),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("the webhook certificate is not usable: {e}"))?;
     let app = router(pools, metrics);
     let server = axum_server::from_tcp_rustls(listener, rustls)?;
     tokio::spawn(async move {
@@ -90,7 +103,8 @@ pub async fn start(client: kube::Client, config: WebhookConfig, pools: Store<Nod
         let host = if bound.ip().is_unspecified() { "127.0.0.1".to_string() } else { bound.ip().to_string() };
         register::Endpoint::Url(format!("https://{host}:{}{}", bound.port(), register::PATH))
     });
-    let vwc = register::configuration(&config.configuration_name, &endpoint, &cert.ca_pem, config.object_selector.clone());
+    let vwc =
+        register::configuration(&config.configuration_name, &endpoint, &cert.ca_pem, config.object_selector.clone());
     register::register(client, &vwc).await.map_err(|e| {
         anyhow::anyhow!(
             "cannot register ValidatingWebhookConfiguration {}: {e}; the operator needs create/patch on validatingwebhookconfigurations (or run with --no-webhook)",

@@ -6,10 +6,10 @@
 //! would lock every pool, including the fix for a bad one.
 
 use crate::pool::FIELD_MANAGER;
+use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use k8s_openapi::ByteString;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 
@@ -23,13 +23,27 @@ pub enum Endpoint {
     Service { namespace: String, name: String, port: i32 },
 }
 
-pub fn configuration(name: &str, endpoint: &Endpoint, ca_pem: &str, selector: Option<LabelSelector>) -> ValidatingWebhookConfiguration {
+pub fn configuration(
+    name: &str,
+    endpoint: &Endpoint,
+    ca_pem: &str,
+    selector: Option<LabelSelector>,
+) -> ValidatingWebhookConfiguration {
     let client_config = match endpoint {
-        Endpoint::Url(url) => WebhookClientConfig { url: Some(url.clone()), ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())), service: None },
+        Endpoint::Url(url) => WebhookClientConfig {
+            url: Some(url.clone()),
+            ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+            service: None,
+        },
         Endpoint::Service { namespace, name, port } => WebhookClientConfig {
             url: None,
             ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
-            service: Some(ServiceReference { namespace: namespace.clone(), name: name.clone(), path: Some(PATH.into()), port: Some(*port) }),
+            service: Some(ServiceReference {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                path: Some(PATH.into()),
+                port: Some(*port),
+            }),
         },
     };
     ValidatingWebhookConfiguration {

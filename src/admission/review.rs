@@ -3,10 +3,10 @@
 
 use crate::api::validation::{self, NodePoolRules};
 use crate::api::{NodePool, PodPool};
+use kube::ResourceExt;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::runtime::reflector::Store;
-use kube::ResourceExt;
 use std::sync::Arc;
 
 /// A spec that can be checked at admission (one impl per pool kind).
@@ -18,7 +18,8 @@ pub trait Validate: Sized {
 impl Validate for NodePool {
     fn problems(&self, old: Option<&Self>, pools: &[Arc<NodePool>]) -> Vec<String> {
         // Children of a live pool: what its status last counted (all of them if unknown).
-        let old = old.map(|o| (o, o.status.as_ref().map_or(o.spec.node_count.max(0) as u32, |s| s.replicas.max(0) as u32)));
+        let old =
+            old.map(|o| (o, o.status.as_ref().map_or(o.spec.node_count.max(0) as u32, |s| s.replicas.max(0) as u32)));
         let ctx = NodePoolRules::new(&self.name_any(), pools, old);
         validation::check_nodepool(&self.spec, &ctx).err().unwrap_or_default()
     }
@@ -47,11 +48,7 @@ fn judge<K: Validate + serde::de::DeserializeOwned>(
     };
     let old = req.old_object.as_ref().and_then(|o| decode(o).ok());
     let problems = new.problems(old.as_ref(), pools);
-    if problems.is_empty() {
-        (true, resp)
-    } else {
-        (false, resp.deny(problems.join("; ")))
-    }
+    if problems.is_empty() { (true, resp) } else { (false, resp.deny(problems.join("; "))) }
 }
 
 /// Errors that make the answer an HTTP 400: the body is not an AdmissionReview.
@@ -65,15 +62,22 @@ pub enum BadReview {
 
 /// Answers an AdmissionReview body. Returns the kind judged, whether it was allowed, and
 /// the review to send back.
-pub fn answer(body: &[u8], pools: &Store<NodePool>) -> Result<(String, bool, AdmissionReview<DynamicObject>), BadReview> {
+pub fn answer(
+    body: &[u8],
+    pools: &Store<NodePool>,
+) -> Result<(String, bool, AdmissionReview<DynamicObject>), BadReview> {
     let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
-    let req: AdmissionRequest<DynamicObject> = review.try_into().map_err(|e: kube::core::admission::ConvertAdmissionReviewError| BadReview::NoRequest(e.to_string()))?;
+    let req: AdmissionRequest<DynamicObject> = review
+        .try_into()
+        .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| BadReview::NoRequest(e.to_string()))?;
     let kind = req.kind.kind.clone();
     let all = pools.state();
     let (allowed, resp) = match kind.as_str() {
         "NodePool" => judge::<NodePool>(&req, &all),
         "PodPool" => judge::<PodPool>(&req, &all),
-        other => (true, AdmissionResponse::from(&req).deny(format!("kwok-pools does not validate {other}")).allow_anyway()),
+        other => {
+            (true, AdmissionResponse::from(&req).deny(format!("kwok-pools does not validate {other}")).allow_anyway())
+        }
     };
     Ok((kind, allowed, resp.into_review()))
 }
@@ -155,7 +159,11 @@ mod tests {
         assert!(!allowed);
         assert!(message(&r).contains("NodePool other"), "{}", message(&r));
         // A pool never overlaps itself on update.
-        let (_, allowed, _) = answer(&review("NodePool", pool("other", "10.0.0.0/16", "4"), Some(pool("other", "10.0.0.0/16", "4"))), &store).unwrap();
+        let (_, allowed, _) = answer(
+            &review("NodePool", pool("other", "10.0.0.0/16", "4"), Some(pool("other", "10.0.0.0/16", "4"))),
+            &store,
+        )
+        .unwrap();
         assert!(allowed);
     }
 
@@ -163,7 +171,10 @@ mod tests {
     fn garbage_is_a_bad_request_not_a_crash() {
         let store = store_with(vec![]);
         assert!(matches!(answer(b"not json", &store), Err(BadReview::Decode(_))));
-        assert!(matches!(answer(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#, &store), Err(BadReview::NoRequest(_))));
+        assert!(matches!(
+            answer(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#, &store),
+            Err(BadReview::NoRequest(_))
+        ));
         assert!(answer(br#"{"request": 5}"#, &store).is_err());
     }
 

@@ -27,8 +27,12 @@ pub fn generate(hosts: &[String]) -> Result<ServingCert, rcgen::Error> {
 /// Reads `tls.crt`, `tls.key` and (if present) `ca.crt` from `dir`.
 pub fn from_dir(dir: &Path) -> anyhow::Result<ServingCert> {
     let read = |name: &str| {
-        std::fs::read_to_string(dir.join(name))
-            .map_err(|e| anyhow::anyhow!("reading {}: {e} (the webhook certificate directory needs tls.crt and tls.key)", dir.join(name).display()))
+        std::fs::read_to_string(dir.join(name)).map_err(|e| {
+            anyhow::anyhow!(
+                "reading {}: {e} (the webhook certificate directory needs tls.crt and tls.key)",
+                dir.join(name).display()
+            )
+        })
     };
     let cert_pem = read("tls.crt")?;
     let key_pem = read("tls.key")?;

@@ -4,7 +4,10 @@
 use crate::api::{NodePool, PodPool};
 
 fn node_pool(spec: &str) -> NodePool {
-    serde_yaml::from_str(&format!("apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: p}}\nspec:\n{spec}")).unwrap()
+    serde_yaml::from_str(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: p}}\nspec:\n{spec}"
+    ))
+    .unwrap()
 }
 
 fn cel_errors(p: &NodePool) -> String {
@@ -34,9 +37,11 @@ fn template_names_must_stay_empty() {
 fn cidrs_are_checked() {
     let e = cel_errors(&node_pool("  nodeCount: 1\n  podCIDR: {cidr: not-a-cidr, maskSize: 24}\n  nodeTemplate: {}\n"));
     assert!(e.contains("must be a CIDR"), "{e}");
-    let e = cel_errors(&node_pool("  nodeCount: 1\n  podCIDR: {cidr: 10.0.0.0/16, maskSize: 12}\n  nodeTemplate: {}\n"));
+    let e =
+        cel_errors(&node_pool("  nodeCount: 1\n  podCIDR: {cidr: 10.0.0.0/16, maskSize: 12}\n  nodeTemplate: {}\n"));
     assert!(e.contains("maskSize must be longer"), "{e}");
-    let e = cel_errors(&node_pool("  nodeCount: 1\n  podCIDR: {cidr: 10.0.0.0/16, maskSize: 33}\n  nodeTemplate: {}\n"));
+    let e =
+        cel_errors(&node_pool("  nodeCount: 1\n  podCIDR: {cidr: 10.0.0.0/16, maskSize: 33}\n  nodeTemplate: {}\n"));
     assert!(e.contains("at most 32"), "{e}");
     let e = cel_errors(&node_pool("  nodeCount: 1\n  internalIPs: 10.0.0.0/33\n  nodeTemplate: {}\n"));
     assert!(e.contains("must be a CIDR"), "{e}");
@@ -44,9 +49,13 @@ fn cidrs_are_checked() {
 
 #[test]
 fn ranges_must_be_large_enough_for_the_count() {
-    let e = cel_errors(&node_pool("  nodeCount: 300\n  podCIDR: {cidr: 10.0.0.0/16, maskSize: 24}\n  nodeTemplate: {}\n"));
+    let e =
+        cel_errors(&node_pool("  nodeCount: 300\n  podCIDR: {cidr: 10.0.0.0/16, maskSize: 24}\n  nodeTemplate: {}\n"));
     assert!(e.contains("fewer subnets"), "{e}");
-    assert_eq!(cel_errors(&node_pool("  nodeCount: 256\n  podCIDR: {cidr: 10.0.0.0/16, maskSize: 24}\n  nodeTemplate: {}\n")), "");
+    assert_eq!(
+        cel_errors(&node_pool("  nodeCount: 256\n  podCIDR: {cidr: 10.0.0.0/16, maskSize: 24}\n  nodeTemplate: {}\n")),
+        ""
+    );
     let e = cel_errors(&node_pool("  nodeCount: 300\n  internalIPs: 10.0.0.0/24\n  nodeTemplate: {}\n"));
     assert!(e.contains("fewer host addresses"), "{e}");
 }
@@ -63,6 +72,21 @@ fn label_keys_and_values_are_checked() {
 fn api_version_and_kind_in_the_template() {
     let e = cel_errors(&node_pool("  nodeCount: 1\n  nodeTemplate: {kind: Pod}\n"));
     assert!(e.contains("must be Node"), "{e}");
+}
+
+#[test]
+fn max_unavailable_is_a_count_or_a_percentage() {
+    let pp = |v: &str| -> PodPool {
+        serde_yaml::from_str(&format!(
+            "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata: {{name: w, namespace: d}}\nspec:\n  podCount: 1\n  maxUnavailable: {v}\n  podTemplate:\n    spec: {{containers: [{{name: a, image: b}}]}}\n"
+        ))
+        .unwrap()
+    };
+    assert!(pp("3").validate_cel().is_ok());
+    assert!(pp("'25%'").validate_cel().is_ok());
+    let e = format!("{:?}", pp("lots").validate_cel().unwrap_err());
+    assert!(e.contains("percentage"), "{e}");
+    assert!(pp("'150%'").validate_cel().is_err());
 }
 
 #[test]

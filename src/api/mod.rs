@@ -2,6 +2,7 @@
 //! else in the crate.
 
 pub mod common;
+pub mod editor_schema;
 pub mod nodepool;
 pub mod podpool;
 pub mod schema;
@@ -29,4 +30,11 @@ pub fn crds_yaml() -> String {
         .map(|crd| serde_yaml::to_string(crd).expect("a CRD serializes to YAML"))
         .collect::<Vec<_>>()
         .join("---\n")
+}
+
+#[cfg(test)]
+impl NodePool {
+    pub fn crd_for_tests() -> CustomResourceDefinition {
+        NodePool::crd()
+    }
 }

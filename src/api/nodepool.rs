@@ -3,9 +3,9 @@
 
 use super::common::{PoolStatus, SubnetRange, TemplateMetadata};
 use super::schema;
-use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
 use super::validation::{self, NodePoolRules};
 use garde::Validate;
+use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 

@@ -3,10 +3,10 @@
 
 use super::common::{PoolStatus, TemplateMetadata};
 use super::schema;
-use k8s_openapi::api::core::v1::PodSpec;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::validation;
 use garde::Validate;
+use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 

@@ -38,9 +38,6 @@ fn rewrite(value: &mut Value) {
                 return;
             }
             map.remove("description");
-            if map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) && !map.contains_key("anyOf") {
-                map.insert("anyOf".into(), json!([{"type": "integer"}, {"type": "string"}]));
-            }
             // "properties" maps field names to schemas: recurse into the schemas only.
             for (key, child) in map.iter_mut() {
                 if key == "properties" {
@@ -59,7 +56,6 @@ fn rewrite(value: &mut Value) {
 
 fn quantity_schema() -> Map<String, Value> {
     let Value::Object(map) = json!({
-        "anyOf": [{"type": "integer"}, {"type": "string"}],
         "pattern": QUANTITY_PATTERN,
         "x-kubernetes-int-or-string": true,
     }) else {
@@ -82,6 +78,11 @@ pub fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
     schemars::json_schema!({
         "x-kubernetes-int-or-string": true,
         "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": "^(100|[1-9]?[0-9])%$"}],
+        // anyOf alone does not hold: a structural schema may not type its branches.
+        "x-kubernetes-validations": [{
+            "rule": "string(self).matches('^([0-9]+|(100|[1-9]?[0-9])%)$')",
+            "message": "must be a number of pods (0 or more) or a percentage from 0% to 100%, such as 25%",
+        }],
     })
 }
 

@@ -7,7 +7,6 @@
 //! path below that field (`.status.allocatable.cpu: …`); [`messages`] joins the paths.
 
 use super::common::{HASH_LABEL, INDEX_LABEL, MAX_COUNT, POOL_LABEL, SubnetRange, TemplateMetadata};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::nodepool::{NodePoolSpec, NodeTemplate};
 use super::podpool::{PodPoolSpec, PodTemplate};
 use crate::api::{NodePool, PodPool};
@@ -15,6 +14,7 @@ use garde::Validate;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -133,9 +133,12 @@ fn label_value_problem(value: &str) -> Option<String> {
 
 fn metadata_problems(meta: Option<&TemplateMetadata>, reserved: &[&str], out: &mut Vec<String>) {
     let Some(meta) = meta else { return };
-    for (field, value) in [("name", &meta.name), ("generateName", &meta.generate_name), ("namespace", &meta.namespace)] {
+    for (field, value) in [("name", &meta.name), ("generateName", &meta.generate_name), ("namespace", &meta.namespace)]
+    {
         if value.as_deref().is_some_and(|v| !v.is_empty()) {
-            out.push(format!(".metadata.{field}: must be empty: children are named <pool>-<index> in the pool's namespace"));
+            out.push(format!(
+                ".metadata.{field}: must be empty: children are named <pool>-<index> in the pool's namespace"
+            ));
         }
     }
     for (key, value) in meta.labels.iter().flatten() {
@@ -173,7 +176,10 @@ pub fn node_template(t: &NodeTemplate, ctx: &NodePoolRules) -> garde::Result {
                 out.push(format!(".spec.taints[{i}].value: {p}"));
             }
             if !TAINT_EFFECTS.contains(&taint.effect.as_str()) {
-                out.push(format!(".spec.taints[{i}].effect: {:?} is not an effect: use NoSchedule, PreferNoSchedule or NoExecute", taint.effect));
+                out.push(format!(
+                    ".spec.taints[{i}].effect: {:?} is not an effect: use NoSchedule, PreferNoSchedule or NoExecute",
+                    taint.effect
+                ));
             }
             if let Some((_, _, j)) = seen.iter().find(|(k, e, _)| *k == taint.key && *e == taint.effect) {
                 out.push(format!(
@@ -183,7 +189,9 @@ pub fn node_template(t: &NodeTemplate, ctx: &NodePoolRules) -> garde::Result {
             }
             seen.push((taint.key.clone(), taint.effect.clone(), i));
         }
-        if spec.pod_cidr.as_deref().is_some_and(|c| !c.is_empty()) || spec.pod_cidrs.as_ref().is_some_and(|c| !c.is_empty()) {
+        if spec.pod_cidr.as_deref().is_some_and(|c| !c.is_empty())
+            || spec.pod_cidrs.as_ref().is_some_and(|c| !c.is_empty())
+        {
             out.push(".spec.podCIDR: must be empty: every node needs a range of its own; set spec.podCIDR {cidr, maskSize} on the pool instead".into());
         }
     }
@@ -197,7 +205,9 @@ pub fn node_template(t: &NodeTemplate, ctx: &NodePoolRules) -> garde::Result {
         }
         if let (Some(cap), Some(alloc)) = (&status.capacity, &status.allocatable) {
             for (k, a) in alloc {
-                let (Some(c), Some(qa), Some(qc)) = (cap.get(k), quantity(a), cap.get(k).and_then(quantity)) else { continue };
+                let (Some(c), Some(qa), Some(qc)) = (cap.get(k), quantity(a), cap.get(k).and_then(quantity)) else {
+                    continue;
+                };
                 if qa > qc {
                     out.push(format!(
                         ".status.allocatable.{k}: {} is more than status.capacity.{k} ({}): allocatable must not exceed capacity",
@@ -280,7 +290,9 @@ fn pod_cidr_rule(range: &Option<SubnetRange>, ctx: &NodePoolRules, count: i32) -
         if let Some(their) = their
             && (their.contains(&net.network()) || net.contains(&their.network()))
         {
-            out.push(format!(".cidr: {net} overlaps {their}, the podCIDR of NodePool {other}: every pool needs a range of its own"));
+            out.push(format!(
+                ".cidr: {net} overlaps {their}, the podCIDR of NodePool {other}: every pool needs a range of its own"
+            ));
         }
     }
     if let Some((old, children)) = &ctx.old
@@ -323,7 +335,9 @@ fn internal_ips_rule(range: &Option<String>, ctx: &NodePoolRules, count: i32) ->
         if let Some(their) = their
             && (their.contains(&net.network()) || net.contains(&their.network()))
         {
-            out.push(format!(": {net} overlaps {their}, the internalIPs of NodePool {other}: node addresses must be unique"));
+            out.push(format!(
+                ": {net} overlaps {their}, the internalIPs of NodePool {other}: node addresses must be unique"
+            ));
         }
     }
     if let Some((old, children)) = &ctx.old

@@ -24,6 +24,12 @@ pub enum Command {
     Simulate(run::RunArgs),
     /// Print every CRD as YAML.
     Crd,
+    /// Write one JSON Schema per kind for editors and validators (`{kind}_{version}.json`).
+    Schema {
+        /// The directory to write into.
+        #[arg(long, default_value = "crds/schemas")]
+        out: std::path::PathBuf,
+    },
     /// Print the version.
     Version,
 }

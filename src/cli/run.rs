@@ -4,9 +4,9 @@ use super::cluster::parse_duration;
 use crate::admission::WebhookConfig;
 use crate::admission::register::Endpoint;
 use crate::operator::OperatorConfig;
-use crate::simulator::selector::Selector;
 use crate::simulator::manage::Manage;
 use crate::simulator::node_status::NodeDefaults;
+use crate::simulator::selector::Selector;
 use clap::Args;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -106,9 +106,15 @@ impl RunArgs {
         let (endpoint, hosts) = match (&self.webhook_url, &self.webhook_service) {
             (Some(url), _) => (Some(Endpoint::Url(url.clone())), vec![]),
             (None, Some(svc)) => {
-                let (ns, rest) = svc.split_once('/').ok_or_else(|| format!("--webhook-service {svc:?}: use NAMESPACE/NAME[:PORT]"))?;
+                let (ns, rest) = svc
+                    .split_once('/')
+                    .ok_or_else(|| format!("--webhook-service {svc:?}: use NAMESPACE/NAME[:PORT]"))?;
                 let (name, port) = match rest.split_once(':') {
-                    Some((n, p)) => (n, p.parse::<i32>().map_err(|_| format!("--webhook-service {svc:?}: the port must be a number"))?),
+                    Some((n, p)) => (
+                        n,
+                        p.parse::<i32>()
+                            .map_err(|_| format!("--webhook-service {svc:?}: the port must be a number"))?,
+                    ),
                     None => (rest, 443),
                 };
                 let hosts = vec![format!("{name}.{ns}.svc"), format!("{name}.{ns}.svc.cluster.local")];
@@ -120,8 +126,11 @@ impl RunArgs {
             Some(s) => Some(Selector::parse(s).map_err(|e| format!("--pool-selector: {e}"))?.to_label_selector()),
             None => None,
         };
-        let configuration_name =
-            if self.instance == "kwok-pools" { "kwok-pools".to_string() } else { format!("kwok-pools-{}", self.instance) };
+        let configuration_name = if self.instance == "kwok-pools" {
+            "kwok-pools".to_string()
+        } else {
+            format!("kwok-pools-{}", self.instance)
+        };
         Ok(Some(WebhookConfig {
             addr: self.webhook_addr,
             configuration_name,

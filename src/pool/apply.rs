@@ -93,7 +93,8 @@ pub async fn execute<P: PoolKind>(
                         let r = match api.create(&pp, &child).await {
                             Ok(_) => Ok(()),
                             Err(kube::Error::Api(mut s)) if s.code == 409 => {
-                                s.message = format!("{name} already exists and is not owned by this pool; it is left alone");
+                                s.message =
+                                    format!("{name} already exists and is not owned by this pool; it is left alone");
                                 Err(kube::Error::Api(s))
                             }
                             Err(e) => Err(e),

@@ -45,7 +45,8 @@ fn pod_pool(count: u32) -> serde_json::Value {
 
 fn deployment(count: u32) -> serde_json::Value {
     let mut template = pod_template("bench-deploy");
-    template["spec"]["tolerations"] = serde_json::json!([{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]);
+    template["spec"]["tolerations"] =
+        serde_json::json!([{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]);
     template["spec"]["nodeSelector"] = serde_json::json!({"type": "kwok"});
     serde_json::json!({
         "apiVersion": "apps/v1",
@@ -96,7 +97,13 @@ pub async fn run(nodes: u32, pods: u32) {
     let pp = PatchParams::apply("bench").force();
     Api::<NodePool>::all(client.clone()).patch("bench-pod-nodes", &pp, &Patch::Apply(node_pool(nodes))).await.unwrap();
     let ok = wait_until("nodes Ready", Duration::from_secs(300), || async {
-        let r = Api::<NodePool>::all(client.clone()).get("bench-pod-nodes").await.ok().and_then(|p| p.status).map(|s| s.ready_replicas).unwrap_or(0);
+        let r = Api::<NodePool>::all(client.clone())
+            .get("bench-pod-nodes")
+            .await
+            .ok()
+            .and_then(|p| p.status)
+            .map(|s| s.ready_replicas)
+            .unwrap_or(0);
         if r as u32 >= nodes { Ok(()) } else { Err(format!("{r} Ready")) }
     })
     .await;
@@ -113,9 +120,15 @@ pub async fn run(nodes: u32, pods: u32) {
         let cpu = CpuMeter::start(op.pid(), bench.control_plane_pids());
         let app = if kind == "PodPool" { "bench-podpool" } else { "bench-deploy" };
         if kind == "PodPool" {
-            Api::<PodPool>::namespaced(client.clone(), NS).patch("bench-podpool", &pp, &Patch::Apply(pod_pool(pods))).await.unwrap();
+            Api::<PodPool>::namespaced(client.clone(), NS)
+                .patch("bench-podpool", &pp, &Patch::Apply(pod_pool(pods)))
+                .await
+                .unwrap();
         } else {
-            Api::<Deployment>::namespaced(client.clone(), NS).patch("bench-deploy", &pp, &Patch::Apply(deployment(pods))).await.unwrap();
+            Api::<Deployment>::namespaced(client.clone(), NS)
+                .patch("bench-deploy", &pp, &Patch::Apply(deployment(pods)))
+                .await
+                .unwrap();
         }
         let done = wait_until(&format!("{pods} pods of a {kind} Running"), Duration::from_secs(900), || async {
             let r = if kind == "PodPool" { podpool_ready(&client).await } else { deployment_available(&client).await };
@@ -132,8 +145,17 @@ pub async fn run(nodes: u32, pods: u32) {
             println!("  NOT all Running after {wall:.1}s");
         }
         let total: f64 = writes.values().sum();
-        let per: Vec<String> = writes.iter().filter(|(_, v)| **v / pods as f64 >= 0.01).map(|(k, v)| format!("{k} {:.2}", v / pods as f64)).collect();
-        println!("  API writes per pod: {:.2} in all ({}); {:.2} of them by the operator", total / pods as f64, per.join(", "), op_writes / pods as f64);
+        let per: Vec<String> = writes
+            .iter()
+            .filter(|(_, v)| **v / pods as f64 >= 0.01)
+            .map(|(k, v)| format!("{k} {:.2}", v / pods as f64))
+            .collect();
+        println!(
+            "  API writes per pod: {:.2} in all ({}); {:.2} of them by the operator",
+            total / pods as f64,
+            per.join(", "),
+            op_writes / pods as f64
+        );
         report_cpu("CPU", op_cpu, &cp_cpu, wall);
         let rss = rss_mib(op.pid());
         println!(
@@ -144,9 +166,15 @@ pub async fn run(nodes: u32, pods: u32) {
 
         let cpu = CpuMeter::start(op.pid(), bench.control_plane_pids());
         if kind == "PodPool" {
-            Api::<PodPool>::namespaced(client.clone(), NS).delete("bench-podpool", &DeleteParams::default()).await.unwrap();
+            Api::<PodPool>::namespaced(client.clone(), NS)
+                .delete("bench-podpool", &DeleteParams::default())
+                .await
+                .unwrap();
         } else {
-            Api::<Deployment>::namespaced(client.clone(), NS).delete("bench-deploy", &DeleteParams::default()).await.unwrap();
+            Api::<Deployment>::namespaced(client.clone(), NS)
+                .delete("bench-deploy", &DeleteParams::default())
+                .await
+                .unwrap();
         }
         let gone = wait_until(&format!("{pods} pods deleted"), Duration::from_secs(900), || async {
             let left = count_pods(&client, app).await;

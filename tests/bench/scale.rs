@@ -20,7 +20,8 @@ async fn main() {
         .flat_map(|v| v.split(','))
         .filter_map(|v| v.parse().ok())
         .collect();
-    let pod_counts: Vec<u32> = picked.iter().filter_map(|a| a.strip_prefix("pods=")).filter_map(|v| v.parse().ok()).collect();
+    let pod_counts: Vec<u32> =
+        picked.iter().filter_map(|a| a.strip_prefix("pods=")).filter_map(|v| v.parse().ok()).collect();
     if let Some(n) = pod_counts.first() {
         pods::run((*n / 100).max(1), *n).await;
     } else if all || picked.contains(&"pods") {

@@ -33,7 +33,9 @@ fn a_plain_pool_is_fine() {
 
 #[test]
 fn allocatable_above_capacity_names_the_resource() {
-    let p = nodepool_spec("  nodeTemplate:\n    status:\n      capacity: {cpu: 32, memory: 1Gi}\n      allocatable: {cpu: 64, memory: 512Mi}\n");
+    let p = nodepool_spec(
+        "  nodeTemplate:\n    status:\n      capacity: {cpu: 32, memory: 1Gi}\n      allocatable: {cpu: 64, memory: 512Mi}\n",
+    );
     let e = one_error(&p, &NodePoolRules::default(), "spec.nodeTemplate.status.allocatable.cpu");
     assert!(e.contains("must not exceed capacity"), "{e}");
     assert_eq!(errors_of(&p, &NodePoolRules::default()).len(), 1, "memory is fine");
@@ -52,10 +54,16 @@ fn taints_must_be_well_formed_and_unique() {
 
 #[test]
 fn labels_the_pool_sets_cannot_be_templated() {
-    let p = nodepool_spec("  nodeTemplate:\n    metadata:\n      labels: {pools.kwok.x-k8s.io/index: '7', kubernetes.io/hostname: x}\n");
+    let p = nodepool_spec(
+        "  nodeTemplate:\n    metadata:\n      labels: {pools.kwok.x-k8s.io/index: '7', kubernetes.io/hostname: x}\n",
+    );
     let ctx = NodePoolRules::default();
-    assert!(one_error(&p, &ctx, "spec.nodeTemplate.metadata.labels.pools.kwok.x-k8s.io/index").contains("set by the pool"));
-    assert!(one_error(&p, &ctx, "spec.nodeTemplate.metadata.labels.kubernetes.io/hostname").contains("set by the pool"));
+    assert!(
+        one_error(&p, &ctx, "spec.nodeTemplate.metadata.labels.pools.kwok.x-k8s.io/index").contains("set by the pool")
+    );
+    assert!(
+        one_error(&p, &ctx, "spec.nodeTemplate.metadata.labels.kubernetes.io/hostname").contains("set by the pool")
+    );
 }
 
 #[test]
@@ -76,7 +84,8 @@ fn pod_cidrs_of_two_pools_never_overlap() {
 
 #[test]
 fn ranges_must_hold_the_count() {
-    let p = nodepool_spec("  podCIDR: {cidr: 10.0.0.0/23, maskSize: 24}\n  internalIPs: 10.1.0.0/31\n  nodeTemplate: {}\n");
+    let p =
+        nodepool_spec("  podCIDR: {cidr: 10.0.0.0/23, maskSize: 24}\n  internalIPs: 10.1.0.0/31\n  nodeTemplate: {}\n");
     let ctx = NodePoolRules::default();
     assert!(one_error(&p, &ctx, "spec.podCIDR").contains("2 subnets"));
     assert!(one_error(&p, &ctx, "spec.internalIPs").contains("2 host addresses"));
@@ -86,11 +95,14 @@ fn ranges_must_hold_the_count() {
 
 #[test]
 fn a_live_pool_keeps_its_nodes_ranges() {
-    let old = nodepool_spec("  podCIDR: {cidr: 10.0.0.0/16, maskSize: 24}\n  internalIPs: 10.1.0.0/24\n  nodeTemplate: {}\n");
-    let grown = nodepool_spec("  podCIDR: {cidr: 10.0.0.0/15, maskSize: 24}\n  internalIPs: 10.1.0.0/23\n  nodeTemplate: {}\n");
+    let old =
+        nodepool_spec("  podCIDR: {cidr: 10.0.0.0/16, maskSize: 24}\n  internalIPs: 10.1.0.0/24\n  nodeTemplate: {}\n");
+    let grown =
+        nodepool_spec("  podCIDR: {cidr: 10.0.0.0/15, maskSize: 24}\n  internalIPs: 10.1.0.0/23\n  nodeTemplate: {}\n");
     let ctx = NodePoolRules { others: vec![], old: Some((old.spec.clone(), 3)) };
     assert!(errors_of(&grown, &ctx).is_empty(), "{:?}", errors_of(&grown, &ctx));
-    let moved = nodepool_spec("  podCIDR: {cidr: 10.0.0.0/16, maskSize: 25}\n  internalIPs: 10.2.0.0/24\n  nodeTemplate: {}\n");
+    let moved =
+        nodepool_spec("  podCIDR: {cidr: 10.0.0.0/16, maskSize: 25}\n  internalIPs: 10.2.0.0/24\n  nodeTemplate: {}\n");
     assert!(one_error(&moved, &ctx, "spec.podCIDR").contains("would move node 0"));
     assert!(one_error(&moved, &ctx, "spec.internalIPs").contains("would move node 0"));
     // With no nodes yet, anything goes.
@@ -125,7 +137,10 @@ fn pod_templates_need_named_containers_with_images() {
     let noimage = podpool("  podTemplate:\n    spec: {containers: [{name: a}, {name: a, image: x}]}\n");
     let errs = pod_errors(&noimage);
     assert!(errs.iter().any(|e| e.starts_with("spec.podTemplate.spec.containers[0].image: is required")), "{errs:?}");
-    assert!(errs.iter().any(|e| e.starts_with("spec.podTemplate.spec.containers[1].name:") && e.contains("twice")), "{errs:?}");
+    assert!(
+        errs.iter().any(|e| e.starts_with("spec.podTemplate.spec.containers[1].name:") && e.contains("twice")),
+        "{errs:?}"
+    );
 }
 
 #[test]
@@ -140,9 +155,14 @@ fn max_unavailable_is_a_count_or_a_percentage() {
 
 #[test]
 fn the_reconciler_check_joins_every_message() {
-    let p = nodepool_spec("  nodeTemplate:\n    metadata: {labels: {pools.kwok.x-k8s.io/pool: x}}\n    status: {capacity: {cpu: 1}, allocatable: {cpu: 2}}\n");
+    let p = nodepool_spec(
+        "  nodeTemplate:\n    metadata: {labels: {pools.kwok.x-k8s.io/pool: x}}\n    status: {capacity: {cpu: 1}, allocatable: {cpu: 2}}\n",
+    );
     let msg = validate_nodepool(&p, &[]).unwrap_err();
-    assert!(msg.contains("spec.nodeTemplate.metadata.labels.pools.kwok.x-k8s.io/pool") && msg.contains("allocatable.cpu"), "{msg}");
+    assert!(
+        msg.contains("spec.nodeTemplate.metadata.labels.pools.kwok.x-k8s.io/pool") && msg.contains("allocatable.cpu"),
+        "{msg}"
+    );
     let _ = (NodePoolSpec::clone, PodPoolSpec::clone);
 }
 

@@ -1,0 +1,119 @@
+//! JSON Schemas for editors and manifest validators, one per kind, made from the CRD's
+//! openAPIV3Schema: OpenAPI's `nullable` becomes a null type, int-or-string becomes anyOf,
+//! Kubernetes extensions are dropped, and objects refuse unknown fields (as the API server's
+//! strict field validation does). File names follow the `{kind}_{version}.json` layout
+//! that kubeconform and the CRDs catalog use.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::{Value, json};
+
+/// (file name, schema) for every version of `crd`.
+pub fn schemas(crd: &CustomResourceDefinition) -> Vec<(String, Value)> {
+    let group = &crd.spec.group;
+    let kind = &crd.spec.names.kind;
+    crd.spec
+        .versions
+        .iter()
+        .filter_map(|v| {
+            let open_api = v.schema.as_ref()?.open_api_v3_schema.as_ref()?;
+            let mut schema = serde_json::to_value(open_api).ok()?;
+            convert(&mut schema);
+            let root = schema.as_object_mut()?;
+            root.insert("$schema".into(), "http://json-schema.org/draft-07/schema#".into());
+            root.insert("title".into(), format!("{kind} ({group}/{})", v.name).into());
+            let props = root.entry("properties").or_insert_with(|| json!({}));
+            props["apiVersion"] = json!({"type": "string", "enum": [format!("{group}/{}", v.name)]});
+            props["kind"] = json!({"type": "string", "enum": [kind]});
+            props["metadata"] = json!({"type": "object"});
+            root.insert("required".into(), json!(["apiVersion", "kind", "metadata", "spec"]));
+            root.insert("additionalProperties".into(), false.into());
+            Some((format!("{}_{}.json", kind.to_lowercase(), v.name), schema))
+        })
+        .collect()
+}
+
+fn convert(value: &mut Value) {
+    let Value::Object(map) = value else { return };
+    if map.remove("nullable") == Some(Value::Bool(true))
+        && let Some(Value::String(t)) = map.get("type").cloned()
+    {
+        map.insert("type".into(), json!([t, "null"]));
+    }
+    if map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
+        map.remove("type");
+        let branches = map.entry("anyOf").or_insert_with(|| json!([{}, {}]));
+        // Structural schemas may not type anyOf branches; JSON Schema needs the types back:
+        // a branch with a pattern is the string, one with bounds the integer, else by order.
+        for (i, b) in branches.as_array_mut().into_iter().flatten().enumerate() {
+            if let Value::Object(b) = b
+                && !b.contains_key("type")
+            {
+                let t = if b.contains_key("pattern") {
+                    "string"
+                } else if b.contains_key("minimum") || b.contains_key("maximum") || i == 0 {
+                    "integer"
+                } else {
+                    "string"
+                };
+                b.insert("type".into(), t.into());
+            }
+        }
+    }
+    let preserve = map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    let keys: Vec<String> = map.keys().filter(|k| k.starts_with("x-kubernetes-")).cloned().collect();
+    for k in keys {
+        map.remove(&k);
+    }
+    if map.contains_key("properties") && !map.contains_key("additionalProperties") && !preserve {
+        map.insert("additionalProperties".into(), false.into());
+    }
+    for (key, child) in map.iter_mut() {
+        match key.as_str() {
+            "properties" => {
+                if let Value::Object(props) = child {
+                    props.values_mut().for_each(convert);
+                }
+            }
+            "items" | "additionalProperties" | "not" => convert(child),
+            "anyOf" | "allOf" | "oneOf" => {
+                if let Value::Array(items) = child {
+                    items.iter_mut().for_each(convert);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Every schema of the project: (file name, pretty JSON with a trailing newline).
+pub fn all() -> Vec<(String, String)> {
+    super::crds()
+        .iter()
+        .flat_map(schemas)
+        .map(|(name, v)| (name, format!("{}\n", serde_json::to_string_pretty(&v).expect("JSON"))))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_schema_per_kind_with_the_expected_names() {
+        let names: Vec<String> = all().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, vec!["nodepool_v1alpha1.json", "podpool_v1alpha1.json"]);
+    }
+
+    #[test]
+    fn openapi_only_keywords_are_translated() {
+        let (_, s) = schemas(&crate::api::NodePool::crd_for_tests()).remove(0);
+        let text = s.to_string();
+        assert!(!text.contains("nullable") && !text.contains("x-kubernetes-"), "OpenAPI-only keywords left");
+        let spec = &s["properties"]["spec"];
+        assert_eq!(spec["additionalProperties"], json!(false));
+        assert_eq!(spec["properties"]["nodeTemplate"]["properties"]["apiVersion"]["type"], json!(["string", "null"]));
+        let cpu = &spec["properties"]["nodeTemplate"]["properties"]["status"]["properties"]["capacity"]["additionalProperties"];
+        assert!(cpu["anyOf"].is_array() && cpu.get("type").is_none());
+        assert_eq!(s["properties"]["kind"]["enum"], json!(["NodePool"]));
+    }
+}
