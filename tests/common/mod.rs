@@ -249,6 +249,22 @@ impl Operator {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
+    /// Waits until the operator reports ready (stores synced, webhook registered).
+    pub async fn wait_ready(&mut self) {
+        let url = format!("http://127.0.0.1:{}/readyz", self.metrics_port);
+        let start = Instant::now();
+        loop {
+            if let Ok(r) = reqwest::get(&url).await
+                && r.status().is_success()
+            {
+                return;
+            }
+            assert!(self.is_running(), "the operator exited:\n{}", self.log_tail());
+            assert!(start.elapsed() < Duration::from_secs(60), "the operator was not ready in 60s:\n{}", self.log_tail());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// The operator's /metrics text.
     pub async fn metrics(&self) -> String {
         let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
