@@ -214,3 +214,20 @@ async fn with_the_webhook_down_the_reconciler_refuses_to_act() {
     let selector = format!("{SCOPE_LABEL}={s}");
     let _ = kubectl(&["delete", "nodepools", "-l", &selector, "--wait=false"]);
 }
+
+#[tokio::test]
+async fn a_malformed_review_gets_a_400_and_the_webhook_keeps_answering() {
+    let s = unique("malformed");
+    let mut op = Operator::start(&s, &[]);
+    op.wait_ready().await;
+    kwok_pools::telemetry::init_crypto();
+    let http = reqwest::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+    let url = format!("https://127.0.0.1:{}/validate", op.webhook_port);
+    for body in [&b"not json at all"[..], br#"{"kind":"AdmissionReview"}"#, br#"{"request": []}"#] {
+        let r = http.post(&url).body(body.to_vec()).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{}", String::from_utf8_lossy(body));
+        assert!(r.text().await.unwrap().contains("AdmissionReview"));
+    }
+    assert!(op.is_running(), "the operator survives malformed reviews");
+    wait_webhook(&s).await;
+}

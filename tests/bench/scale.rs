@@ -4,6 +4,7 @@
 mod harness;
 mod nodes;
 mod pods;
+mod webhook;
 
 use std::time::Duration;
 
@@ -20,6 +21,9 @@ async fn main() {
         .flat_map(|v| v.split(','))
         .filter_map(|v| v.parse().ok())
         .collect();
+    if all || picked.contains(&"webhook") {
+        webhook::run(if quick { 2000 } else { 20_000 }, 16).await;
+    }
     let pod_counts: Vec<u32> =
         picked.iter().filter_map(|a| a.strip_prefix("pods=")).filter_map(|v| v.parse().ok()).collect();
     if let Some(n) = pod_counts.first() {

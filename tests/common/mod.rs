@@ -286,6 +286,9 @@ impl Drop for Operator {
         if std::thread::panicking() {
             eprintln!("operator log tail for scope {}:\n{}", self.scope, self.log_tail());
         }
+        // Whatever the test did, its pools (and through them their children) go.
+        let selector = format!("{SCOPE_LABEL}={}", self.scope);
+        let _ = kubectl(&["delete", "nodepools,podpools", "--all-namespaces", "-l", &selector, "--wait=false"]);
         self.stop();
     }
 }
