@@ -33,7 +33,11 @@ fn apply_result(yaml: &str) -> (bool, String) {
 /// Waits until the API server calls our webhook (it picks new configurations up within a
 /// second or two).
 async fn wait_webhook(scope: &str) {
-    let probe = np(scope, &format!("{scope}-probe"), "  nodeCount: 1\n  nodeTemplate:\n    status: {capacity: {cpu: 1}, allocatable: {cpu: 2}}\n");
+    let probe = np(
+        scope,
+        &format!("{scope}-probe"),
+        "  nodeCount: 1\n  nodeTemplate:\n    status: {capacity: {cpu: 1}, allocatable: {cpu: 2}}\n",
+    );
     wait_for("the webhook to refuse a garde-only fault", T, || async {
         let (ok, out) = apply_result(&probe);
         if ok {
@@ -57,7 +61,11 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
     op.wait_ready().await;
     wait_webhook(&s).await;
     // An existing pool, for the overlap rule.
-    apply(&np(&s, &format!("{s}-base"), "  nodeCount: 1\n  podCIDR: {cidr: 10.250.0.0/16, maskSize: 24}\n  internalIPs: 10.251.0.0/24\n  nodeTemplate: {}\n"));
+    apply(&np(
+        &s,
+        &format!("{s}-base"),
+        "  nodeCount: 1\n  podCIDR: {cidr: 10.250.0.0/16, maskSize: 24}\n  internalIPs: 10.251.0.0/24\n  nodeTemplate: {}\n",
+    ));
     let n = |name: &str| format!("{s}-{name}");
     let huge = "v".repeat(1024 * 1024);
 
@@ -66,44 +74,199 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
         ("negative count", np(&s, &n("b1"), &format!("  nodeCount: -1\n{TEMPLATE}")), "spec.nodeCount"),
         ("huge count", np(&s, &n("b2"), &format!("  nodeCount: 1000000\n{TEMPLATE}")), "spec.nodeCount"),
         ("count of the wrong type", np(&s, &n("b3"), &format!("  nodeCount: three\n{TEMPLATE}")), "spec.nodeCount"),
-        ("unknown spec field", np(&s, &n("b4"), &format!("  nodeCount: 1\n  nodeCont: 2\n{TEMPLATE}")), "spec.nodeCont"),
-        ("unknown template field", np(&s, &n("b5"), "  nodeCount: 1\n  nodeTemplate:\n    spec: {taintz: []}\n"), "spec.nodeTemplate.spec.taintz"),
+        (
+            "unknown spec field",
+            np(&s, &n("b4"), &format!("  nodeCount: 1\n  nodeCont: 2\n{TEMPLATE}")),
+            "spec.nodeCont",
+        ),
+        (
+            "unknown template field",
+            np(&s, &n("b5"), "  nodeCount: 1\n  nodeTemplate:\n    spec: {taintz: []}\n"),
+            "spec.nodeTemplate.spec.taintz",
+        ),
         ("missing template", np(&s, &n("b6"), "  nodeCount: 1\n"), "spec.nodeTemplate"),
-        ("a 1 MB label value", np(&s, &n("b7"), &format!("  nodeCount: 1\n  nodeTemplate:\n    metadata:\n      labels: {{big: {huge}}}\n")), "spec.nodeTemplate.metadata.labels"),
-        ("a quantity that is not one", np(&s, &n("b8"), "  nodeCount: 1\n  nodeTemplate:\n    status: {capacity: {cpu: lots}}\n"), "spec.nodeTemplate.status.capacity.cpu"),
-        ("maskSize of the wrong type", np(&s, &n("b9"), &format!("  nodeCount: 1\n  podCIDR: {{cidr: 10.9.0.0/16, maskSize: big}}\n{TEMPLATE}")), "spec.podCIDR.maskSize"),
+        (
+            "a 1 MB label value",
+            np(
+                &s,
+                &n("b7"),
+                &format!("  nodeCount: 1\n  nodeTemplate:\n    metadata:\n      labels: {{big: {huge}}}\n"),
+            ),
+            "spec.nodeTemplate.metadata.labels",
+        ),
+        (
+            "a quantity that is not one",
+            np(&s, &n("b8"), "  nodeCount: 1\n  nodeTemplate:\n    status: {capacity: {cpu: lots}}\n"),
+            "spec.nodeTemplate.status.capacity.cpu",
+        ),
+        (
+            "maskSize of the wrong type",
+            np(&s, &n("b9"), &format!("  nodeCount: 1\n  podCIDR: {{cidr: 10.9.0.0/16, maskSize: big}}\n{TEMPLATE}")),
+            "spec.podCIDR.maskSize",
+        ),
         // --- NodePool, CEL layer
-        ("a template name", np(&s, &n("c1"), "  nodeCount: 1\n  nodeTemplate:\n    metadata: {name: fixed}\n"), "spec.nodeTemplate.metadata.name"),
-        ("a template of another kind", np(&s, &n("c2"), "  nodeCount: 1\n  nodeTemplate: {kind: Pod}\n"), "spec.nodeTemplate.kind"),
-        ("a podCIDR that is not a CIDR", np(&s, &n("c3"), &format!("  nodeCount: 1\n  podCIDR: {{cidr: 10.0.0.300/16, maskSize: 24}}\n{TEMPLATE}")), "spec.podCIDR.cidr"),
-        ("a maskSize shorter than the prefix", np(&s, &n("c4"), &format!("  nodeCount: 1\n  podCIDR: {{cidr: 10.8.0.0/16, maskSize: 8}}\n{TEMPLATE}")), "spec.podCIDR.maskSize"),
-        ("a podCIDR too small for the count", np(&s, &n("c5"), &format!("  nodeCount: 9\n  podCIDR: {{cidr: 10.7.0.0/22, maskSize: 24}}\n{TEMPLATE}")), "spec.podCIDR"),
-        ("internalIPs that are not a CIDR", np(&s, &n("c6"), &format!("  nodeCount: 1\n  internalIPs: nowhere\n{TEMPLATE}")), "spec.internalIPs"),
-        ("internalIPs too small for the count", np(&s, &n("c7"), &format!("  nodeCount: 5\n  internalIPs: 10.6.0.0/30\n{TEMPLATE}")), "spec.internalIPs"),
-        ("a label key that is not a name", np(&s, &n("c8"), "  nodeCount: 1\n  nodeTemplate:\n    metadata:\n      labels: {'bad key!': x}\n"), "spec.nodeTemplate.metadata.labels"),
+        (
+            "a template name",
+            np(&s, &n("c1"), "  nodeCount: 1\n  nodeTemplate:\n    metadata: {name: fixed}\n"),
+            "spec.nodeTemplate.metadata.name",
+        ),
+        (
+            "a template of another kind",
+            np(&s, &n("c2"), "  nodeCount: 1\n  nodeTemplate: {kind: Pod}\n"),
+            "spec.nodeTemplate.kind",
+        ),
+        (
+            "a podCIDR that is not a CIDR",
+            np(&s, &n("c3"), &format!("  nodeCount: 1\n  podCIDR: {{cidr: 10.0.0.300/16, maskSize: 24}}\n{TEMPLATE}")),
+            "spec.podCIDR.cidr",
+        ),
+        (
+            "a maskSize shorter than the prefix",
+            np(&s, &n("c4"), &format!("  nodeCount: 1\n  podCIDR: {{cidr: 10.8.0.0/16, maskSize: 8}}\n{TEMPLATE}")),
+            "spec.podCIDR.maskSize",
+        ),
+        (
+            "a podCIDR too small for the count",
+            np(&s, &n("c5"), &format!("  nodeCount: 9\n  podCIDR: {{cidr: 10.7.0.0/22, maskSize: 24}}\n{TEMPLATE}")),
+            "spec.podCIDR",
+        ),
+        (
+            "internalIPs that are not a CIDR",
+            np(&s, &n("c6"), &format!("  nodeCount: 1\n  internalIPs: nowhere\n{TEMPLATE}")),
+            "spec.internalIPs",
+        ),
+        (
+            "internalIPs too small for the count",
+            np(&s, &n("c7"), &format!("  nodeCount: 5\n  internalIPs: 10.6.0.0/30\n{TEMPLATE}")),
+            "spec.internalIPs",
+        ),
+        (
+            "a label key that is not a name",
+            np(&s, &n("c8"), "  nodeCount: 1\n  nodeTemplate:\n    metadata:\n      labels: {'bad key!': x}\n"),
+            "spec.nodeTemplate.metadata.labels",
+        ),
         // --- NodePool, garde layer (webhook)
-        ("allocatable above capacity", np(&s, &n("g1"), "  nodeCount: 1\n  nodeTemplate:\n    status: {capacity: {cpu: 4, memory: 8Gi}, allocatable: {cpu: 8, memory: 4Gi}}\n"), "spec.nodeTemplate.status.allocatable.cpu"),
-        ("duplicate taints", np(&s, &n("g2"), "  nodeCount: 1\n  nodeTemplate:\n    spec: {taints: [{key: a, effect: NoSchedule}, {key: a, effect: NoSchedule}]}\n"), "spec.nodeTemplate.spec.taints[1]"),
-        ("a taint effect that does not exist", np(&s, &n("g3"), "  nodeCount: 1\n  nodeTemplate:\n    spec: {taints: [{key: a, effect: Sometimes}]}\n"), "spec.nodeTemplate.spec.taints[0].effect"),
-        ("a label the pool sets itself", np(&s, &n("g4"), "  nodeCount: 1\n  nodeTemplate:\n    metadata: {labels: {pools.kwok.x-k8s.io/index: '3'}}\n"), "spec.nodeTemplate.metadata.labels.pools.kwok.x-k8s.io/index"),
-        ("a podCIDR overlapping another pool", np(&s, &n("g5"), &format!("  nodeCount: 1\n  podCIDR: {{cidr: 10.250.128.0/17, maskSize: 24}}\n{TEMPLATE}")), "spec.podCIDR.cidr"),
-        ("internalIPs overlapping another pool", np(&s, &n("g6"), &format!("  nodeCount: 1\n  internalIPs: 10.251.0.0/16\n{TEMPLATE}")), "spec.internalIPs"),
-        ("a podCIDR in the node template", np(&s, &n("g7"), "  nodeCount: 2\n  nodeTemplate:\n    spec: {podCIDR: 10.5.0.0/24}\n"), "spec.nodeTemplate.spec.podCIDR"),
+        (
+            "allocatable above capacity",
+            np(
+                &s,
+                &n("g1"),
+                "  nodeCount: 1\n  nodeTemplate:\n    status: {capacity: {cpu: 4, memory: 8Gi}, allocatable: {cpu: 8, memory: 4Gi}}\n",
+            ),
+            "spec.nodeTemplate.status.allocatable.cpu",
+        ),
+        (
+            "duplicate taints",
+            np(
+                &s,
+                &n("g2"),
+                "  nodeCount: 1\n  nodeTemplate:\n    spec: {taints: [{key: a, effect: NoSchedule}, {key: a, effect: NoSchedule}]}\n",
+            ),
+            "spec.nodeTemplate.spec.taints[1]",
+        ),
+        (
+            "a taint effect that does not exist",
+            np(&s, &n("g3"), "  nodeCount: 1\n  nodeTemplate:\n    spec: {taints: [{key: a, effect: Sometimes}]}\n"),
+            "spec.nodeTemplate.spec.taints[0].effect",
+        ),
+        (
+            "a label the pool sets itself",
+            np(
+                &s,
+                &n("g4"),
+                "  nodeCount: 1\n  nodeTemplate:\n    metadata: {labels: {pools.kwok.x-k8s.io/index: '3'}}\n",
+            ),
+            "spec.nodeTemplate.metadata.labels.pools.kwok.x-k8s.io/index",
+        ),
+        (
+            "a podCIDR overlapping another pool",
+            np(
+                &s,
+                &n("g5"),
+                &format!("  nodeCount: 1\n  podCIDR: {{cidr: 10.250.128.0/17, maskSize: 24}}\n{TEMPLATE}"),
+            ),
+            "spec.podCIDR.cidr",
+        ),
+        (
+            "internalIPs overlapping another pool",
+            np(&s, &n("g6"), &format!("  nodeCount: 1\n  internalIPs: 10.251.0.0/16\n{TEMPLATE}")),
+            "spec.internalIPs",
+        ),
+        (
+            "a podCIDR in the node template",
+            np(&s, &n("g7"), "  nodeCount: 2\n  nodeTemplate:\n    spec: {podCIDR: 10.5.0.0/24}\n"),
+            "spec.nodeTemplate.spec.podCIDR",
+        ),
         // --- PodPool
         ("negative pod count", pp(&s, &ns.name, &n("p1"), &format!("  podCount: -5\n{PODS}")), "spec.podCount"),
-        ("a pod template without containers", pp(&s, &ns.name, &n("p2"), "  podCount: 1\n  podTemplate:\n    spec: {}\n"), "spec.podTemplate.spec.containers"),
-        ("an empty container list", pp(&s, &ns.name, &n("p3"), "  podCount: 1\n  podTemplate:\n    spec: {containers: []}\n"), "spec.podTemplate.spec.containers"),
-        ("a container without an image", pp(&s, &ns.name, &n("p4"), "  podCount: 1\n  podTemplate:\n    spec: {containers: [{name: a}]}\n"), "spec.podTemplate.spec.containers[0].image"),
-        ("a container without a name", pp(&s, &ns.name, &n("p5"), "  podCount: 1\n  podTemplate:\n    spec: {containers: [{image: a}]}\n"), "spec.podTemplate.spec.containers[0].name"),
-        ("duplicate container names", pp(&s, &ns.name, &n("p6"), "  podCount: 1\n  podTemplate:\n    spec: {containers: [{name: a, image: img1}, {name: a, image: img2}]}\n"), "spec.podTemplate.spec.containers[1].name"),
-        ("a maxUnavailable that is neither", pp(&s, &ns.name, &n("p7"), &format!("  podCount: 1\n  maxUnavailable: lots\n{PODS}")), "spec.maxUnavailable"),
-        ("a template namespace", pp(&s, &ns.name, &n("p8"), "  podCount: 1\n  podTemplate:\n    metadata: {namespace: elsewhere}\n    spec: {containers: [{name: a, image: b}]}\n"), "spec.podTemplate.metadata.namespace"),
-        ("a replicas field", pp(&s, &ns.name, &n("p9"), &format!("  podCount: 1\n  replicas: 3\n{PODS}")), "spec.replicas"),
-        ("a label the pool sets on pods", pp(&s, &ns.name, &n("p10"), "  podCount: 1\n  podTemplate:\n    metadata: {labels: {pools.kwok.x-k8s.io/pool: other}}\n    spec: {containers: [{name: a, image: b}]}\n"), "spec.podTemplate.metadata.labels.pools.kwok.x-k8s.io/pool"),
+        (
+            "a pod template without containers",
+            pp(&s, &ns.name, &n("p2"), "  podCount: 1\n  podTemplate:\n    spec: {}\n"),
+            "spec.podTemplate.spec.containers",
+        ),
+        (
+            "an empty container list",
+            pp(&s, &ns.name, &n("p3"), "  podCount: 1\n  podTemplate:\n    spec: {containers: []}\n"),
+            "spec.podTemplate.spec.containers",
+        ),
+        (
+            "a container without an image",
+            pp(&s, &ns.name, &n("p4"), "  podCount: 1\n  podTemplate:\n    spec: {containers: [{name: a}]}\n"),
+            "spec.podTemplate.spec.containers[0].image",
+        ),
+        (
+            "a container without a name",
+            pp(&s, &ns.name, &n("p5"), "  podCount: 1\n  podTemplate:\n    spec: {containers: [{image: a}]}\n"),
+            "spec.podTemplate.spec.containers[0].name",
+        ),
+        (
+            "duplicate container names",
+            pp(
+                &s,
+                &ns.name,
+                &n("p6"),
+                "  podCount: 1\n  podTemplate:\n    spec: {containers: [{name: a, image: img1}, {name: a, image: img2}]}\n",
+            ),
+            "spec.podTemplate.spec.containers[1].name",
+        ),
+        (
+            "a maxUnavailable that is neither",
+            pp(&s, &ns.name, &n("p7"), &format!("  podCount: 1\n  maxUnavailable: lots\n{PODS}")),
+            "spec.maxUnavailable",
+        ),
+        (
+            "a template namespace",
+            pp(
+                &s,
+                &ns.name,
+                &n("p8"),
+                "  podCount: 1\n  podTemplate:\n    metadata: {namespace: elsewhere}\n    spec: {containers: [{name: a, image: b}]}\n",
+            ),
+            "spec.podTemplate.metadata.namespace",
+        ),
+        (
+            "a replicas field",
+            pp(&s, &ns.name, &n("p9"), &format!("  podCount: 1\n  replicas: 3\n{PODS}")),
+            "spec.replicas",
+        ),
+        (
+            "a label the pool sets on pods",
+            pp(
+                &s,
+                &ns.name,
+                &n("p10"),
+                "  podCount: 1\n  podTemplate:\n    metadata: {labels: {pools.kwok.x-k8s.io/pool: other}}\n    spec: {containers: [{name: a, image: b}]}\n",
+            ),
+            "spec.podTemplate.metadata.labels.pools.kwok.x-k8s.io/pool",
+        ),
         // --- not a pool at all
         ("a YAML that is not an object", "hello: world\n".to_string(), "kind not set"),
         ("malformed YAML", "kind: NodePool\nspec: [unclosed\n".to_string(), "yaml"),
-        ("a kind that does not exist", np(&s, &n("x1"), "  nodeCount: 1\n").replace("kind: NodePool", "kind: NodePoool"), "NodePoool"),
+        (
+            "a kind that does not exist",
+            np(&s, &n("x1"), "  nodeCount: 1\n").replace("kind: NodePool", "kind: NodePoool"),
+            "NodePoool",
+        ),
     ];
     assert!(bad.len() >= 25);
     let mut failures = Vec::new();
@@ -116,20 +279,86 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
             failures.push(format!("{what}: refused, but the message does not name {field}:\n{shown}"));
         }
     }
-    assert!(failures.is_empty(), "{} of {} bad manifests were not refused well:\n{}", failures.len(), bad.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} bad manifests were not refused well:\n{}",
+        failures.len(),
+        bad.len(),
+        failures.join("\n\n")
+    );
 
     let good: Vec<(&str, String)> = vec![
-        ("the NodePool sample", scoped_sample(&read_repo_file("samples/nodepool.yaml"), &s).replace("nodepool-sample", &n("sample")).replace("nodeCount: 3", "nodeCount: 0")),
+        (
+            "the NodePool sample",
+            scoped_sample(&read_repo_file("samples/nodepool.yaml"), &s)
+                .replace("nodepool-sample", &n("sample"))
+                .replace("nodeCount: 3", "nodeCount: 0"),
+        ),
         ("an empty pool", np(&s, &n("ok1"), &format!("  nodeCount: 0\n{TEMPLATE}"))),
-        ("ranges", np(&s, &n("ok2"), &format!("  nodeCount: 2\n  podCIDR: {{cidr: 10.252.0.0/16, maskSize: 24}}\n  internalIPs: 10.253.0.0/24\n{TEMPLATE}"))),
-        ("IPv6 ranges", np(&s, &n("ok3"), &format!("  nodeCount: 2\n  podCIDR: {{cidr: 'fd00:10::/56', maskSize: 64}}\n  internalIPs: 'fd00:11::/64'\n{TEMPLATE}"))),
-        ("taints and resources", np(&s, &n("ok4"), "  nodeCount: 1\n  nodeTemplate:\n    spec: {taints: [{key: a, value: b, effect: NoSchedule}, {key: a, effect: NoExecute}]}\n    status: {capacity: {cpu: 8, memory: 16Gi}, allocatable: {cpu: 7500m, memory: 15Gi}}\n")),
-        ("apiVersion and kind in the template", np(&s, &n("ok5"), "  nodeCount: 1\n  nodeTemplate: {apiVersion: v1, kind: Node}\n")),
-        ("the PodPool sample", read_repo_file("samples/podpool.yaml").replace("namespace: default", &format!("namespace: {}\n  labels: {{{SCOPE_LABEL}: {s}}}", ns.name)).replace("podCount: 20", "podCount: 1")),
-        ("maxUnavailable as a number", pp(&s, &ns.name, &n("ok6"), &format!("  podCount: 1\n  maxUnavailable: 2\n{PODS}"))),
-        ("maxUnavailable as a percentage", pp(&s, &ns.name, &n("ok7"), &format!("  podCount: 1\n  maxUnavailable: 50%\n{PODS}"))),
-        ("init containers and a sidecar", pp(&s, &ns.name, &n("ok8"), "  podCount: 1\n  podTemplate:\n    spec:\n      initContainers: [{name: init, image: busybox}, {name: proxy, image: envoy, restartPolicy: Always}]\n      containers: [{name: app, image: nginx}]\n")),
-        ("readiness gates and placement", pp(&s, &ns.name, &n("ok9"), "  podCount: 1\n  podTemplate:\n    metadata: {labels: {app: web}}\n    spec:\n      nodeSelector: {type: kwok}\n      readinessGates: [{conditionType: example.com/ready}]\n      containers: [{name: app, image: nginx}]\n")),
+        (
+            "ranges",
+            np(
+                &s,
+                &n("ok2"),
+                &format!(
+                    "  nodeCount: 2\n  podCIDR: {{cidr: 10.252.0.0/16, maskSize: 24}}\n  internalIPs: 10.253.0.0/24\n{TEMPLATE}"
+                ),
+            ),
+        ),
+        (
+            "IPv6 ranges",
+            np(
+                &s,
+                &n("ok3"),
+                &format!(
+                    "  nodeCount: 2\n  podCIDR: {{cidr: 'fd00:10::/56', maskSize: 64}}\n  internalIPs: 'fd00:11::/64'\n{TEMPLATE}"
+                ),
+            ),
+        ),
+        (
+            "taints and resources",
+            np(
+                &s,
+                &n("ok4"),
+                "  nodeCount: 1\n  nodeTemplate:\n    spec: {taints: [{key: a, value: b, effect: NoSchedule}, {key: a, effect: NoExecute}]}\n    status: {capacity: {cpu: 8, memory: 16Gi}, allocatable: {cpu: 7500m, memory: 15Gi}}\n",
+            ),
+        ),
+        (
+            "apiVersion and kind in the template",
+            np(&s, &n("ok5"), "  nodeCount: 1\n  nodeTemplate: {apiVersion: v1, kind: Node}\n"),
+        ),
+        (
+            "the PodPool sample",
+            read_repo_file("samples/podpool.yaml")
+                .replace("namespace: default", &format!("namespace: {}\n  labels: {{{SCOPE_LABEL}: {s}}}", ns.name))
+                .replace("podCount: 20", "podCount: 1"),
+        ),
+        (
+            "maxUnavailable as a number",
+            pp(&s, &ns.name, &n("ok6"), &format!("  podCount: 1\n  maxUnavailable: 2\n{PODS}")),
+        ),
+        (
+            "maxUnavailable as a percentage",
+            pp(&s, &ns.name, &n("ok7"), &format!("  podCount: 1\n  maxUnavailable: 50%\n{PODS}")),
+        ),
+        (
+            "init containers and a sidecar",
+            pp(
+                &s,
+                &ns.name,
+                &n("ok8"),
+                "  podCount: 1\n  podTemplate:\n    spec:\n      initContainers: [{name: init, image: busybox}, {name: proxy, image: envoy, restartPolicy: Always}]\n      containers: [{name: app, image: nginx}]\n",
+            ),
+        ),
+        (
+            "readiness gates and placement",
+            pp(
+                &s,
+                &ns.name,
+                &n("ok9"),
+                "  podCount: 1\n  podTemplate:\n    metadata: {labels: {app: web}}\n    spec:\n      nodeSelector: {type: kwok}\n      readinessGates: [{conditionType: example.com/ready}]\n      containers: [{name: app, image: nginx}]\n",
+            ),
+        ),
     ];
     assert!(good.len() >= 10);
     for (what, yaml) in &good {
@@ -139,10 +368,22 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
     // Updates are validated too: scaling is fine, moving a live pool's nodes is not.
     kubectl_ok(&["scale", "nodepool", &n("ok2"), "--replicas", "3"]);
     wait_ready_nodes(&client, &n("ok2"), 3, T).await;
-    let moved = np(&s, &n("ok2"), &format!("  nodeCount: 3\n  podCIDR: {{cidr: 10.252.0.0/16, maskSize: 25}}\n  internalIPs: 10.253.0.0/24\n{TEMPLATE}"));
+    let moved = np(
+        &s,
+        &n("ok2"),
+        &format!(
+            "  nodeCount: 3\n  podCIDR: {{cidr: 10.252.0.0/16, maskSize: 25}}\n  internalIPs: 10.253.0.0/24\n{TEMPLATE}"
+        ),
+    );
     let (ok, out) = apply_result(&moved);
     assert!(!ok && out.contains("spec.podCIDR") && out.contains("would move node 0"), "{out}");
-    let grown = np(&s, &n("ok2"), &format!("  nodeCount: 3\n  podCIDR: {{cidr: 10.252.0.0/15, maskSize: 24}}\n  internalIPs: 10.253.0.0/23\n{TEMPLATE}"));
+    let grown = np(
+        &s,
+        &n("ok2"),
+        &format!(
+            "  nodeCount: 3\n  podCIDR: {{cidr: 10.252.0.0/15, maskSize: 24}}\n  internalIPs: 10.253.0.0/23\n{TEMPLATE}"
+        ),
+    );
     let (ok, out) = apply_result(&grown);
     assert!(ok, "growing a live pool's ranges is fine: {out}");
 
@@ -163,14 +404,19 @@ async fn with_the_webhook_down_the_reconciler_refuses_to_act() {
     op.stop();
 
     // The schema and CEL still refuse what they cover.
-    let (ok, out) = apply_result(&np(&s, &format!("{s}-cel"), "  nodeCount: 1\n  nodeTemplate:\n    metadata: {name: x}\n"));
+    let (ok, out) =
+        apply_result(&np(&s, &format!("{s}-cel"), "  nodeCount: 1\n  nodeTemplate:\n    metadata: {name: x}\n"));
     assert!(!ok && out.contains("spec.nodeTemplate.metadata.name"), "{out}");
     let (ok, out) = apply_result(&np(&s, &format!("{s}-schema"), &format!("  nodeCount: -4\n{TEMPLATE}")));
     assert!(!ok && out.contains("spec.nodeCount"), "{out}");
 
     // garde-only faults get through while nobody answers the webhook (failurePolicy Ignore).
     let fresh = format!("{s}-fresh");
-    let (ok, out) = apply_result(&np(&s, &fresh, "  nodeCount: 2\n  nodeTemplate:\n    status: {capacity: {cpu: 1}, allocatable: {cpu: 2}}\n"));
+    let (ok, out) = apply_result(&np(
+        &s,
+        &fresh,
+        "  nodeCount: 2\n  nodeTemplate:\n    status: {capacity: {cpu: 1}, allocatable: {cpu: 2}}\n",
+    ));
     assert!(ok, "{out}");
     let (ok, out) = apply_result(&np(
         &s,
@@ -180,13 +426,21 @@ async fn with_the_webhook_down_the_reconciler_refuses_to_act() {
     assert!(ok, "{out}");
 
     op.restart();
-    for (pool, field) in [(&fresh, "spec.nodeTemplate.status.allocatable.cpu"), (&live, "spec.nodeTemplate.spec.taints[1]")] {
+    for (pool, field) in
+        [(&fresh, "spec.nodeTemplate.status.allocatable.cpu"), (&live, "spec.nodeTemplate.spec.taints[1]")]
+    {
         let what = format!("{pool} to be Degraded with InvalidSpec");
         let msg = wait_for(&what, T, || async {
             let p = get_pool(&client, pool).await;
             let d = p.status.as_ref().and_then(|s| s.condition("Degraded")).cloned();
             match d {
-                Some(c) if c.status == "True" && c.reason == "InvalidSpec" && p.status.as_ref().unwrap().observed_generation == p.metadata.generation => Ok(c.message),
+                Some(c)
+                    if c.status == "True"
+                        && c.reason == "InvalidSpec"
+                        && p.status.as_ref().unwrap().observed_generation == p.metadata.generation =>
+                {
+                    Ok(c.message)
+                }
                 other => Err(format!("{other:?}")),
             }
         })
@@ -207,7 +461,11 @@ async fn with_the_webhook_down_the_reconciler_refuses_to_act() {
         );
     }
     // Fixed, it resumes.
-    apply(&np(&s, &fresh, "  nodeCount: 2\n  nodeTemplate:\n    status: {capacity: {cpu: 2}, allocatable: {cpu: 1}}\n"));
+    apply(&np(
+        &s,
+        &fresh,
+        "  nodeCount: 2\n  nodeTemplate:\n    status: {capacity: {cpu: 2}, allocatable: {cpu: 1}}\n",
+    ));
     wait_ready_nodes(&client, &fresh, 2, T).await;
     let p = wait_pool_status(&client, &fresh, 2, T).await;
     assert_eq!(p.status.unwrap().condition("Degraded").unwrap().status, "False");

@@ -10,21 +10,27 @@ fn review(i: usize) -> Vec<u8> {
     let bad = i % 3 == 0;
     let (kind, object) = if i % 2 == 0 {
         let alloc = if bad { "64" } else { "16" };
-        ("NodePool", json!({
-            "apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "NodePool",
-            "metadata": {"name": format!("bench-{i}")},
-            "spec": {"nodeCount": 10, "podCIDR": {"cidr": format!("10.{}.0.0/16", i % 200), "maskSize": 24},
-                     "nodeTemplate": {"metadata": {"labels": {"tier": "a"}},
-                                      "spec": {"taints": [{"key": "a", "effect": "NoSchedule"}]},
-                                      "status": {"capacity": {"cpu": "32", "memory": "64Gi"}, "allocatable": {"cpu": alloc, "memory": "60Gi"}}}}
-        }))
+        (
+            "NodePool",
+            json!({
+                "apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "NodePool",
+                "metadata": {"name": format!("bench-{i}")},
+                "spec": {"nodeCount": 10, "podCIDR": {"cidr": format!("10.{}.0.0/16", i % 200), "maskSize": 24},
+                         "nodeTemplate": {"metadata": {"labels": {"tier": "a"}},
+                                          "spec": {"taints": [{"key": "a", "effect": "NoSchedule"}]},
+                                          "status": {"capacity": {"cpu": "32", "memory": "64Gi"}, "allocatable": {"cpu": alloc, "memory": "60Gi"}}}}
+            }),
+        )
     } else {
         let image = if bad { serde_json::Value::Null } else { json!("nginx") };
-        ("PodPool", json!({
-            "apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "PodPool",
-            "metadata": {"name": format!("bench-{i}"), "namespace": "default"},
-            "spec": {"podCount": 10, "podTemplate": {"spec": {"containers": [{"name": "app", "image": image}]}}}
-        }))
+        (
+            "PodPool",
+            json!({
+                "apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "PodPool",
+                "metadata": {"name": format!("bench-{i}"), "namespace": "default"},
+                "spec": {"podCount": 10, "podTemplate": {"spec": {"containers": [{"name": "app", "image": image}]}}}
+            }),
+        )
     };
     serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -85,9 +91,17 @@ pub async fn run(requests: usize, concurrency: usize) {
         requests.div_ceil(3),
         answered as f64 / wall
     );
-    println!("  latency p50 {:.1} ms, p99 {:.1} ms; operator CPU {op_cpu:.1} s ({:.2} ms per review)", pct(0.5), pct(0.99), 1000.0 * op_cpu / requests as f64);
+    println!(
+        "  latency p50 {:.1} ms, p99 {:.1} ms; operator CPU {op_cpu:.1} s ({:.2} ms per review)",
+        pct(0.5),
+        pct(0.99),
+        1000.0 * op_cpu / requests as f64
+    );
     println!("  target 200 reviews/s: {}", if answered as f64 / wall >= 200.0 { "met" } else { "NOT met" });
-    for (what, body) in [("not JSON", b"{{{ not json".to_vec()), ("no request", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec())] {
+    for (what, body) in [
+        ("not JSON", b"{{{ not json".to_vec()),
+        ("no request", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec()),
+    ] {
         let r = http.post(&url).body(body).send().await.unwrap();
         println!("  malformed review ({what}): HTTP {}", r.status().as_u16());
     }

@@ -154,6 +154,8 @@ pub struct Operator {
     pub webhook_port: u16,
     pub log: PathBuf,
     extra: Vec<String>,
+    /// The kubeconfig the operator uses (the test cluster's unless set).
+    pub kubeconfig: PathBuf,
 }
 
 pub fn free_port() -> u16 {
@@ -179,6 +181,22 @@ impl Operator {
             webhook_port: free_port(),
             log: log_dir().join(format!("{scope}.log")),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            kubeconfig: kubeconfig(),
+        };
+        op.spawn();
+        op
+    }
+
+    /// Like [`Operator::start`], with the operator using `kubeconfig` instead.
+    pub fn start_as(scope: &str, extra: &[&str], kubeconfig: PathBuf) -> Self {
+        let mut op = Self {
+            child: None,
+            scope: scope.to_string(),
+            metrics_port: free_port(),
+            webhook_port: free_port(),
+            log: log_dir().join(format!("{scope}.log")),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            kubeconfig,
         };
         op.spawn();
         op
@@ -186,6 +204,7 @@ impl Operator {
 
     fn spawn(&mut self) {
         let selector = format!("{SCOPE_LABEL}={}", self.scope);
+        let instance_given = self.extra.iter().any(|a| a == "--instance");
         let mut args: Vec<String> = vec![
             "run".into(),
             "--pool-selector".into(),
@@ -194,11 +213,13 @@ impl Operator {
             format!("127.0.0.1:{}", self.metrics_port),
             "--node-lease-duration-seconds".into(),
             "20".into(),
-            "--instance".into(),
-            self.scope.clone(),
             "--webhook-addr".into(),
             format!("127.0.0.1:{}", self.webhook_port),
         ];
+        if !instance_given {
+            args.push("--instance".into());
+            args.push(self.scope.clone());
+        }
         let overrides_manage = self.extra.iter().any(|a| a.starts_with("--manage-"));
         if !overrides_manage {
             args.push("--manage-nodes-with-label-selector".into());
@@ -208,7 +229,7 @@ impl Operator {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         let mut cmd = Command::new(kwok_pools_bin());
         cmd.args(&args)
-            .env("KUBECONFIG", kubeconfig())
+            .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "info,kwok_pools=debug,kube_runtime=warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -260,7 +281,11 @@ impl Operator {
                 return;
             }
             assert!(self.is_running(), "the operator exited:\n{}", self.log_tail());
-            assert!(start.elapsed() < Duration::from_secs(60), "the operator was not ready in 60s:\n{}", self.log_tail());
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the operator was not ready in 60s:\n{}",
+                self.log_tail()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
