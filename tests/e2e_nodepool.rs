@@ -173,7 +173,7 @@ async fn template_edits_reach_every_node_and_deleted_nodes_come_back() {
     assert_eq!(uids_before, uids_after_edit, "nodes are patched in place, not replaced");
 
     // Remove the label again: it goes from the nodes.
-    let patch = format!(r#"{{"spec":{{"nodeTemplate":{{"metadata":{{"labels":{{"tier":null}}}}}}}}}}"#);
+    let patch = r#"{"spec":{"nodeTemplate":{"metadata":{"labels":{"tier":null}}}}}"#.to_string();
     kubectl_ok(&["patch", "nodepool", &pool, "--type", "merge", "-p", &patch]);
     wait_for("the removed label to leave every node", T, || async {
         let nodes = pool_nodes(&client, &pool).await;

@@ -40,8 +40,11 @@ pub struct PoolContext<P: PoolKind> {
 /// counts a deleted one as present. Entries expire after a while in case an event is lost.
 #[derive(Default)]
 pub struct Expectations {
-    inner: std::sync::Mutex<HashMap<String, HashMap<String, (Expect, std::time::Instant)>>>,
+    /// pool UID → child name → (what, when)
+    inner: std::sync::Mutex<HashMap<String, PoolExpectations>>,
 }
+
+type PoolExpectations = HashMap<String, (Expect, std::time::Instant)>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expect {

@@ -204,7 +204,7 @@ impl Loop {
     }
 
     fn on_node(&mut self, node: &Node) {
-        if !node_cidrs(node).is_empty() || node_status::internal_ips(node).len() > 0 {
+        if !node_cidrs(node).is_empty() || !node_status::internal_ips(node).is_empty() {
             self.retry_waiting(&node.name_any());
         }
     }

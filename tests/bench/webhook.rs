@@ -7,8 +7,8 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 
 fn review(i: usize) -> Vec<u8> {
-    let bad = i % 3 == 0;
-    let (kind, object) = if i % 2 == 0 {
+    let bad = i.is_multiple_of(3);
+    let (kind, object) = if i.is_multiple_of(2) {
         let alloc = if bad { "64" } else { "16" };
         (
             "NodePool",
