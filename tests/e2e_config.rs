@@ -95,6 +95,7 @@ spec:
     // Scale down deletes; leases are kept fresh.
     kubectl_ok(&["scale", "nodepool", &pool, "--replicas", "1"]);
     wait_ready_nodes(&client, &pool, 1, T).await;
+    wait_lease(&client, &format!("{pool}-0")).await;
     assert!(lease_age(&client, &format!("{pool}-0")).await.unwrap() < 10.0);
     // The webhook registered itself and refuses a garde-only fault.
     let bad = format!(

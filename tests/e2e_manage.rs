@@ -37,7 +37,7 @@ async fn an_unannotated_node_is_left_alone_unless_all_nodes_are_managed() {
         if is_ready(&n) { Ok(()) } else { Err(ready_condition(&n)) }
     })
     .await;
-    assert!(lease(&client, &name).await.is_some());
+    wait_lease(&client, &name).await;
     let _ = nodes.delete(&name, &DeleteParams::default()).await;
 }
 

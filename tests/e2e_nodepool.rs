@@ -82,7 +82,7 @@ async fn the_sample_gives_ready_nodes_that_scale_and_go_away() {
         );
         let cap = n.status.as_ref().unwrap().capacity.clone().unwrap();
         assert_eq!(cap["memory"].0, "256Gi");
-        assert!(lease(&client, &name).await.is_some(), "{name} has a lease");
+        wait_lease(&client, &name).await;
     }
 
     // kubectl shows them the way a user expects.
@@ -327,7 +327,10 @@ async fn a_hand_made_annotated_node_is_kept_ready() {
     let s = n.status.unwrap();
     assert!(s.addresses.unwrap().iter().any(|a| a.type_ == "InternalIP"));
     assert!(s.allocatable.is_some() && s.capacity.is_some());
-    let first = lease(&client, &name).await.unwrap().spec.unwrap().renew_time.unwrap();
+    let first = wait_for("the node's lease", T, || async {
+        lease(&client, &name).await.and_then(|l| l.spec?.renew_time).ok_or("no lease yet".to_string())
+    })
+    .await;
     wait_for("the lease to be renewed", T, || async {
         let now = lease(&client, &name).await.and_then(|l| l.spec?.renew_time);
         match now {

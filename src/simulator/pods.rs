@@ -247,13 +247,13 @@ impl Loop {
                         .termination_delay
                         .map_or(Duration::from_secs(grace), |d| d.min(Duration::from_secs(grace)))
                 };
-                // deletionTimestamp = request time + grace, so the request came at `deleted_at - grace`.
-                let requested = deleted_at.0 - k8s_openapi::jiff::SignedDuration::from_secs(grace as i64);
-                let elapsed = (k8s_openapi::jiff::Timestamp::now() - requested)
+                // Like a kubelet, wait from now; but never past the deletion timestamp (seconds
+                // resolution, hence the extra second), which matters after a restart.
+                let until_deadline = (deleted_at.0 - k8s_openapi::jiff::Timestamp::now())
                     .total(k8s_openapi::jiff::Unit::Second)
                     .unwrap_or(0.0)
-                    .max(0.0);
-                let remaining = wait.saturating_sub(Duration::from_secs_f64(elapsed));
+                    + 1.0;
+                let remaining = wait.min(Duration::from_secs_f64(until_deadline.max(0.0)));
                 t.remove_key = Some(self.queue.insert(Timer::Remove(key, uid.clone()), remaining));
             }
             return;
