@@ -135,5 +135,6 @@ pub async fn wait_pool_status(client: &kube::Client, name: &str, desired: i32, t
 /// node, but not always before the node's status).
 pub async fn wait_lease(client: &kube::Client, node: &str) -> Lease {
     let what = format!("a lease for {node}");
-    wait_for(&what, Duration::from_secs(30), || async { lease(client, node).await.ok_or("no lease yet".to_string()) }).await
+    wait_for(&what, Duration::from_secs(30), || async { lease(client, node).await.ok_or("no lease yet".to_string()) })
+        .await
 }
