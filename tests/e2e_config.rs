@@ -16,7 +16,8 @@ const T: Duration = Duration::from_secs(90);
 fn the_manifests_pass_server_side_validation() {
     for file in ["namespace.yaml", "rbac.yaml", "service.yaml", "deployment.yaml"] {
         let path = repo().join("config").join(file);
-        let out = kubectl(&["apply", "--dry-run=server", "-f", path.to_str().unwrap()]);
+        let out =
+            kubectl(&["apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", path.to_str().unwrap()]);
         assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
     }
     // The operator may have registered the real one already: check a copy under another name.
