@@ -3,7 +3,8 @@
 
 use crate::api::{NodePool, PodPool};
 use crate::controllers::{self, nodepool::NodeEnv, podpool::PodEnv};
-use crate::informer::{Informer, trim_meta};
+use crate::informer::pod::SlimPod;
+use crate::informer::{Informer, trim_meta, trimmed};
 use crate::pool::reconcile::PoolContext;
 use crate::simulator::ipam::HostAllocator;
 use crate::simulator::leases::LEASE_NAMESPACE;
@@ -15,7 +16,7 @@ use crate::telemetry::metrics::Metrics;
 use crate::telemetry::server::{self, Health};
 use ipnet::IpNet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Container, Node, Pod, PodCondition, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use std::net::SocketAddr;
@@ -54,54 +55,14 @@ pub struct OperatorConfig {
     pub webhook: Option<crate::admission::WebhookConfig>,
 }
 
-fn trim_node(node: &mut Node) {
-    trim_meta(node);
+fn trim_node(mut node: Node) -> Node {
+    trim_meta(&mut node);
     if let Some(s) = node.status.as_mut() {
         s.images = None;
         s.volumes_attached = None;
         s.volumes_in_use = None;
     }
-}
-
-/// Keeps only what the PodPool controller and the pod simulator read: a pod in the store is
-/// a fraction of the size of a pod on the wire.
-fn trim_pod(pod: &mut Pod) {
-    trim_meta(pod);
-    pod.metadata.annotations = None;
-    if let Some(spec) = pod.spec.take() {
-        let slim = |c: &Container| Container {
-            name: c.name.clone(),
-            image: c.image.clone(),
-            restart_policy: c.restart_policy.clone(),
-            ..Default::default()
-        };
-        pod.spec = Some(PodSpec {
-            node_name: spec.node_name,
-            host_network: spec.host_network,
-            containers: spec.containers.iter().map(slim).collect(),
-            init_containers: spec.init_containers.map(|cs| cs.iter().map(slim).collect()),
-            readiness_gates: spec.readiness_gates,
-            ..Default::default()
-        });
-    }
-    if let Some(status) = pod.status.take() {
-        pod.status = Some(PodStatus {
-            phase: status.phase,
-            conditions: status.conditions.map(|cs| {
-                cs.into_iter()
-                    .map(|c| PodCondition { type_: c.type_, status: c.status, ..Default::default() })
-                    .collect()
-            }),
-            pod_ip: status.pod_ip,
-            pod_ips: status.pod_ips,
-            start_time: status.start_time,
-            ..Default::default()
-        });
-    }
-}
-
-fn trim_lease(lease: &mut Lease) {
-    trim_meta(lease);
+    node
 }
 
 /// Waits for a store to sync, printing progress every few seconds.
@@ -143,17 +104,17 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let node_changes_for_pools = config.controllers.then(|| nodes.subscribe());
     let node_changes_for_sim = config.simulate.then(|| nodes.subscribe());
     let node_changes_for_pods = config.simulate.then(|| nodes.subscribe());
-    let pods = Informer::<Pod>::new();
+    let pods = Informer::<SlimPod>::new();
     let pod_changes_for_pools = config.controllers.then(|| pods.subscribe());
     let pod_changes_for_sim = config.simulate.then(|| pods.subscribe());
-    pods.start(Api::all(client.clone()), watcher::Config::default(), trim_pod);
-    nodes.start(Api::all(client.clone()), watcher::Config::default(), trim_node);
+    pods.start(Api::<Pod>::all(client.clone()), watcher::Config::default(), SlimPod::from);
+    nodes.start(Api::<Node>::all(client.clone()), watcher::Config::default(), trim_node);
     let leases = Informer::<Lease>::new();
     if config.simulate {
-        leases.start(Api::namespaced(client.clone(), LEASE_NAMESPACE), watcher::Config::default(), trim_lease);
+        leases.start(Api::<Lease>::namespaced(client.clone(), LEASE_NAMESPACE), watcher::Config::default(), trimmed);
     }
     let node_pools = Informer::<NodePool>::new();
-    node_pools.start(Api::all(client.clone()), watcher::Config::default(), trim_meta);
+    node_pools.start(Api::<NodePool>::all(client.clone()), watcher::Config::default(), trimmed);
 
     wait_synced("nodes", &nodes.store()).await?;
     if config.simulate {

@@ -89,7 +89,7 @@ spec:
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     wait_for("3 Running pods", T, || async {
         let ps = pods.list(&ListParams::default().labels("app=web")).await.map_err(|e| e.to_string())?.items;
-        let running = ps.iter().filter(|p| kwok_pools::simulator::pod_status::is_ready(p)).count();
+        let running = ps.iter().filter(|p| pod_ready(p)).count();
         if running == 3 { Ok(()) } else { Err(format!("{running} running")) }
     })
     .await;

@@ -69,7 +69,7 @@ fn phase(p: &Pod) -> String {
 }
 
 fn ready(p: &Pod) -> bool {
-    kwok_pools::simulator::pod_status::is_ready(p)
+    pod_ready(p)
 }
 
 fn ip(p: &Pod) -> Option<IpAddr> {

@@ -20,7 +20,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 /// The pools a child event should wake: its controller owner of kind `P`, and the pool its
 /// name would belong to (`<pool>-<index>`), so that a foreign object taking or freeing a
 /// child's name is noticed too.
-pub fn pools_to_wake<P: PoolKind>(child: &P::Child) -> Vec<ObjectRef<P>> {
+pub fn pools_to_wake<P: PoolKind>(child: &P::Stored) -> Vec<ObjectRef<P>> {
     let kind = P::kind(&());
     let ns = child.namespace();
     let with_ns = |r: ObjectRef<P>| match &ns {
@@ -52,7 +52,7 @@ pub fn pools_to_wake<P: PoolKind>(child: &P::Child) -> Vec<ObjectRef<P>> {
 pub async fn run<P>(
     pools: Api<P>,
     pool_watch: watcher::Config,
-    children: UnboundedReceiver<Change<P::Child>>,
+    children: UnboundedReceiver<Change<P::Stored>>,
     ctx: Arc<PoolContext<P>>,
 ) where
     P: PoolKind,

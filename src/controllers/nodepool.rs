@@ -75,6 +75,7 @@ impl NodePool {
 
 impl PoolKind for NodePool {
     type Child = Node;
+    type Stored = Node;
     type Env = NodeEnv;
     const NOUN: &'static str = "node";
 

@@ -4,6 +4,7 @@
 use super::nodepool::{FAKE_TAINT_KEY, TYPE_LABEL};
 use crate::api::common::{HASH_LABEL, INDEX_LABEL, POOL_LABEL};
 use crate::api::{PodPool, PoolStatus};
+use crate::informer::pod::SlimPod;
 use crate::pool::plan::{MaxUnavailable, UpdateMode, child_name, resolve_max_unavailable};
 use crate::pool::status::Problem;
 use crate::pool::{PoolKind, hash};
@@ -42,6 +43,7 @@ pub fn max_unavailable(value: Option<&IntOrString>) -> Option<MaxUnavailable> {
 
 impl PoolKind for PodPool {
     type Child = Pod;
+    type Stored = SlimPod;
     type Env = PodEnv;
     const NOUN: &'static str = "pod";
     const CREATE_WITH_POST: bool = true;
@@ -109,7 +111,7 @@ impl PoolKind for PodPool {
         })
     }
 
-    fn is_ready(child: &Pod) -> bool {
+    fn is_ready(child: &SlimPod) -> bool {
         pod_status::is_ready(child)
     }
 

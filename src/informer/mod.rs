@@ -1,7 +1,10 @@
 //! One watch per kind, shared: a reflector store that controllers and the simulator read, and
 //! a fan-out of changes (including deletions, which kube's shared streams do not carry) to
-//! every subscriber. Objects are trimmed before they are stored, so memory grows with what
-//! the operator must remember, not with whole objects.
+//! every subscriber. Objects are trimmed or converted to a compact form (see [`pod::SlimPod`])
+//! before they are stored, so memory grows with what the operator must remember, not with
+//! whole objects.
+
+pub mod pod;
 
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
@@ -33,7 +36,7 @@ pub struct Informer<K: Resource<DynamicType = ()> + Clone + 'static> {
 
 impl<K> Informer<K>
 where
-    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
 {
     pub fn new() -> Arc<Self> {
         let writer = reflector::store::Writer::<K>::default();
@@ -52,30 +55,33 @@ where
         rx
     }
 
-    /// Starts watching. `trim` removes what nobody needs before an object is stored.
-    pub fn start(self: &Arc<Self>, api: Api<K>, config: watcher::Config, trim: fn(&mut K)) {
+    /// Starts watching `api`. `convert` turns each object into what is stored (trimming what
+    /// nobody reads).
+    pub fn start<W>(self: &Arc<Self>, api: Api<W>, config: watcher::Config, convert: fn(W) -> K)
+    where
+        W: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    {
         let Some(mut writer) = self.writer.lock().expect("writer lock").take() else {
             tracing::warn!(kind = %K::kind(&()), "informer started twice");
             return;
         };
         let this = self.clone();
         tokio::spawn(async move {
-            let kind = K::kind(&()).to_string();
+            let kind = W::kind(&()).to_string();
             let mut stream = watcher(api, config).default_backoff().boxed();
             let mut listing: HashSet<ObjectRef<K>> = HashSet::new();
             while let Some(next) = stream.next().await {
-                let mut event = match next {
-                    Ok(event) => event,
+                let event: Event<K> = match next {
+                    Ok(Event::Apply(obj)) => Event::Apply(convert(obj)),
+                    Ok(Event::InitApply(obj)) => Event::InitApply(convert(obj)),
+                    Ok(Event::Delete(obj)) => Event::Delete(convert(obj)),
+                    Ok(Event::Init) => Event::Init,
+                    Ok(Event::InitDone) => Event::InitDone,
                     Err(e) => {
                         tracing::warn!(%kind, error = %e, "watch failed; retrying with backoff");
                         continue;
                     }
                 };
-                match &mut event {
-                    Event::Apply(obj) | Event::InitApply(obj) => trim(obj),
-                    Event::Delete(obj) => trim(obj),
-                    _ => {}
-                }
                 match &event {
                     Event::Init => listing.clear(),
                     Event::InitApply(obj) => {
@@ -122,6 +128,12 @@ where
 }
 
 use kube::runtime::watcher::watcher;
+
+/// Stores the object as it is, less [`trim_meta`].
+pub fn trimmed<K: Resource>(mut obj: K) -> K {
+    trim_meta(&mut obj);
+    obj
+}
 
 /// Drops managedFields and the last-applied annotation: the largest parts of most objects,
 /// and nothing the operator reads.

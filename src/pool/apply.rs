@@ -35,7 +35,7 @@ enum Op<C> {
 pub async fn execute<P: PoolKind>(
     pool: &P,
     plan: &Plan,
-    owned: &HashMap<String, Arc<P::Child>>,
+    owned: &HashMap<String, Arc<P::Stored>>,
     hash: &str,
     ctx: &PoolContext<P>,
 ) -> Outcome {

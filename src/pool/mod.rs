@@ -33,6 +33,8 @@ pub trait PoolKind:
 {
     /// The child kind (Node, Pod).
     type Child: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// What the store keeps of a child: the child itself, or a compact form of it.
+    type Stored: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static;
     /// Whatever rendering needs beyond the pool itself (address allocators, settings).
     type Env: Send + Sync + 'static;
 
@@ -59,10 +61,10 @@ pub trait PoolKind:
     /// The full child `index`, labelled with `hash`, with a controller owner reference.
     fn render(&self, index: u32, hash: &str, env: &Self::Env) -> Result<Self::Child, Problem>;
 
-    fn is_ready(child: &Self::Child) -> bool;
+    fn is_ready(child: &Self::Stored) -> bool;
 
     /// The writes that update `child` in place to `desired` (only for [`UpdateMode::InPlace`]).
-    fn in_place(child: &Self::Child, desired: Self::Child) -> Vec<Write<Self::Child>> {
+    fn in_place(child: &Self::Stored, desired: Self::Child) -> Vec<Write<Self::Child>> {
         let _ = child;
         vec![Write::Apply(desired)]
     }

@@ -22,7 +22,7 @@ use tokio::sync::Semaphore;
 pub struct PoolContext<P: PoolKind> {
     pub client: Client,
     /// Every child object of this kind in the cluster (trimmed), from the shared informer.
-    pub children: Store<P::Child>,
+    pub children: Store<P::Stored>,
     pub env: P::Env,
     pub metrics: Arc<Metrics>,
     /// Writes in flight across every pool of every kind.
@@ -103,7 +103,7 @@ impl Error {
 }
 
 /// The children of `pool` in the store: owned ones (by controller owner UID) as planner input.
-pub fn observe<P: PoolKind>(pool: &P, store: &Store<P::Child>) -> (Vec<Observed>, HashMap<String, Arc<P::Child>>) {
+pub fn observe<P: PoolKind>(pool: &P, store: &Store<P::Stored>) -> (Vec<Observed>, HashMap<String, Arc<P::Stored>>) {
     let uid = pool.meta().uid.clone().unwrap_or_default();
     let name = pool.name_any();
     let mut observed = Vec::new();
@@ -130,7 +130,7 @@ pub fn observe<P: PoolKind>(pool: &P, store: &Store<P::Child>) -> (Vec<Observed>
 }
 
 /// Indexes below the count whose name is held by an object this pool does not own.
-fn taken<P: PoolKind>(pool: &P, store: &Store<P::Child>, owned: &HashMap<String, Arc<P::Child>>) -> BTreeSet<u32> {
+fn taken<P: PoolKind>(pool: &P, store: &Store<P::Stored>, owned: &HashMap<String, Arc<P::Stored>>) -> BTreeSet<u32> {
     let name = pool.name_any();
     let ns = pool.namespace();
     (0..pool.count())
@@ -139,7 +139,7 @@ fn taken<P: PoolKind>(pool: &P, store: &Store<P::Child>, owned: &HashMap<String,
             if owned.contains_key(&child) {
                 return false;
             }
-            let mut r = ObjectRef::<P::Child>::new(&child);
+            let mut r = ObjectRef::<P::Stored>::new(&child);
             if let Some(ns) = &ns {
                 r = r.within(ns);
             }

@@ -2,7 +2,7 @@
 //! the status subresource (strategic merge: conditions merge by type, so conditions other
 //! controllers own, such as readiness gates, are kept).
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use crate::informer::pod::{SlimContainer, SlimPod};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::net::IpAddr;
@@ -30,63 +30,36 @@ fn container_id(pod_uid: &str, name: &str) -> String {
 }
 
 /// Whether every readiness gate of the pod has its condition True.
-pub fn gates_ready(pod: &Pod) -> bool {
-    let gates = pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref());
-    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
-    gates.is_none_or(|gates| {
-        gates
-            .iter()
-            .all(|g| conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == g.condition_type && c.status == "True")))
-    })
+pub fn gates_ready(pod: &SlimPod) -> bool {
+    pod.readiness_gates.iter().all(|g| pod.condition(g) == Some("True"))
 }
 
-fn condition(pod: &Pod, type_: &str) -> Option<String> {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
-        .map(|c| c.status.clone())
+pub fn phase(pod: &SlimPod) -> &str {
+    pod.phase()
 }
 
-pub fn phase(pod: &Pod) -> &str {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending")
+pub fn is_ready(pod: &SlimPod) -> bool {
+    pod.condition("Ready") == Some("True")
 }
 
-pub fn is_ready(pod: &Pod) -> bool {
-    condition(pod, "Ready").as_deref() == Some("True")
+pub fn host_network(pod: &SlimPod) -> bool {
+    pod.host_network
 }
 
-pub fn host_network(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false)
-}
-
-pub fn pod_ips(pod: &Pod) -> Vec<IpAddr> {
-    let Some(s) = pod.status.as_ref() else { return vec![] };
-    let mut ips: Vec<IpAddr> = s.pod_ips.iter().flatten().filter_map(|p| p.ip.parse().ok()).collect();
-    if ips.is_empty()
-        && let Some(ip) = s.pod_ip.as_ref().and_then(|ip| ip.parse().ok())
-    {
-        ips.push(ip);
-    }
-    ips
+pub fn pod_ips(pod: &SlimPod) -> Vec<IpAddr> {
+    pod.pod_ips.clone()
 }
 
 /// Whether the pod already looks the way the simulator makes running pods look.
-pub fn is_running(pod: &Pod) -> bool {
-    phase(pod) == "Running"
-        && (host_network(pod) || !pod_ips(pod).is_empty())
-        && condition(pod, "Initialized").is_some()
+pub fn is_running(pod: &SlimPod) -> bool {
+    pod.phase() == "Running" && (pod.host_network || !pod.pod_ips.is_empty()) && pod.condition("Initialized").is_some()
 }
 
-fn is_sidecar(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
-}
-
-fn running_state(pod_uid: &str, c: &Container, ready: bool, now: &Value) -> Value {
+fn running_state(pod_uid: &str, c: &SlimContainer, ready: bool, now: &Value) -> Value {
     json!({
         "name": c.name,
-        "image": c.image.clone().unwrap_or_default(),
-        "imageID": image_id(c.image.as_deref().unwrap_or_default()),
+        "image": c.image,
+        "imageID": image_id(&c.image),
         "containerID": container_id(pod_uid, &c.name),
         "ready": ready,
         "started": true,
@@ -95,12 +68,12 @@ fn running_state(pod_uid: &str, c: &Container, ready: bool, now: &Value) -> Valu
     })
 }
 
-fn terminated_state(pod_uid: &str, c: &Container, now: &Value) -> Value {
+fn terminated_state(pod_uid: &str, c: &SlimContainer, now: &Value) -> Value {
     let id = container_id(pod_uid, &c.name);
     json!({
         "name": c.name,
-        "image": c.image.clone().unwrap_or_default(),
-        "imageID": image_id(c.image.as_deref().unwrap_or_default()),
+        "image": c.image,
+        "imageID": image_id(&c.image),
         "containerID": id,
         "ready": false,
         "started": false,
@@ -123,16 +96,14 @@ fn cond(type_: &str, status: bool, now: &Value, reason: Option<&str>) -> Value {
 }
 
 /// The status patch that makes a pod Running with the given addresses.
-pub fn running_patch(pod: &Pod, host_ips: &[IpAddr], pod_ips: &[IpAddr], now: &Value) -> Value {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let spec = pod.spec.clone().unwrap_or_default();
+pub fn running_patch(pod: &SlimPod, host_ips: &[IpAddr], pod_ips: &[IpAddr], now: &Value) -> Value {
+    let uid = pod.uid();
     let ready = gates_ready(pod);
-    let containers: Vec<Value> = spec.containers.iter().map(|c| running_state(&uid, c, true, now)).collect();
-    let init: Vec<Value> = spec
+    let containers: Vec<Value> = pod.containers.iter().map(|c| running_state(uid, c, true, now)).collect();
+    let init: Vec<Value> = pod
         .init_containers
         .iter()
-        .flatten()
-        .map(|c| if is_sidecar(c) { running_state(&uid, c, true, now) } else { terminated_state(&uid, c, now) })
+        .map(|c| if c.sidecar { running_state(uid, c, true, now) } else { terminated_state(uid, c, now) })
         .collect();
     let mut status = json!({
         "phase": "Running",
@@ -157,10 +128,8 @@ pub fn running_patch(pod: &Pod, host_ips: &[IpAddr], pod_ips: &[IpAddr], now: &V
 }
 
 /// The status patch of a pod whose containers all exited 0 (a finished Job pod).
-pub fn completed_patch(pod: &Pod, now: &Value) -> Value {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let spec = pod.spec.clone().unwrap_or_default();
-    let containers: Vec<Value> = spec.containers.iter().map(|c| terminated_state(&uid, c, now)).collect();
+pub fn completed_patch(pod: &SlimPod, now: &Value) -> Value {
+    let containers: Vec<Value> = pod.containers.iter().map(|c| terminated_state(pod.uid(), c, now)).collect();
     json!({ "status": {
         "phase": "Succeeded",
         "conditions": [
@@ -174,8 +143,8 @@ pub fn completed_patch(pod: &Pod, now: &Value) -> Value {
 
 /// When readiness gates change on a running pod: the Ready condition it should show now, if
 /// it differs from what it shows.
-pub fn ready_fix(pod: &Pod, now: &Value) -> Option<Value> {
-    if phase(pod) != "Running" {
+pub fn ready_fix(pod: &SlimPod, now: &Value) -> Option<Value> {
+    if pod.phase() != "Running" {
         return None;
     }
     let want = gates_ready(pod);
@@ -186,17 +155,17 @@ pub fn ready_fix(pod: &Pod, now: &Value) -> Option<Value> {
 }
 
 /// Whether a Job owns the pod (its containers finish).
-pub fn owned_by_job(pod: &Pod) -> bool {
+pub fn owned_by_job(pod: &SlimPod) -> bool {
     pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Job" && o.api_version.starts_with("batch/"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodSpec, PodStatus};
+    use k8s_openapi::api::core::v1::{Container, Pod, PodCondition, PodReadinessGate, PodSpec, PodStatus};
 
-    fn pod(gates: &[&str], conditions: &[(&str, &str)]) -> Pod {
-        Pod {
+    fn pod(gates: &[&str], conditions: &[(&str, &str)]) -> SlimPod {
+        SlimPod::from(Pod {
             metadata: kube::api::ObjectMeta { uid: Some("u1".into()), ..Default::default() },
             spec: Some(PodSpec {
                 containers: vec![Container {
@@ -231,7 +200,7 @@ mod tests {
                 ),
                 ..Default::default()
             }),
-        }
+        })
     }
 
     #[test]
@@ -264,7 +233,7 @@ mod tests {
             v["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
         assert_eq!(ready["status"], "False");
         let mut running = pod(&["example.com/lb"], &[("Ready", "False"), ("example.com/lb", "True")]);
-        running.status.as_mut().unwrap().phase = Some("Running".into());
+        running.phase = Some("Running".into());
         assert!(gates_ready(&running));
         let fix = ready_fix(&running, &json!("t")).unwrap();
         assert_eq!(fix["status"]["conditions"][0]["status"], "True");

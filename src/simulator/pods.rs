@@ -7,6 +7,7 @@ use super::node_status;
 use super::pod_ipam::{Allocation, PodIpam};
 use super::pod_status;
 use crate::informer::Change;
+use crate::informer::pod::SlimPod;
 use crate::pool::FIELD_MANAGER;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
 use futures::StreamExt;
@@ -37,17 +38,17 @@ pub struct PodSimulator {
     pub client: Client,
     pub config: PodSimConfig,
     pub nodes: Store<Node>,
-    pub pods: Store<Pod>,
+    pub pods: Store<SlimPod>,
     pub metrics: Arc<Metrics>,
     pub writes: Arc<Semaphore>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Timer {
-    Complete(ObjectRef<Pod>, String),
-    Remove(ObjectRef<Pod>, String),
+    Complete(ObjectRef<SlimPod>, String),
+    Remove(ObjectRef<SlimPod>, String),
     /// Look at the pod again after a failed write.
-    Retry(ObjectRef<Pod>),
+    Retry(ObjectRef<SlimPod>),
 }
 
 #[derive(Default)]
@@ -64,7 +65,13 @@ struct Tracked {
 }
 
 enum Done {
-    Write { uid: String, key: ObjectRef<Pod>, ok: bool, removed: bool },
+    Write { uid: String, key: ObjectRef<SlimPod>, ok: bool, removed: bool },
+}
+
+impl Done {
+    fn after(pod: &SlimPod, ok: bool, removed: bool) -> Self {
+        Done::Write { uid: pod.uid().to_string(), key: ObjectRef::from_obj(pod), ok, removed }
+    }
 }
 
 /// The podCIDRs of a node.
@@ -93,14 +100,14 @@ struct Loop {
     ipam: PodIpam,
     tracked: HashMap<String, Tracked>,
     /// Pods waiting for their node to get a podCIDR or a free address, by node.
-    waiting: HashMap<String, HashSet<ObjectRef<Pod>>>,
+    waiting: HashMap<String, HashSet<ObjectRef<SlimPod>>>,
     queue: DelayQueue<Timer>,
     done: UnboundedSender<Done>,
     recorder: Recorder,
 }
 
 impl PodSimulator {
-    pub async fn run(self, mut pods: UnboundedReceiver<Change<Pod>>, mut nodes: UnboundedReceiver<Change<Node>>) {
+    pub async fn run(self, mut pods: UnboundedReceiver<Change<SlimPod>>, mut nodes: UnboundedReceiver<Change<Node>>) {
         let _ = self.pods.wait_until_ready().await;
         let _ = self.nodes.wait_until_ready().await;
         let recorder = Recorder::new(self.client.clone(), Reporter { controller: "kwok-pools".into(), instance: None });
@@ -175,8 +182,8 @@ impl Loop {
         tracing::info!(pods = self.sim.pods.len(), conflicts, "pod addresses rebuilt from the existing pods");
     }
 
-    fn managed_node(&self, pod: &Pod) -> Option<Arc<Node>> {
-        let name = pod.spec.as_ref()?.node_name.as_ref()?;
+    fn managed_node(&self, pod: &SlimPod) -> Option<Arc<Node>> {
+        let name = pod.node_name.as_ref()?;
         let node = self.sim.nodes.get(&ObjectRef::new(name))?;
         self.sim.config.manage.manages(&node).then_some(node)
     }
@@ -190,10 +197,10 @@ impl Loop {
         }
     }
 
-    fn on_deleted(&mut self, pod: &Pod) {
+    fn on_deleted(&mut self, pod: &SlimPod) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.untrack(&uid);
-        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()) {
+        if let Some(node) = pod.node_name.as_ref() {
             self.ipam.release(node, &uid);
             if let Some(w) = self.waiting.get_mut(node) {
                 w.remove(&ObjectRef::from_obj(pod));
@@ -218,7 +225,7 @@ impl Loop {
         }
     }
 
-    fn on_pod(&mut self, pod: &Arc<Pod>) {
+    fn on_pod(&mut self, pod: &Arc<SlimPod>) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let Some(node) = self.managed_node(pod) else {
             // Not ours (unscheduled, or a real node, or a node that is gone: PodGC's job).
@@ -318,7 +325,7 @@ impl Loop {
             return;
         }
         if pod_status::owned_by_job(pod) && t.complete_key.is_none() {
-            let started = pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
+            let started = pod.start_time;
             let ran = started
                 .map(|s| {
                     (k8s_openapi::jiff::Timestamp::now() - s)
@@ -367,7 +374,7 @@ impl Loop {
         }
     }
 
-    fn report_exhausted(&self, pod: &Pod, node: &str, net: IpNet) {
+    fn report_exhausted(&self, pod: &SlimPod, node: &str, net: IpNet) {
         let recorder = self.recorder.clone();
         let reference = pod.object_ref(&());
         let note = format!(
@@ -388,7 +395,7 @@ impl Loop {
         });
     }
 
-    fn spawn_status(&self, pod: Arc<Pod>, patch: serde_json::Value, transition: &'static str) {
+    fn spawn_status(&self, pod: Arc<SlimPod>, patch: serde_json::Value, transition: &'static str) {
         let sim = self.sim.clone();
         let done = self.done.clone();
         tokio::spawn(async move {
@@ -405,16 +412,11 @@ impl Loop {
             {
                 tracing::warn!(pod = %pod.name_any(), namespace = %ns, error = %e, "pod status write failed; will retry");
             }
-            let _ = done.send(Done::Write {
-                uid: pod.metadata.uid.clone().unwrap_or_default(),
-                key: ObjectRef::from_obj(pod.as_ref()),
-                ok,
-                removed: false,
-            });
+            let _ = done.send(Done::after(&pod, ok, false));
         });
     }
 
-    fn spawn_remove(&self, pod: Arc<Pod>) {
+    fn spawn_remove(&self, pod: Arc<SlimPod>) {
         let sim = self.sim.clone();
         let done = self.done.clone();
         tokio::spawn(async move {
@@ -436,12 +438,7 @@ impl Loop {
                 }
             };
             sim.metrics.write("pods", "delete", ok);
-            let _ = done.send(Done::Write {
-                uid: pod.metadata.uid.clone().unwrap_or_default(),
-                key: ObjectRef::from_obj(pod.as_ref()),
-                ok,
-                removed: ok,
-            });
+            let _ = done.send(Done::after(&pod, ok, ok));
         });
     }
 }

@@ -174,17 +174,7 @@ impl Operator {
     /// Starts `kwok-pools run` for `scope` with the test lease settings and `extra` flags.
     /// Pass `manage_override` to replace the scoped node selection flags.
     pub fn start(scope: &str, extra: &[&str]) -> Self {
-        let mut op = Self {
-            child: None,
-            scope: scope.to_string(),
-            metrics_port: free_port(),
-            webhook_port: free_port(),
-            log: log_dir().join(format!("{scope}.log")),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            kubeconfig: kubeconfig(),
-        };
-        op.spawn();
-        op
+        Self::start_as(scope, extra, kubeconfig())
     }
 
     /// Like [`Operator::start`], with the operator using `kubeconfig` instead.

@@ -138,3 +138,11 @@ pub async fn wait_lease(client: &kube::Client, node: &str) -> Lease {
     wait_for(&what, Duration::from_secs(30), || async { lease(client, node).await.ok_or("no lease yet".to_string()) })
         .await
 }
+
+/// Whether a pod (as the API returns it) is Ready.
+pub fn pod_ready(p: &k8s_openapi::api::core::v1::Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}

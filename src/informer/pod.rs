@@ -1,0 +1,160 @@
+//! The compact pod kept in the store: what the PodPool controller and the pod simulator read,
+//! a tenth of the memory of a k8s-openapi `Pod` (whose structs alone are ~5 KB with one
+//! container, almost all of it empty optional fields).
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
+use kube::core::NamespaceResourceScope;
+use std::borrow::Cow;
+use std::net::IpAddr;
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SlimContainer {
+    pub name: String,
+    pub image: String,
+    /// An init container with `restartPolicy: Always` (a sidecar).
+    pub sidecar: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SlimPod {
+    /// name, namespace, uid, labels, owner references, deletion timestamp and grace period.
+    pub metadata: ObjectMeta,
+    pub node_name: Option<String>,
+    pub host_network: bool,
+    pub containers: Vec<SlimContainer>,
+    pub init_containers: Vec<SlimContainer>,
+    /// Condition types of the readiness gates.
+    pub readiness_gates: Vec<String>,
+    pub phase: Option<String>,
+    /// (type, status) of each condition.
+    pub conditions: Vec<(String, String)>,
+    pub pod_ips: Vec<IpAddr>,
+    pub start_time: Option<Timestamp>,
+}
+
+impl Resource for SlimPod {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Pod".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "pods".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl From<Pod> for SlimPod {
+    fn from(pod: Pod) -> Self {
+        let m = pod.metadata;
+        let metadata = ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            labels: m.labels,
+            owner_references: m.owner_references,
+            deletion_timestamp: m.deletion_timestamp,
+            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+            ..Default::default()
+        };
+        let spec = pod.spec.unwrap_or_default();
+        let slim = |c: &k8s_openapi::api::core::v1::Container| SlimContainer {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            sidecar: c.restart_policy.as_deref() == Some("Always"),
+        };
+        let status = pod.status.unwrap_or_default();
+        let mut pod_ips: Vec<IpAddr> = status.pod_ips.iter().flatten().filter_map(|p| p.ip.parse().ok()).collect();
+        if pod_ips.is_empty()
+            && let Some(ip) = status.pod_ip.as_ref().and_then(|ip| ip.parse().ok())
+        {
+            pod_ips.push(ip);
+        }
+        let mut out = SlimPod {
+            metadata,
+            node_name: spec.node_name.filter(|n| !n.is_empty()),
+            host_network: spec.host_network.unwrap_or(false),
+            containers: spec.containers.iter().map(slim).collect(),
+            init_containers: spec.init_containers.iter().flatten().map(slim).collect(),
+            readiness_gates: spec.readiness_gates.into_iter().flatten().map(|g| g.condition_type).collect(),
+            phase: status.phase,
+            conditions: status.conditions.into_iter().flatten().map(|c| (c.type_, c.status)).collect(),
+            pod_ips,
+            start_time: status.start_time.map(|t| t.0),
+        };
+        out.shrink();
+        out
+    }
+}
+
+impl SlimPod {
+    /// Gives back spare capacity: stored pods live long.
+    fn shrink(&mut self) {
+        self.containers.shrink_to_fit();
+        self.init_containers.shrink_to_fit();
+        self.readiness_gates.shrink_to_fit();
+        self.conditions.shrink_to_fit();
+        self.pod_ips.shrink_to_fit();
+    }
+
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn uid(&self) -> &str {
+        self.metadata.uid.as_deref().unwrap_or_default()
+    }
+
+    pub fn condition(&self, type_: &str) -> Option<&str> {
+        self.conditions.iter().find(|(t, _)| t == type_).map(|(_, s)| s.as_str())
+    }
+
+    pub fn phase(&self) -> &str {
+        self.phase.as_deref().unwrap_or("Pending")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_what_the_operator_reads() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "n", "uid": "u", "labels": {"a": "b"},
+                         "annotations": {"big": "x"}, "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j1"}]},
+            "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "i", "env": [{"name": "E", "value": "v"}]}],
+                     "initContainers": [{"name": "s", "image": "e", "restartPolicy": "Always"}],
+                     "readinessGates": [{"conditionType": "x/ready"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "podIP": "10.0.0.5", "podIPs": [{"ip": "10.0.0.5"}, {"ip": "fd00::5"}],
+                       "startTime": "2026-01-01T00:00:00Z"}
+        }))
+        .unwrap();
+        let s = SlimPod::from(pod);
+        assert_eq!((s.name(), s.uid(), s.phase()), ("p", "u", "Running"));
+        assert_eq!(s.node_name.as_deref(), Some("node-1"));
+        assert_eq!(s.containers, vec![SlimContainer { name: "c".into(), image: "i".into(), sidecar: false }]);
+        assert!(s.init_containers[0].sidecar);
+        assert_eq!(s.readiness_gates, vec!["x/ready"]);
+        assert_eq!(s.condition("Ready"), Some("True"));
+        assert_eq!(s.pod_ips.len(), 2);
+        assert!(s.metadata.annotations.is_none());
+        assert_eq!(s.metadata.owner_references.unwrap()[0].kind, "Job");
+        assert!(std::mem::size_of::<SlimPod>() < std::mem::size_of::<Pod>() / 3);
+    }
+}
