@@ -114,13 +114,18 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         leases.start(Api::<Lease>::namespaced(client.clone(), LEASE_NAMESPACE), watcher::Config::default(), trimmed);
     }
     let node_pools = Informer::<NodePool>::new();
-    node_pools.start(Api::<NodePool>::all(client.clone()), watcher::Config::default(), trimmed);
+    if config.controllers {
+        // Only the controllers and the webhook need the pools (`simulate` runs without the CRDs).
+        node_pools.start(Api::<NodePool>::all(client.clone()), watcher::Config::default(), trimmed);
+    }
 
     wait_synced("nodes", &nodes.store()).await?;
     if config.simulate {
         wait_synced("leases", &leases.store()).await?;
     }
-    wait_synced("nodepools", &node_pools.store()).await?;
+    if config.controllers {
+        wait_synced("nodepools", &node_pools.store()).await?;
+    }
     wait_synced("pods", &pods.store()).await?;
     {
         // Rebuild the default address allocator from the nodes that exist.

@@ -89,7 +89,7 @@ async fn deployment_available(client: &kube::Client) -> i32 {
         .unwrap_or(0)
 }
 
-pub async fn run(nodes: u32, pods: u32) {
+pub async fn run(nodes: u32, pods: u32, kinds: &[&str]) {
     println!("\n## {pods} pods on {nodes} nodes ({})", machine());
     let bench = Bench::cluster("bench-pods").await;
     let op = Operator::start(&bench, &["--pod-termination-delay", "0s"]).await;
@@ -114,7 +114,7 @@ pub async fn run(nodes: u32, pods: u32) {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rss_idle = rss_mib(op.pid());
 
-    for kind in ["PodPool", "Deployment"] {
+    for &kind in kinds {
         let writes_before = bench.writes().await;
         let op_writes_before = op.metric("kwok_pools_api_writes_total").await;
         let cpu = CpuMeter::start(op.pid(), bench.control_plane_pids());

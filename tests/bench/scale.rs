@@ -26,13 +26,15 @@ async fn main() {
     }
     let pod_counts: Vec<u32> =
         picked.iter().filter_map(|a| a.strip_prefix("pods=")).filter_map(|v| v.parse().ok()).collect();
+    let kinds: &[&str] =
+        if args.iter().any(|a| a == "--podpool-only") { &["PodPool"] } else { &["PodPool", "Deployment"] };
     if let Some(n) = pod_counts.first() {
-        pods::run((*n / 100).max(1), *n).await;
+        pods::run((*n / 100).max(1), *n, kinds).await;
     } else if all || picked.contains(&"pods") {
         if quick {
-            pods::run(10, 1000).await;
+            pods::run(10, 1000, kinds).await;
         } else {
-            pods::run(100, 10_000).await;
+            pods::run(100, 10_000, kinds).await;
         }
     }
     if !sizes.is_empty() {

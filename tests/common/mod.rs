@@ -177,6 +177,13 @@ impl Operator {
         Self::start_as(scope, extra, kubeconfig())
     }
 
+    /// `kwok-pools simulate` (the simulator alone) for `scope`.
+    pub fn simulator_only(scope: &str, extra: &[&str]) -> Self {
+        let mut all = vec!["--simulate-only"];
+        all.extend_from_slice(extra);
+        Self::start_as(scope, &all, kubeconfig())
+    }
+
     /// Like [`Operator::start`], with the operator using `kubeconfig` instead.
     pub fn start_as(scope: &str, extra: &[&str], kubeconfig: PathBuf) -> Self {
         let mut op = Self {
@@ -195,8 +202,9 @@ impl Operator {
     fn spawn(&mut self) {
         let selector = format!("{SCOPE_LABEL}={}", self.scope);
         let instance_given = self.extra.iter().any(|a| a == "--instance");
+        let simulate_only = self.extra.iter().any(|a| a == "--simulate-only");
         let mut args: Vec<String> = vec![
-            "run".into(),
+            if simulate_only { "simulate".into() } else { "run".into() },
             "--pool-selector".into(),
             selector.clone(),
             "--metrics-addr".into(),
@@ -215,7 +223,7 @@ impl Operator {
             args.push("--manage-nodes-with-label-selector".into());
             args.push(selector);
         }
-        args.extend(self.extra.iter().cloned());
+        args.extend(self.extra.iter().filter(|a| *a != "--simulate-only").cloned());
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         let mut cmd = Command::new(kwok_pools_bin());
         cmd.args(&args)
