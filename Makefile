@@ -85,9 +85,8 @@ run: controlplane release ## Start (or reuse) the local cluster, apply the sampl
 	@if ! $(RELEASE_BIN) cluster kubeconfig --name $(RUN_CLUSTER) >/dev/null 2>&1; then \
 	  $(RELEASE_BIN) cluster create --name $(RUN_CLUSTER); \
 	elif ! $(RELEASE_BIN) cluster list | grep -E "^$(RUN_CLUSTER) +running" >/dev/null; then \
-	  echo "cluster $(RUN_CLUSTER) exists but is not running: recreating it"; \
-	  $(RELEASE_BIN) cluster delete --name $(RUN_CLUSTER); \
-	  $(RELEASE_BIN) cluster create --name $(RUN_CLUSTER); \
+	  echo "cluster $(RUN_CLUSTER) exists but is not running: starting it"; \
+	  $(RELEASE_BIN) cluster start --name $(RUN_CLUSTER); \
 	fi; \
 	kubeconfig=$$($(RELEASE_BIN) cluster kubeconfig --name $(RUN_CLUSTER)); \
 	KUBECONFIG=$$kubeconfig $(KUBECTL) apply --server-side -f crds/kwok-pools.yaml >/dev/null; \

@@ -221,3 +221,70 @@ fn a_timeout_names_the_component_that_was_not_ready() {
     let left: Vec<i32> = pids(&home.cluster_dir("slow")).into_iter().filter(|p| alive(*p)).collect();
     assert!(left.is_empty(), "processes left running: {left:?}");
 }
+
+#[tokio::test]
+async fn the_operator_rides_out_an_api_server_that_goes_away() {
+    let home = Home::new();
+    let out = cluster_cmd(home.path(), &["create", "--name", "bumpy"]);
+    assert!(out.status.success(), "create failed:\n{}", text(&out));
+    let kubeconfig = home.cluster_dir("bumpy").join("kubeconfig");
+    let scope = unique("bumpy");
+    let mut op = Operator::start_as(&scope, &[], kubeconfig.clone());
+    op.wait_ready().await;
+    let pool = format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: bumpy, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  nodeCount: 2\n  nodeTemplate:\n    metadata: {{labels: {{{SCOPE_LABEL}: {scope}}}}}\n"
+    );
+    let path = home.path().join("pool.yaml");
+    std::fs::write(&path, pool).unwrap();
+    assert!(kubectl_for(&kubeconfig, &["apply", "-f", path.to_str().unwrap()]).status.success());
+    let ready = |n: usize| {
+        let kubeconfig = kubeconfig.clone();
+        async move {
+            let what = format!("{n} Ready nodes");
+            wait_for(&what, std::time::Duration::from_secs(90), || {
+                let kubeconfig = kubeconfig.clone();
+                async move {
+                    let out = kubectl_for(
+                        &kubeconfig,
+                        &[
+                            "get",
+                            "nodes",
+                            "-l",
+                            "pools.kwok.x-k8s.io/pool=bumpy",
+                            "-o",
+                            "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
+                        ],
+                    );
+                    let text = String::from_utf8_lossy(&out.stdout).to_string();
+                    let ready = text.lines().filter(|l| *l == "True").count();
+                    if ready == n && text.lines().count() == n {
+                        Ok(())
+                    } else {
+                        Err(format!("{ready} Ready: {}", text.trim()))
+                    }
+                }
+            })
+            .await
+        }
+    };
+    ready(2).await;
+
+    // The API server dies; the operator keeps running and waits for it.
+    let pid =
+        kwok_pools::cluster::process::read_pid(&home.cluster_dir("bumpy").join("run/kube-apiserver.pid")).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert!(op.is_running(), "the operator exited when the API server went away:\n{}", op.log_tail());
+    let listing = String::from_utf8_lossy(&cluster_cmd(home.path(), &["list"]).stdout).to_string();
+    assert!(listing.contains("partial(3/4)"), "{listing}");
+
+    // Back again (same ports, data and certificates): the operator carries on.
+    let out = cluster_cmd(home.path(), &["start", "--name", "bumpy"]);
+    assert!(out.status.success(), "start failed:\n{}", text(&out));
+    assert!(text(&out).contains("etcd already runs"), "only the missing component is started: {}", text(&out));
+    assert!(kubectl_for(&kubeconfig, &["scale", "nodepool", "bumpy", "--replicas", "3"]).status.success());
+    ready(3).await;
+    assert!(op.is_running());
+    assert!(!std::fs::read_to_string(&op.log).unwrap_or_default().contains("panicked"));
+    op.stop();
+}

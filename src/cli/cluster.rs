@@ -41,6 +41,14 @@ pub enum ClusterCommand {
         #[arg(long)]
         no_crds: bool,
     },
+    /// Start the components of an existing cluster that do not run (keeps its data).
+    Start {
+        #[command(flatten)]
+        common: Common,
+        /// How long to wait for the control plane to be ready.
+        #[arg(long, default_value = "180s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
     /// Stop a cluster's processes and remove its state.
     Delete {
         #[command(flatten)]
@@ -95,6 +103,12 @@ pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
             eprintln!("cluster {:?} ready in {:.1}s", common.name, created.elapsed.as_secs_f64());
             println!("kubeconfig: {}", created.kubeconfig.display());
             println!("export KUBECONFIG={}", created.kubeconfig.display());
+        }
+        ClusterCommand::Start { common, timeout } => {
+            let took = cluster::start(&common.home(), &common.name, timeout).await?;
+            let kubeconfig = cluster::kubeconfig(&common.home(), &common.name)?;
+            eprintln!("cluster {:?} running ({:.1}s)", common.name, took.as_secs_f64());
+            println!("export KUBECONFIG={}", kubeconfig.display());
         }
         ClusterCommand::Delete { common } => {
             for note in cluster::delete(&common.home(), &common.name)? {

@@ -58,6 +58,9 @@ pub struct ClusterRecord {
     pub ports: Ports,
     pub bin_dir: PathBuf,
     pub created: String,
+    /// `--extra-arg` flags, as component name and flag, so `cluster start` repeats them.
+    #[serde(default)]
+    pub extra_args: Vec<(String, String)>,
 }
 
 #[derive(Clone, Debug)]

@@ -104,6 +104,7 @@ pub async fn create(opts: &CreateOptions) -> Result<Created, ClusterError> {
         ports: ports.clone(),
         bin_dir: bin_dir.clone(),
         created: chrono::Utc::now().to_rfc3339(),
+        extra_args: opts.extra_args.iter().map(|(c, a)| (c.name().to_string(), a.clone())).collect(),
     };
     std::fs::write(layout.record(), serde_json::to_string_pretty(&record).unwrap_or_default())
         .ctx(|| "writing cluster.json".into())?;
@@ -121,6 +122,43 @@ pub async fn create(opts: &CreateOptions) -> Result<Created, ClusterError> {
     Ok(Created { kubeconfig: layout.kubeconfig(), ports, elapsed: started.elapsed() })
 }
 
+/// Starts every component that does not run (all of them for a new cluster), etcd and the
+/// API server first, and waits until each is healthy.
+async fn start_components(
+    name: &str,
+    extra_args: &[(Component, String)],
+    layout: &Layout,
+    ports: &Ports,
+    bin_dir: &Path,
+    deadline: Instant,
+) -> Result<(), ClusterError> {
+    let mut later = Vec::new();
+    for c in component::ALL {
+        let running =
+            process::read_pid(&layout.pid(c)).is_some_and(|pid| process::is_ours(pid, c.binary(), &layout.dir));
+        if running {
+            eprintln!("  {c} already runs");
+            continue;
+        }
+        let mut args = c.args(layout, ports);
+        args.extend(extra_args.iter().filter(|(k, _)| *k == c).map(|(_, a)| a.clone()));
+        let mut child = process::spawn(&bin_dir.join(c.binary()), &args, &layout.log(c), &layout.pid(c))?;
+        eprintln!("  started {c} (pid {}, log {})", child.id(), layout.log(c).display());
+        // etcd and the API server must be up before the others can do anything useful.
+        if matches!(c, Component::Etcd | Component::KubeApiserver) {
+            let took = probe::wait_healthy(name, c, &mut child, layout, ports, deadline).await?;
+            eprintln!("  ✓ {c} ready ({:.1}s)", took.as_secs_f64());
+        } else {
+            later.push((c, child));
+        }
+    }
+    for (c, child) in later.iter_mut() {
+        let took = probe::wait_healthy(name, *c, child, layout, ports, deadline).await?;
+        eprintln!("  ✓ {c} healthy ({:.1}s)", took.as_secs_f64());
+    }
+    Ok(())
+}
+
 async fn start_all(
     opts: &CreateOptions,
     layout: &Layout,
@@ -128,24 +166,7 @@ async fn start_all(
     bin_dir: &Path,
     deadline: Instant,
 ) -> Result<(), ClusterError> {
-    // etcd and the API server must be up before the others can do anything useful.
-    let mut children = Vec::new();
-    for c in component::ALL {
-        let mut args = c.args(layout, ports);
-        args.extend(opts.extra_args.iter().filter(|(k, _)| *k == c).map(|(_, a)| a.clone()));
-        let child = process::spawn(&bin_dir.join(c.binary()), &args, &layout.log(c), &layout.pid(c))?;
-        eprintln!("  started {c} (pid {}, log {})", child.id(), layout.log(c).display());
-        children.push((c, child));
-        if matches!(c, Component::Etcd | Component::KubeApiserver) {
-            let (c, child) = children.last_mut().expect("just pushed");
-            let took = probe::wait_healthy(&opts.name, *c, child, layout, ports, deadline).await?;
-            eprintln!("  ✓ {c} ready ({:.1}s)", took.as_secs_f64());
-        }
-    }
-    for (c, child) in children.iter_mut().skip(2) {
-        let took = probe::wait_healthy(&opts.name, *c, child, layout, ports, deadline).await?;
-        eprintln!("  ✓ {c} healthy ({:.1}s)", took.as_secs_f64());
-    }
+    start_components(&opts.name, &opts.extra_args, layout, ports, bin_dir, deadline).await?;
     let client = crds::client(&layout.kubeconfig()).await?;
     crds::wait_default_service_account(&opts.name, &client, layout, deadline).await?;
     eprintln!("  ✓ default ServiceAccount exists");
@@ -172,6 +193,22 @@ fn stop_all(layout: &Layout) -> Vec<String> {
         }
     }
     notes
+}
+
+/// Starts again whatever components of an existing cluster do not run (after a reboot, or a
+/// component that died), with the ports, certificates and data it had.
+pub async fn start(home: &Path, name: &str, timeout: Duration) -> Result<Duration, ClusterError> {
+    layout::validate_name(name).map_err(ClusterError::InvalidName)?;
+    let layout = Layout::new(cluster_dir(home, name));
+    let record =
+        layout.read_record().map_err(|_| ClusterError::NotFound { name: name.into(), dir: layout.dir.clone() })?;
+    let bin_dir = binaries::check(&record.bin_dir)?;
+    let extra: Vec<(Component, String)> =
+        record.extra_args.iter().filter_map(|(c, a)| Component::parse(c).map(|c| (c, a.clone()))).collect();
+    let started = Instant::now();
+    eprintln!("starting cluster {name:?} from {}", layout.dir.display());
+    start_components(name, &extra, &layout, &record.ports, &bin_dir, started + timeout).await?;
+    Ok(started.elapsed())
 }
 
 /// Stops exactly the processes the cluster started (by pid, after checking each still is

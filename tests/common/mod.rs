@@ -311,7 +311,10 @@ impl Drop for Operator {
         }
         // Whatever the test did, its pools (and through them their children) go.
         let selector = format!("{SCOPE_LABEL}={}", self.scope);
-        let _ = kubectl(&["delete", "nodepools,podpools", "--all-namespaces", "-l", &selector, "--wait=false"]);
+        let _ = Command::new(kubectl_bin())
+            .args(["delete", "nodepools,podpools", "--all-namespaces", "-l", &selector, "--wait=false"])
+            .env("KUBECONFIG", &self.kubeconfig)
+            .output();
         self.stop();
     }
 }
