@@ -47,6 +47,8 @@ pub struct OperatorConfig {
     pub max_simulator_writes_in_flight: usize,
     pub max_creates_per_round: usize,
     pub metrics_addr: SocketAddr,
+    /// The instance name (`--instance`).
+    pub instance: String,
     /// Remove deleted pods after this long instead of their whole grace period.
     pub pod_termination_delay: Option<Duration>,
     /// How long pods owned by a Job run before they complete.
@@ -97,7 +99,12 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
 
     let writes = Arc::new(Semaphore::new(config.max_writes_in_flight));
     let sim_writes = Arc::new(Semaphore::new(config.max_simulator_writes_in_flight));
-    let addresses = Arc::new(Mutex::new(HostAllocator::new(config.node_ip_range)));
+    // The default instance counts from the start of the range; others from a point of their own.
+    let addresses = Arc::new(Mutex::new(if config.instance == "kwok-pools" {
+        HostAllocator::new(config.node_ip_range)
+    } else {
+        HostAllocator::seeded(config.node_ip_range, &config.instance)
+    }));
 
     // One watch per kind, shared by controllers and simulator.
     let nodes = Informer::<Node>::new();

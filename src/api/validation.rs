@@ -397,9 +397,14 @@ pub fn check_podpool(spec: &PodPoolSpec) -> Result<(), Vec<String>> {
     spec.validate().map_err(|r| messages(&r))
 }
 
-/// The reconciler's check: every rule, against every other pool; one message.
+/// The reconciler's check: every rule; one message. A range overlap is blamed on the newer
+/// of the two pools only (by creation time, then name), so a pool that slipped past the
+/// webhook never stalls the older one it overlaps.
 pub fn validate_nodepool(pool: &NodePool, all: &[Arc<NodePool>]) -> Result<(), String> {
-    check_nodepool(&pool.spec, &NodePoolRules::new(&pool.name_any(), all, None)).map_err(|m| m.join("; "))
+    let key = |p: &NodePool| (p.metadata.creation_timestamp.as_ref().map(|t| t.0), p.name_any());
+    let mine = key(pool);
+    let older: Vec<Arc<NodePool>> = all.iter().filter(|p| key(p) < mine).cloned().collect();
+    check_nodepool(&pool.spec, &NodePoolRules::new(&pool.name_any(), &older, None)).map_err(|m| m.join("; "))
 }
 
 pub fn validate_podpool(pool: &PodPool) -> Result<(), String> {

@@ -165,6 +165,7 @@ impl RunArgs {
             max_simulator_writes_in_flight: self.max_simulator_writes_in_flight.max(1),
             max_creates_per_round: self.max_creates_per_round.max(1),
             metrics_addr: self.metrics_addr,
+            instance: self.instance.clone(),
             pod_termination_delay: self.pod_termination_delay,
             job_run_time: self.job_run_time,
             webhook: self.webhook()?,

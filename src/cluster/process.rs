@@ -66,7 +66,8 @@ pub fn is_ours(pid: i32, binary: &str, state_dir: &Path) -> bool {
         raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
     let exe_matches =
         args.first().and_then(|a0| Path::new(a0).file_name()).is_some_and(|n| n.to_string_lossy() == binary);
-    let dir = state_dir.display().to_string();
+    // The directory as a whole path component: `…/clusters/dev/` is not `…/clusters/dev2/`.
+    let dir = format!("{}/", state_dir.display().to_string().trim_end_matches('/'));
     exe_matches && args.iter().skip(1).any(|a| a.contains(&dir))
 }
 

@@ -7,6 +7,7 @@ use crate::api::common::GROUP;
 use crate::informer::Change;
 use crate::pool::PoolKind;
 use crate::pool::reconcile::{PoolContext, error_policy, reconcile};
+use crate::telemetry::metrics::PoolLabels;
 use futures::StreamExt;
 use kube::runtime::controller::{Config, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -68,11 +69,22 @@ pub async fn run<P>(
         .with_config(Config::default().debounce(Duration::from_millis(200)))
         .reconcile_on(wake)
         .shutdown_on_signal()
-        .run(reconcile::<P>, error_policy::<P>, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
+        .run(reconcile::<P>, error_policy::<P>, ctx.clone())
+        .for_each(|result| {
+            if let Err(kube::runtime::controller::Error::ObjectNotFound(gone)) = &result {
+                // A pool that is gone (or never was): drop its per-pool metrics.
+                let labels = PoolLabels {
+                    kind: P::kind(&()).to_string(),
+                    namespace: gone.namespace.clone().unwrap_or_default(),
+                    name: gone.name.clone(),
+                };
+                ctx.metrics.pool_desired.remove(&labels);
+                ctx.metrics.pool_ready.remove(&labels);
+                ctx.metrics.pool_updated.remove(&labels);
+            } else if let Err(e) = result {
                 tracing::debug!(error = %e, "controller event");
             }
+            futures::future::ready(())
         })
         .await;
 }

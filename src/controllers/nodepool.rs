@@ -188,7 +188,8 @@ impl PoolKind for NodePool {
             spec.pod_cidr = current.pod_cidr.clone();
             spec.pod_cidrs = current.pod_cidrs.clone();
         }
-        writes.insert(0, Write::Apply(desired));
+        // Status first: the apply carries the new template hash, which marks the node done.
+        writes.push(Write::Apply(desired));
         writes
     }
 

@@ -115,6 +115,10 @@ impl PoolKind for PodPool {
         pod_status::is_ready(child)
     }
 
+    fn is_finished(child: &SlimPod) -> bool {
+        matches!(child.phase(), "Succeeded" | "Failed")
+    }
+
     fn child_api(client: Client, pool: &Self) -> Api<Pod> {
         Api::namespaced(client, &pool.namespace().unwrap_or_default())
     }

@@ -12,7 +12,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -69,7 +69,9 @@ where
         tokio::spawn(async move {
             let kind = W::kind(&()).to_string();
             let mut stream = watcher(api, config).default_backoff().boxed();
-            let mut listing: HashSet<ObjectRef<K>> = HashSet::new();
+            // What the current list holds, with UIDs: an object replaced under the same name
+            // while the watch was down counts as deleted too.
+            let mut listing: HashMap<ObjectRef<K>, Option<String>> = HashMap::new();
             while let Some(next) = stream.next().await {
                 let event: Event<K> = match next {
                     Ok(Event::Apply(obj)) => Event::Apply(convert(obj)),
@@ -85,7 +87,7 @@ where
                 match &event {
                     Event::Init => listing.clear(),
                     Event::InitApply(obj) => {
-                        listing.insert(ObjectRef::from_obj(obj));
+                        listing.insert(ObjectRef::from_obj(obj), obj.meta().uid.clone());
                     }
                     Event::InitDone => {
                         // Objects that were stored but are not in the new list are gone.
@@ -93,7 +95,7 @@ where
                             .reader
                             .state()
                             .into_iter()
-                            .filter(|o| !listing.contains(&ObjectRef::from_obj(o.as_ref())))
+                            .filter(|o| listing.get(&ObjectRef::from_obj(o.as_ref())) != Some(&o.meta().uid))
                             .collect();
                         writer.apply_watcher_event(&event);
                         for obj in gone {

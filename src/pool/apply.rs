@@ -26,8 +26,9 @@ pub struct Outcome {
 
 enum Op<C> {
     Create(String, C),
-    Apply(String, C),
-    MergeStatus(String, serde_json::Value),
+    /// In-place writes to one child, in order; the first failure stops the rest (so a
+    /// child never carries the new template hash without its new status).
+    Update(String, Vec<Write<C>>),
     Delete(String, Option<String>),
 }
 
@@ -60,17 +61,12 @@ pub async fn execute<P: PoolKind>(
                 // Guard: if the object was replaced by another with the same name, the API
                 // server refuses a write that carries the old UID.
                 desired.meta_mut().uid = current.meta().uid.clone();
-                for w in P::in_place(current, desired) {
-                    ops.push(match w {
-                        Write::Apply(c) => Op::Apply(name.clone(), c),
-                        Write::MergeStatus(v) => Op::MergeStatus(name.clone(), v),
-                    });
-                }
+                ops.push(Op::Update(name, P::in_place(current, desired)));
             }
             Err(p) => outcome.render_problems.push(p),
         }
     }
-    outcome.writes = ops.len();
+    outcome.writes = ops.iter().map(|op| if let Op::Update(_, w) = op { w.len() } else { 1 }).sum();
     if ops.is_empty() {
         return outcome;
     }
@@ -79,7 +75,7 @@ pub async fn execute<P: PoolKind>(
     let resource = P::Child::plural(&()).to_string();
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let merge = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-    let results: Vec<(&'static str, String, Option<String>)> = futures::stream::iter(ops)
+    let results: Vec<Vec<(&'static str, String, Option<String>)>> = futures::stream::iter(ops)
         .map(|op| {
             let api = api.clone();
             let apply = apply.clone();
@@ -87,7 +83,8 @@ pub async fn execute<P: PoolKind>(
             let resource = resource.clone();
             async move {
                 let _permit = ctx.writes.acquire().await.expect("write semaphore is never closed");
-                let (verb, name, result) = match op {
+                let mut done = Vec::new();
+                match op {
                     Op::Create(name, child) if P::CREATE_WITH_POST => {
                         let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
                         let r = match api.create(&pp, &child).await {
@@ -99,19 +96,29 @@ pub async fn execute<P: PoolKind>(
                             }
                             Err(e) => Err(e),
                         };
-                        ("create", name, r)
+                        done.push(("create", name, r));
                     }
                     Op::Create(name, child) => {
                         let r = api.patch(&name, &apply, &Patch::Apply(&child)).await.map(|_| ());
-                        ("create", name, r)
+                        done.push(("create", name, r));
                     }
-                    Op::Apply(name, child) => {
-                        let r = api.patch(&name, &apply, &Patch::Apply(&child)).await.map(|_| ());
-                        ("apply", name, r)
-                    }
-                    Op::MergeStatus(name, value) => {
-                        let r = api.patch_status(&name, &merge, &Patch::Merge(&value)).await.map(|_| ());
-                        ("patch-status", name, r)
+                    Op::Update(name, writes) => {
+                        for w in writes {
+                            let (verb, r) = match w {
+                                Write::Apply(c) => {
+                                    ("apply", api.patch(&name, &apply, &Patch::Apply(&c)).await.map(|_| ()))
+                                }
+                                Write::MergeStatus(v) => (
+                                    "patch-status",
+                                    api.patch_status(&name, &merge, &Patch::Merge(&v)).await.map(|_| ()),
+                                ),
+                            };
+                            let failed = r.is_err();
+                            done.push((verb, name.clone(), r));
+                            if failed {
+                                break;
+                            }
+                        }
                     }
                     Op::Delete(name, uid) => {
                         let dp = DeleteParams {
@@ -124,17 +131,22 @@ pub async fn execute<P: PoolKind>(
                             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
                             Err(e) => Err(e),
                         };
-                        ("delete", name, r)
+                        done.push(("delete", name, r));
                     }
-                };
-                ctx.metrics.write(&resource, verb, result.is_ok());
-                let error = result.err().map(|e| format!("{verb} {resource}/{name}: {}", describe(&e)));
-                (verb, name, error)
+                }
+                done.into_iter()
+                    .map(|(verb, name, result)| {
+                        ctx.metrics.write(&resource, verb, result.is_ok());
+                        let error = result.err().map(|e| format!("{verb} {resource}/{name}: {}", describe(&e)));
+                        (verb, name, error)
+                    })
+                    .collect()
             }
         })
         .buffer_unordered(ctx.max_in_flight_per_pool)
         .collect()
         .await;
+    let results = results.into_iter().flatten();
     for (verb, name, error) in results {
         match (verb, error) {
             (_, Some(e)) => outcome.failures.push(e),

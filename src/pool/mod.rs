@@ -63,6 +63,12 @@ pub trait PoolKind:
 
     fn is_ready(child: &Self::Stored) -> bool;
 
+    /// Whether a child ran to an end and must be replaced (a pod that Succeeded or Failed).
+    fn is_finished(child: &Self::Stored) -> bool {
+        let _ = child;
+        false
+    }
+
     /// The writes that update `child` in place to `desired` (only for [`UpdateMode::InPlace`]).
     fn in_place(child: &Self::Stored, desired: Self::Child) -> Vec<Write<Self::Child>> {
         let _ = child;

@@ -21,6 +21,8 @@ pub struct Observed {
     pub hash: Option<String>,
     pub ready: bool,
     pub terminating: bool,
+    /// It ran to an end (a pod that Succeeded or Failed) and must be replaced.
+    pub finished: bool,
 }
 
 /// The planner's input.
@@ -94,6 +96,12 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         }
     }
 
+    // Finished children are replaced whatever the mode (as a ReplicaSet replaces them).
+    let mut finished: Vec<&Observed> = by_index.values().filter(|c| c.finished && !c.terminating).copied().collect();
+    finished.sort_by_key(|c| c.index);
+    out.delete.extend(finished.iter().map(|c| c.name.clone()));
+    by_index.retain(|_, c| !c.finished || c.terminating);
+
     let mut outdated: Vec<&Observed> =
         by_index.values().filter(|c| c.hash.as_deref() != Some(input.hash)).copied().collect();
     // Not-ready children first (replacing them costs no availability), then by index.
@@ -164,7 +172,14 @@ mod tests {
     use super::*;
 
     fn child(i: u32, hash: &str, ready: bool) -> Observed {
-        Observed { name: child_name("p", i), index: Some(i), hash: Some(hash.into()), ready, terminating: false }
+        Observed {
+            name: child_name("p", i),
+            index: Some(i),
+            hash: Some(hash.into()),
+            ready,
+            terminating: false,
+            finished: false,
+        }
     }
 
     fn run(count: u32, mode: UpdateMode, owned: &[Observed], taken: &[u32]) -> Plan {
@@ -244,6 +259,15 @@ mod tests {
         let p = run(1, UpdateMode::Replace { max_unavailable: 1 }, &[c], &[]);
         assert!(p.create.is_empty() && p.delete.is_empty());
         assert!(p.pending);
+    }
+
+    #[test]
+    fn finished_children_are_replaced() {
+        let mut done = child(1, "h2", false);
+        done.finished = true;
+        let p = run(2, UpdateMode::Replace { max_unavailable: 1 }, &[child(0, "h2", true), done], &[]);
+        assert_eq!(p.delete, vec!["p-1"]);
+        assert!(p.create.is_empty(), "recreated once the old one is gone");
     }
 
     #[test]

@@ -61,6 +61,8 @@ impl Expectations {
         }
         let now = std::time::Instant::now();
         let mut inner = self.inner.lock().expect("expectations lock");
+        // Pools deleted meanwhile leave entries nobody asks about again: sweep them.
+        inner.retain(|_, e| e.values().any(|(_, at)| at.elapsed() < EXPECTATION_TTL));
         let entry = inner.entry(pool_uid.to_string()).or_default();
         for n in names {
             entry.insert(n.clone(), (what, now));
@@ -122,6 +124,7 @@ pub fn observe<P: PoolKind>(pool: &P, store: &Store<P::Stored>) -> (Vec<Observed
             hash: child.labels().get(HASH_LABEL).cloned(),
             ready: P::is_ready(&child),
             terminating: child.meta().deletion_timestamp.is_some(),
+            finished: P::is_finished(&child),
             name: child_name.clone(),
         });
         objects.insert(child_name, child);
@@ -177,6 +180,7 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
                 hash: Some(hash.clone()),
                 ready: false,
                 terminating: false,
+                finished: false,
                 name: child,
             }),
             Expect::Delete => {
@@ -207,7 +211,8 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
             message: format!("{message}; nothing is done to the {}s until the spec is fixed", P::NOUN),
         });
         write_status(pool.as_ref(), &ctx, status::build(&status_input)).await?;
-        return Ok(Action::await_change());
+        // Rules that look at other pools can change their verdict without this pool changing.
+        return Ok(Action::requeue(Duration::from_secs(30)));
     }
 
     let taken = taken(pool.as_ref(), &ctx.children, &owned);

@@ -37,7 +37,8 @@ pub fn build(input: &StatusInput<'_>) -> PoolStatus {
     let updated = current.iter().filter(|c| c.hash.as_deref() == Some(input.hash)).count() as i32;
     let desired = input.count as i32;
     let noun = input.noun;
-    let extra = input.owned.len() as i32 - replicas;
+    // Children beyond the count (or with names the pool does not make), still to be removed.
+    let extra = input.owned.iter().filter(|c| c.index.is_none_or(|i| i >= input.count)).count() as i32;
 
     let (ready_status, ready_reason, ready_message) = if ready == desired && updated == desired && extra == 0 {
         ("True", "AllReady", format!("all {desired} {noun}s are ready and up to date"))
@@ -46,10 +47,18 @@ pub fn build(input: &StatusInput<'_>) -> PoolStatus {
     };
 
     let progressing = replicas != desired || updated != desired || extra > 0 || input.plan.is_some_and(|p| p.pending);
+    // A rollout is under way while children of an older template exist, or in-range
+    // children are being replaced.
+    let rolling = input
+        .owned
+        .iter()
+        .any(|c| c.index.is_some_and(|i| i < input.count) && (c.terminating || c.hash.as_deref() != Some(input.hash)));
     let (prog_status, prog_reason, prog_message) = if !progressing {
         ("False", "Stable", format!("{desired} {noun}s, nothing to do"))
     } else if extra > 0 || replicas > desired {
         ("True", "ScalingDown", format!("removing {extra} {noun}s above the count of {desired}"))
+    } else if rolling {
+        ("True", "RollingUpdate", format!("{updated} of {desired} {noun}s rendered from the current template"))
     } else if replicas < desired {
         ("True", "ScalingUp", format!("{replicas} of {desired} {noun}s exist"))
     } else {
@@ -122,7 +131,14 @@ mod tests {
     use super::*;
 
     fn obs(i: u32, hash: &str, ready: bool) -> Observed {
-        Observed { name: format!("p-{i}"), index: Some(i), hash: Some(hash.into()), ready, terminating: false }
+        Observed {
+            name: format!("p-{i}"),
+            index: Some(i),
+            hash: Some(hash.into()),
+            ready,
+            terminating: false,
+            finished: false,
+        }
     }
 
     fn input<'a>(count: u32, owned: &'a [Observed], previous: Option<&'a PoolStatus>) -> StatusInput<'a> {
@@ -153,9 +169,9 @@ mod tests {
 
     #[test]
     fn scaling_up_and_rolling() {
-        let owned = vec![obs(0, "old", true)];
+        let owned = vec![obs(0, "h", true)];
         let s = build(&input(2, &owned, None));
-        assert_eq!(s.updated_replicas, 0);
+        assert_eq!(s.updated_replicas, 1);
         let p = s.condition("Progressing").unwrap();
         assert_eq!((p.status.as_str(), p.reason.as_str()), ("True", "ScalingUp"));
         let owned = vec![obs(0, "old", true), obs(1, "h", true)];
@@ -183,6 +199,15 @@ mod tests {
             first.condition("Ready").unwrap().last_transition_time,
             second.condition("Ready").unwrap().last_transition_time
         );
+    }
+
+    #[test]
+    fn a_replacement_in_progress_is_not_a_scale_down() {
+        let mut terminating = obs(1, "old", true);
+        terminating.terminating = true;
+        let owned = vec![obs(0, "h", true), terminating];
+        let s = build(&input(2, &owned, None));
+        assert_eq!(s.condition("Progressing").unwrap().reason, "RollingUpdate");
     }
 
     #[test]

@@ -84,6 +84,17 @@ impl HostAllocator {
         Self { net, by_key: HashMap::new(), used: HashSet::new(), cursor: first }
     }
 
+    /// Like [`HostAllocator::new`], handing out addresses from a point chosen by `seed`, so
+    /// that allocators of different processes sharing one range rarely pick the same ones.
+    pub fn seeded(net: IpNet, seed: &str) -> Self {
+        let mut a = Self::new(net);
+        let (first, last) = host_range(&net);
+        let span = last - first + 1;
+        let h = seed.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        a.cursor = first + u128::from(h) % span;
+        a
+    }
+
     pub fn net(&self) -> &IpNet {
         &self.net
     }
@@ -159,6 +170,11 @@ impl HostAllocator {
         self.by_key.get(key).map(|o| self.addr(*o))
     }
 
+    /// Whether every host address is taken.
+    pub fn is_full(&self) -> bool {
+        self.used.len() as u128 >= host_count(&self.net)
+    }
+
     /// Whether `ip` is held by anyone.
     pub fn is_used(&self, ip: IpAddr) -> bool {
         self.offset_of(ip).is_some_and(|o| self.used.contains(&o))
@@ -206,6 +222,15 @@ mod tests {
         assert_eq!(a.allocate("k6"), None, "exhausted");
         assert_eq!(a.release("k2"), Some(ips[2]));
         assert_eq!(a.allocate("k7"), Some(ips[2]), "recycled");
+    }
+
+    #[test]
+    fn seeded_allocators_start_apart() {
+        let mut a = HostAllocator::seeded(net("100.64.0.0/10"), "one");
+        let mut b = HostAllocator::seeded(net("100.64.0.0/10"), "two");
+        assert_ne!(a.allocate("x"), b.allocate("x"));
+        let mut tiny = HostAllocator::seeded(net("10.0.0.0/30"), "any");
+        assert!(tiny.allocate("a").is_some() && tiny.allocate("b").is_some() && tiny.allocate("c").is_none());
     }
 
     #[test]

@@ -139,7 +139,8 @@ pub fn internal_ips(node: &Node) -> Vec<IpAddr> {
 
 /// Whether the node's status is not what a healthy kubelet would report, so the simulator
 /// must write it: Ready is not True (a controller marked it Unknown, or nobody ever set it),
-/// a condition, an address, the daemon endpoint or the resources are missing.
+/// a condition, the Hostname address, the daemon endpoint or the resources are missing. (A
+/// missing InternalIP is the caller's call: it depends on whether an address is free.)
 pub fn needs_write(node: &Node) -> bool {
     let Some(s) = node.status.as_ref() else { return true };
     let conditions = s.conditions.as_deref().unwrap_or_default();
@@ -147,13 +148,12 @@ pub fn needs_write(node: &Node) -> bool {
         conditions.iter().any(|c| c.type_ == *type_ && c.status == *status && c.reason.as_deref() == Some(*reason))
     });
     let addresses = s.addresses.as_deref().unwrap_or_default();
-    let has_ip = addresses.iter().any(|a| a.type_ == "InternalIP");
     let has_host = addresses.iter().any(|a| a.type_ == "Hostname");
     let endpoint =
         s.daemon_endpoints.as_ref().and_then(|d| d.kubelet_endpoint.as_ref()).is_some_and(|e| e.port == KUBELET_PORT);
     let resources =
         s.capacity.as_ref().is_some_and(|m| !m.is_empty()) && s.allocatable.as_ref().is_some_and(|m| !m.is_empty());
-    !(healthy && has_ip && has_host && endpoint && resources)
+    !(healthy && has_host && endpoint && resources)
 }
 
 /// Whether the node's Ready condition is True.

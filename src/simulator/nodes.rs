@@ -64,7 +64,7 @@ enum Done {
 }
 
 fn jittered(base: Duration, low: f64, high: f64) -> Duration {
-    base.mul_f64(rand::rng().random_range(low..high))
+    super::timer_delay(base).mul_f64(rand::rng().random_range(low..high))
 }
 
 impl NodeSimulator {
@@ -120,13 +120,18 @@ impl NodeSimulator {
         done: &UnboundedSender<Done>,
     ) {
         let name = node.name_any();
-        // Every node's addresses count, managed or not, so defaults never collide.
-        {
+        // Every node's addresses count, managed or not, so defaults never collide. An address
+        // another node already holds (two operator instances picked it at once) is a clash.
+        let (clash, range_full) = {
             let mut addresses = self.addresses.lock().expect("address allocator lock");
+            let mut clash = false;
             for ip in node_status::internal_ips(node) {
-                addresses.observe(&name, ip);
+                if !addresses.observe(&name, ip) && addresses.is_used(ip) && addresses.get(&name) != Some(ip) {
+                    clash = true;
+                }
             }
-        }
+            (clash, addresses.is_full())
+        };
         if !self.config.manage.manages(node) || node.metadata.deletion_timestamp.is_some() {
             if let Some(t) = tracked.remove(&name) {
                 queue.try_remove(&t.lease_key);
@@ -151,7 +156,13 @@ impl NodeSimulator {
             );
         }
         let t = tracked.get_mut(&name).expect("just inserted");
-        if node_status::needs_write(node) && !t.status_in_flight {
+        // A missing address is only worth a write while the range has room (else every write
+        // would trigger the next).
+        let wants_ip = node_status::internal_ips(node).is_empty() && !range_full;
+        if (node_status::needs_write(node) || wants_ip || clash) && !t.status_in_flight {
+            if clash {
+                tracing::warn!(node = %name, "InternalIP already held by another node; giving this one a new address");
+            }
             t.status_in_flight = true;
             self.spawn_status(node.clone(), true, done.clone());
         }
@@ -217,7 +228,9 @@ impl NodeSimulator {
                 .lease_renewals
                 .get_or_create(&ResultLabels { result: if ok { "ok" } else { "error" }.into() })
                 .inc();
-            if ok && due.elapsed() > this.renew_interval() / 2 {
+            // Late: written more than a whole renewal interval after it was due, i.e. the lease
+            // was older than half its duration (still valid, but the margin is being eaten).
+            if ok && due.elapsed() > this.renew_interval() {
                 this.metrics.late_lease_renewals.inc();
             }
             let _ = done.send(Done::Lease { name: node.name_any(), ok });
@@ -233,17 +246,27 @@ impl NodeSimulator {
             let name = node.name_any();
             let now = Time(k8s_openapi::jiff::Timestamp::now());
             let patch = if full {
-                let mut ips = node_status::internal_ips(&node);
-                if ips.is_empty() {
+                let mut base = node.status.clone().unwrap_or_default();
+                let mut ips = Vec::new();
+                {
                     let mut addresses = this.addresses.lock().expect("address allocator lock");
-                    match addresses.allocate(&name) {
-                        Some(ip) => ips.push(ip),
-                        None => {
-                            tracing::warn!(node = %name, range = %addresses.net(), "default node address range is full: raise --node-ip-range")
+                    // Keep the addresses that are this node's (or outside the default range);
+                    // drop one that another node holds.
+                    let theirs = |ip: &std::net::IpAddr| addresses.is_used(*ip) && addresses.get(&name) != Some(*ip);
+                    ips.extend(node_status::internal_ips(&node).into_iter().filter(|ip| !theirs(ip)));
+                    if let Some(list) = base.addresses.as_mut() {
+                        list.retain(|a| a.type_ != "InternalIP" || a.address.parse().is_ok_and(|ip| !theirs(&ip)));
+                    }
+                    if ips.is_empty() {
+                        match addresses.allocate(&name) {
+                            Some(ip) => ips.push(ip),
+                            None => {
+                                tracing::warn!(node = %name, range = %addresses.net(), "default node address range is full: raise --node-ip-range")
+                            }
                         }
                     }
                 }
-                let status = node_status::simulated(&name, node.status.as_ref(), &ips, &now, &this.config.defaults);
+                let status = node_status::simulated(&name, Some(&base), &ips, &now, &this.config.defaults);
                 serde_json::json!({ "status": status })
             } else {
                 let conditions =

@@ -70,12 +70,15 @@ impl PodIpam {
         ok
     }
 
-    pub fn release(&mut self, node: &str, uid: &str) {
+    /// Returns the addresses of pod `uid` on `node`; whether it held any.
+    pub fn release(&mut self, node: &str, uid: &str) -> bool {
+        let mut released = false;
         if let Some((_, allocators)) = self.nodes.get_mut(node) {
             for a in allocators {
-                a.release(uid);
+                released |= a.release(uid).is_some();
             }
         }
+        released
     }
 
     pub fn forget_node(&mut self, node: &str) {

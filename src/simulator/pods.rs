@@ -193,7 +193,7 @@ impl Loop {
             for k in [t.complete_key, t.remove_key].into_iter().flatten() {
                 self.queue.try_remove(&k);
             }
-            self.ipam.release(&t.node, uid);
+            let _ = self.ipam.release(&t.node, uid);
         }
     }
 
@@ -201,7 +201,7 @@ impl Loop {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.untrack(&uid);
         if let Some(node) = pod.node_name.as_ref() {
-            self.ipam.release(node, &uid);
+            let _ = self.ipam.release(node, &uid);
             if let Some(w) = self.waiting.get_mut(node) {
                 w.remove(&ObjectRef::from_obj(pod));
             }
@@ -232,6 +232,13 @@ impl Loop {
             if self.tracked.contains_key(&uid) {
                 self.untrack(&uid);
             }
+            // Bound to a node the store does not show yet (a re-list holds new nodes back):
+            // look again when that node appears.
+            if let Some(node) = pod.node_name.as_ref()
+                && self.sim.nodes.get(&ObjectRef::new(node)).is_none()
+            {
+                self.waiting.entry(node.clone()).or_default().insert(ObjectRef::from_obj(pod.as_ref()));
+            }
             return;
         };
         let node_name = node.name_any();
@@ -261,14 +268,17 @@ impl Loop {
                     .unwrap_or(0.0)
                     + 1.0;
                 let remaining = wait.min(Duration::from_secs_f64(until_deadline.max(0.0)));
-                t.remove_key = Some(self.queue.insert(Timer::Remove(key, uid.clone()), remaining));
+                t.remove_key = Some(self.queue.insert(Timer::Remove(key, uid.clone()), super::timer_delay(remaining)));
             }
             return;
         }
 
         match pod_status::phase(pod) {
             "Succeeded" | "Failed" => {
-                self.ipam.release(&node_name, &uid);
+                // A finished pod is not live: its address goes back, and may fit a waiting pod.
+                if self.ipam.release(&node_name, &uid) {
+                    self.retry_waiting(&node_name);
+                }
                 return;
             }
             _ => {}
@@ -335,7 +345,7 @@ impl Loop {
                 })
                 .unwrap_or(0.0);
             let remaining = self.sim.config.job_run_time.saturating_sub(Duration::from_secs_f64(ran));
-            t.complete_key = Some(self.queue.insert(Timer::Complete(key, uid.clone()), remaining));
+            t.complete_key = Some(self.queue.insert(Timer::Complete(key, uid.clone()), super::timer_delay(remaining)));
         }
     }
 

@@ -125,10 +125,12 @@ pub async fn run(sizes: &[u32], hold: Duration) {
             let errors = op.metric("kwok_pools_simulator_lease_renewals_total{result=\"error\"}").await - errors_before;
             let writes = delta(&bench.writes().await, &writes_before);
             let lease_writes = writes.get("leases").copied().unwrap_or(0.0);
-            let on_time = worst_age < 15.0 && late == 0.0 && errors == 0.0 && min_ready as u32 == n;
+            // On time: no lease ever older than half its 40 s duration (renewals are due every
+            // 10 s; the controller manager gives up after 50 s), none failed, no node NotReady.
+            let on_time = worst_age < 20.0 && late == 0.0 && errors == 0.0 && min_ready as u32 == n;
             println!(
-                "  hold {:.0}s: {samples} samples, oldest lease seen {worst_age:.1}s (renewal every 10s, grace 50s), \
-                 fewest Ready {min_ready}, late renewals {late}, failed renewals {errors} => every lease on time: {}",
+                "  hold {:.0}s: {samples} samples, oldest lease seen {worst_age:.1}s (due every 10s, valid 40s, grace 50s), \
+                 fewest Ready {min_ready}, renewals more than 10s late {late}, failed renewals {errors} => every lease on time: {}",
                 wall,
                 if on_time { "yes" } else { "NO" }
             );

@@ -173,3 +173,20 @@ fn rust_names_become_manifest_names() {
     assert_eq!(super::manifest_name("internal_ips"), "internalIPs");
     assert_eq!(super::manifest_name("max_unavailable"), "maxUnavailable");
 }
+
+#[test]
+fn the_reconciler_blames_only_the_newer_of_two_overlapping_pools() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let at = |p: &mut NodePool, s: i64| {
+        p.metadata.creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap()))
+    };
+    let mut old = nodepool_spec("  podCIDR: {cidr: 10.0.0.0/16, maskSize: 24}\n  nodeTemplate: {}\n");
+    old.metadata.name = Some("old".into());
+    at(&mut old, 100);
+    let mut new = nodepool_spec("  podCIDR: {cidr: 10.0.0.0/17, maskSize: 24}\n  nodeTemplate: {}\n");
+    new.metadata.name = Some("new".into());
+    at(&mut new, 200);
+    let all = vec![std::sync::Arc::new(old.clone()), std::sync::Arc::new(new.clone())];
+    assert!(validate_nodepool(&old, &all).is_ok(), "the older pool keeps working");
+    assert!(validate_nodepool(&new, &all).unwrap_err().contains("NodePool old"));
+}
