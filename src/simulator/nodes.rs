@@ -275,10 +275,13 @@ impl NodeSimulator {
             };
             let api: Api<Node> = Api::all(this.client.clone());
             let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            let mut patch = patch;
+            // Refused if the node was replaced by another of the same name meanwhile.
+            patch["metadata"] = serde_json::json!({ "uid": node.metadata.uid });
             let result = api.patch_status(&name, &pp, &Patch::Merge(&patch)).await;
             this.metrics.write("nodes", "patch-status", result.is_ok());
             if let Err(e) = result
-                && !matches!(&e, kube::Error::Api(s) if s.code == 404)
+                && !matches!(&e, kube::Error::Api(s) if s.code == 404 || (s.code == 422 && s.message.contains("metadata.uid")))
             {
                 tracing::warn!(node = %name, error = %e, "node status write failed");
             }

@@ -413,16 +413,22 @@ impl Loop {
             let ns = pod.namespace().unwrap_or_default();
             let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
             let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            let mut patch = patch;
+            // The UID makes the API server refuse the write if the pod was replaced meanwhile
+            // by another of the same name (a pool reuses names).
+            patch["metadata"] = serde_json::json!({ "uid": pod.uid() });
             let result = api.patch_status(&pod.name_any(), &pp, &Patch::Strategic(&patch)).await;
             let ok = result.is_ok();
             sim.metrics.write("pods", "patch-status", ok);
             sim.metrics.pod_transitions.get_or_create(&ResultLabels { result: transition.into() }).inc();
+            // Gone or replaced: nothing to retry for this pod.
+            let gone = matches!(&result, Err(kube::Error::Api(s)) if s.code == 404 || (s.code == 422 && s.message.contains("metadata.uid")));
             if let Err(e) = &result
-                && !matches!(e, kube::Error::Api(s) if s.code == 404)
+                && !gone
             {
                 tracing::warn!(pod = %pod.name_any(), namespace = %ns, error = %e, "pod status write failed; will retry");
             }
-            let _ = done.send(Done::after(&pod, ok, false));
+            let _ = done.send(Done::after(&pod, ok || gone, false));
         });
     }
 
