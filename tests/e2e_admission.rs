@@ -22,6 +22,17 @@ fn pp(scope: &str, ns: &str, name: &str, spec: &str) -> String {
     )
 }
 
+/// A DNS subdomain of exactly `len` characters starting with `prefix` (labels of at most 60).
+fn long_name(prefix: &str, len: usize) -> String {
+    let mut name = prefix.to_string();
+    while name.len() < len {
+        let label = (len - name.len() - 1).min(60);
+        name.push('.');
+        name.push_str(&"x".repeat(label.max(1)));
+    }
+    name
+}
+
 const TEMPLATE: &str = "  nodeTemplate: {}\n";
 const PODS: &str = "  podTemplate:\n    spec:\n      containers: [{name: app, image: nginx}]\n";
 
@@ -36,7 +47,7 @@ async fn wait_webhook(scope: &str) {
     let probe = np(
         scope,
         &format!("{scope}-probe"),
-        "  nodeCount: 1\n  nodeTemplate:\n    status: {capacity: {cpu: 1}, allocatable: {cpu: 2}}\n",
+        "  nodeCount: 1\n  nodeTemplate:\n    metadata: {labels: {pools.kwok.x-k8s.io/index: '1'}}\n",
     );
     wait_for("the webhook to refuse a garde-only fault", T, || async {
         let (ok, out) = apply_result(&probe);
@@ -84,7 +95,11 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
             np(&s, &n("b5"), "  nodeCount: 1\n  nodeTemplate:\n    spec: {taintz: []}\n"),
             "spec.nodeTemplate.spec.taintz",
         ),
-        ("missing template", np(&s, &n("b6"), "  nodeCount: 1\n"), "spec.nodeTemplate"),
+        (
+            "no template, and a count out of range: the count's message is not hidden",
+            np(&s, &n("b6"), "  nodeCount: 100001\n"),
+            "spec.nodeCount",
+        ),
         (
             "a 1 MB label value",
             np(
@@ -145,15 +160,27 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
             np(&s, &n("c8"), "  nodeCount: 1\n  nodeTemplate:\n    metadata:\n      labels: {'bad key!': x}\n"),
             "spec.nodeTemplate.metadata.labels",
         ),
-        // --- NodePool, garde layer (webhook)
+        // --- NodePool, webhook layer: garde rules, then the API server's own verdict on the
+        // rendered node (a server-side dry run), told at the template's paths
         (
-            "allocatable above capacity",
+            "a template owner reference",
             np(
                 &s,
                 &n("g1"),
-                "  nodeCount: 1\n  nodeTemplate:\n    status: {capacity: {cpu: 4, memory: 8Gi}, allocatable: {cpu: 8, memory: 4Gi}}\n",
+                "  nodeCount: 1\n  nodeTemplate:\n    metadata: {ownerReferences: [{apiVersion: v1, kind: ConfigMap, name: c, uid: 0a1b}]}\n",
             ),
-            "spec.nodeTemplate.status.allocatable.cpu",
+            "spec.nodeTemplate.metadata.ownerReferences",
+        ),
+        (
+            "a negative capacity (the API server's rule)",
+            np(&s, &n("g8"), "  nodeCount: 1\n  nodeTemplate:\n    status: {capacity: {cpu: '-1'}}\n"),
+            "spec.nodeTemplate.status.capacity",
+        ),
+        (
+            "pool and index too long for a node name",
+            // 250 characters: a valid pool name, but `<name>-9999` is longer than a node name may be.
+            np(&s, &long_name(&n("g9"), 250), "  nodeCount: 10000\n"),
+            "child name",
         ),
         (
             "duplicate taints",
@@ -268,7 +295,6 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
             "NodePoool",
         ),
     ];
-    assert!(bad.len() >= 25);
     let mut failures = Vec::new();
     for (what, yaml, field) in &bad {
         let (ok, out) = apply_result(yaml);
@@ -288,6 +314,32 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
     );
 
     let good: Vec<(&str, String)> = vec![
+        ("no template at all: kwok's default node", np(&s, &n("ok0"), "  nodeCount: 1\n")),
+        (
+            "a nodeInfo with two fields, as kwok users write it",
+            np(
+                &s,
+                &n("ok10"),
+                "  nodeCount: 1\n  nodeTemplate:\n    status: {nodeInfo: {architecture: arm64, operatingSystem: linux}}\n",
+            ),
+        ),
+        (
+            "a pasted node's server-set metadata",
+            np(
+                &s,
+                &n("ok11"),
+                "  nodeCount: 1\n  nodeTemplate:\n    metadata: {creationTimestamp: null, uid: 5f1e, resourceVersion: '42', annotations: {Example.COM/Note: x}}\n",
+            ),
+        ),
+        (
+            "a whole Pod as the template",
+            pp(
+                &s,
+                &ns.name,
+                &n("ok12"),
+                "  podCount: 1\n  podTemplate:\n    apiVersion: v1\n    kind: Pod\n    metadata: {creationTimestamp: null, labels: {app: a}}\n    spec: {containers: [{name: app, image: nginx, resources: {}}]}\n    status: {}\n",
+            ),
+        ),
         (
             "the NodePool sample",
             scoped_sample(&read_repo_file("samples/nodepool.yaml"), &s)
@@ -360,11 +412,20 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
             ),
         ),
     ];
-    assert!(good.len() >= 10);
     for (what, yaml) in &good {
         let (ok, out) = apply_result(yaml);
         assert!(ok, "{what} was refused:\n{out}");
     }
+    // The API server takes a Node whose allocatable exceeds its capacity, so the pool does
+    // too, with a warning kubectl shows.
+    let (ok, out) = apply_result(&np(
+        &s,
+        &n("warn"),
+        "  nodeCount: 0\n  nodeTemplate:\n    status: {capacity: {cpu: 4, memory: 8Gi}, allocatable: {cpu: 8, memory: 4Gi}}\n",
+    ));
+    assert!(ok, "{out}");
+    assert!(out.contains("Warning: spec.nodeTemplate.status.allocatable.cpu: 8 is more than"), "{out}");
+    assert!(!out.contains("allocatable.memory"), "{out}");
     // Updates are validated too: scaling is fine, moving a live pool's nodes is not.
     kubectl_ok(&["scale", "nodepool", &n("ok2"), "--replicas", "3"]);
     wait_ready_nodes(&client, &n("ok2"), 3, T).await;
@@ -410,12 +471,13 @@ async fn with_the_webhook_down_the_reconciler_refuses_to_act() {
     let (ok, out) = apply_result(&np(&s, &format!("{s}-schema"), &format!("  nodeCount: -4\n{TEMPLATE}")));
     assert!(!ok && out.contains("spec.nodeCount"), "{out}");
 
-    // garde-only faults get through while nobody answers the webhook (failurePolicy Ignore).
+    // Webhook-only faults get through while nobody answers the webhook (failurePolicy
+    // Ignore): a garde rule (a label the pool sets) and an API server rule (duplicate taints).
     let fresh = format!("{s}-fresh");
     let (ok, out) = apply_result(&np(
         &s,
         &fresh,
-        "  nodeCount: 2\n  nodeTemplate:\n    status: {capacity: {cpu: 1}, allocatable: {cpu: 2}}\n",
+        "  nodeCount: 2\n  nodeTemplate:\n    metadata: {labels: {pools.kwok.x-k8s.io/index: '9'}}\n",
     ));
     assert!(ok, "{out}");
     let (ok, out) = apply_result(&np(
@@ -426,17 +488,18 @@ async fn with_the_webhook_down_the_reconciler_refuses_to_act() {
     assert!(ok, "{out}");
 
     op.restart();
-    for (pool, field) in
-        [(&fresh, "spec.nodeTemplate.status.allocatable.cpu"), (&live, "spec.nodeTemplate.spec.taints[1]")]
-    {
-        let what = format!("{pool} to be Degraded with InvalidSpec");
+    for (pool, reason, field) in [
+        (&fresh, "InvalidSpec", "spec.nodeTemplate.metadata.labels.pools.kwok.x-k8s.io/index"),
+        (&live, "InvalidTemplate", "spec.nodeTemplate.spec.taints[1]"),
+    ] {
+        let what = format!("{pool} to be Degraded with {reason}");
         let msg = wait_for(&what, T, || async {
             let p = get_pool(&client, pool).await;
             let d = p.status.as_ref().and_then(|s| s.condition("Degraded")).cloned();
             match d {
                 Some(c)
                     if c.status == "True"
-                        && c.reason == "InvalidSpec"
+                        && c.reason == reason
                         && p.status.as_ref().unwrap().observed_generation == p.metadata.generation =>
                 {
                     Ok(c.message)
@@ -461,11 +524,7 @@ async fn with_the_webhook_down_the_reconciler_refuses_to_act() {
         );
     }
     // Fixed, it resumes.
-    apply(&np(
-        &s,
-        &fresh,
-        "  nodeCount: 2\n  nodeTemplate:\n    status: {capacity: {cpu: 2}, allocatable: {cpu: 1}}\n",
-    ));
+    apply(&np(&s, &fresh, "  nodeCount: 2\n  nodeTemplate:\n    metadata: {labels: {tier: c}}\n"));
     wait_ready_nodes(&client, &fresh, 2, T).await;
     let p = wait_pool_status(&client, &fresh, 2, T).await;
     assert_eq!(p.status.unwrap().condition("Degraded").unwrap().status, "False");

@@ -341,3 +341,32 @@ async fn a_hand_made_annotated_node_is_kept_ready() {
     .await;
     let _ = nodes.delete(&name, &DeleteParams::default()).await;
 }
+
+#[tokio::test]
+async fn a_pool_without_a_template_gets_kwoks_default_node() {
+    let client = client().await;
+    let scope = unique("bare");
+    let _op = Operator::start(&scope, &[]);
+    let pool = format!("{scope}-bare");
+    // Nothing but a count (and the scope label the test operator selects pools by).
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata:\n  name: {pool}\n  labels: {{{SCOPE_LABEL}: {scope}}}\nspec:\n  nodeCount: 2\n"
+    ));
+    let nodes = wait_ready_nodes(&client, &pool, 2, T).await;
+    for node in &nodes {
+        let status = node.status.as_ref().unwrap();
+        let capacity = status.capacity.as_ref().unwrap();
+        let allocatable = status.allocatable.as_ref().unwrap();
+        for (resource, value) in [("cpu", "32"), ("memory", "256Gi"), ("pods", "110")] {
+            assert_eq!(capacity[resource].0, value, "{resource}");
+            assert_eq!(allocatable[resource].0, value, "{resource}");
+        }
+        let info = status.node_info.as_ref().unwrap();
+        assert_eq!((info.architecture.as_str(), info.operating_system.as_str()), ("amd64", "linux"));
+        // Kubelet-reported fields get the simulator's values, never "".
+        assert!(!info.kubelet_version.is_empty() && !info.boot_id.is_empty() && !info.machine_id.is_empty());
+    }
+    let out = kubectl_ok(&["get", "nodes", "-l", &format!("pools.kwok.x-k8s.io/pool={pool}"), "-o", "wide"]);
+    assert!(out.contains(" Ready "), "{out}");
+    delete_quietly("nodepool", &pool);
+}

@@ -79,13 +79,13 @@ fn a_bad_manifest_is_reported_with_its_fields() {
     let pod = dir.path().join("pod.yaml");
     std::fs::write(
         &pod,
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata: {name: x}\nspec:\n  podCount: 1\n  maxUnavailable: lots\n  podTemplate:\n    spec:\n      containers: [{image: x}]\n",
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata: {name: x}\nspec:\n  podCount: 1\n  maxUnavailable: lots\n  podTemplate:\n    spec:\n      containers: [{name: [a], image: x}]\n",
     )
     .unwrap();
     let (ok, out) = check("crds/schemas/podpool_v1alpha1.json", &pod);
     assert!(!ok);
     assert!(
-        out.contains("$.spec.podTemplate.spec.containers[0]") && out.contains("'name' is a required property"),
+        out.contains("$.spec.podTemplate.spec.containers[0].name") && out.contains("is not of type 'string'"),
         "{out}"
     );
     assert!(out.contains("$.spec.maxUnavailable"), "{out}");

@@ -37,17 +37,17 @@ pub struct WebhookConfig {
 
 #[derive(Clone)]
 struct AppState {
-    pools: Store<NodePool>,
+    judge: review::Judge,
     metrics: Arc<Metrics>,
 }
 
 async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
-    match review::answer(&body, &state.pools) {
+    match review::answer(&body, &state.judge).await {
         Ok((kind, allowed, review)) => {
             state
                 .metrics
                 .admission_reviews
-                .get_or_create(&AdmissionLabels { kind, allowed: allowed.to_string() })
+                .get_or_create(&AdmissionLabels { kind: kind.into(), allowed: allowed.to_string() })
                 .inc();
             axum::Json(review).into_response()
         }
@@ -62,8 +62,11 @@ async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
     }
 }
 
-pub fn router(pools: Store<NodePool>, metrics: Arc<Metrics>) -> Router {
-    Router::new().route(register::PATH, post(validate)).with_state(AppState { pools, metrics })
+/// The webhook's routes. With a `client`, the API server judges each pool's rendered child by
+/// a server-side dry run.
+pub fn router(pools: Store<NodePool>, client: Option<kube::Client>, metrics: Arc<Metrics>) -> Router {
+    let judge = review::Judge { pools, client };
+    Router::new().route(register::PATH, post(validate)).with_state(AppState { judge, metrics })
 }
 
 /// Starts the TLS server in the background and registers the webhook configuration.
@@ -92,7 +95,7 @@ pub async fn start(
     )
     .await
     .map_err(|e| anyhow::anyhow!("the webhook certificate is not usable: {e}"))?;
-    let app = router(pools, metrics);
+    let app = router(pools, Some(client.clone()), metrics);
     let server = axum_server::from_tcp_rustls(listener, rustls)?;
     tokio::spawn(async move {
         if let Err(e) = server.serve(app.into_make_service()).await {

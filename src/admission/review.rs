@@ -1,8 +1,11 @@
-//! Answering one AdmissionReview: decode, run the rules of the pool's kind, allow or deny
-//! with every message. Pure apart from reading the NodePool store for cross-pool rules.
+//! Answering one AdmissionReview: decode, run the rules of the pool's kind, then have the API
+//! server judge the child the pool would render (a server-side dry run), and allow or deny
+//! with every message. The rules are pure apart from reading the NodePool store for
+//! cross-pool rules; the dry run is the one request to the API server.
 
 use crate::api::validation::{self, NodePoolRules};
 use crate::api::{NodePool, PodPool};
+use crate::pool::{PoolKind, dry_run};
 use kube::ResourceExt;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -31,12 +34,25 @@ impl Validate for PodPool {
     }
 }
 
-/// The verdict on one request: (kind, allowed, response).
-fn judge<K: Validate + serde::de::DeserializeOwned>(
-    req: &AdmissionRequest<DynamicObject>,
-    pools: &[Arc<NodePool>],
-) -> (bool, AdmissionResponse) {
-    let resp = AdmissionResponse::from(req);
+/// What answering needs: the NodePools (for cross-pool rules) and, when the webhook runs
+/// beside an API server, a client for the dry run of the rendered child.
+#[derive(Clone)]
+pub struct Judge {
+    pub pools: Store<NodePool>,
+    pub client: Option<kube::Client>,
+}
+
+/// Whether the API server must look at the children again: always on a create; on an update
+/// only when what children are rendered from changed, or the last child's name grew longer.
+fn needs_dry_run<K: PoolKind>(new: &K, old: Option<&K>) -> bool {
+    let Some(old) = old else { return true };
+    let digits = |k: &K| k.count().saturating_sub(1).to_string().len();
+    new.template_hash() != old.template_hash() || digits(new) > digits(old)
+}
+
+/// The verdict on one request: (allowed, response).
+async fn judge<K: Validate + PoolKind>(req: &AdmissionRequest<DynamicObject>, judge: &Judge) -> (bool, AdmissionResponse) {
+    let mut resp = AdmissionResponse::from(req);
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return (true, resp);
     }
@@ -47,7 +63,22 @@ fn judge<K: Validate + serde::de::DeserializeOwned>(
         Err(e) => return (false, resp.deny(format!("the object does not decode as {}: {e}", req.kind.kind))),
     };
     let old = req.old_object.as_ref().and_then(|o| decode(o).ok());
-    let problems = new.problems(old.as_ref(), pools);
+    let mut problems = new.problems(old.as_ref(), &judge.pools.state());
+    if problems.is_empty()
+        && let Some(client) = &judge.client
+        && needs_dry_run(&new, old.as_ref())
+    {
+        match dry_run::child_problems(client.clone(), &new, &K::validation_env()).await {
+            Ok(found) => problems = found,
+            // The API server did not judge (unreachable, forbidden): let the pool through, as
+            // failurePolicy Ignore would; the reconciler reports what its writes meet.
+            Err(e) => tracing::warn!(error = %e, kind = %req.kind.kind, "dry run of a child failed; not judged"),
+        }
+    }
+    let warnings = new.warnings();
+    if !warnings.is_empty() {
+        resp.warnings = Some(warnings);
+    }
     if problems.is_empty() { (true, resp) } else { (false, resp.deny(problems.join("; "))) }
 }
 
@@ -60,24 +91,33 @@ pub enum BadReview {
     NoRequest(String),
 }
 
-/// Answers an AdmissionReview body. Returns the kind judged, whether it was allowed, and
-/// the review to send back.
-pub fn answer(
+/// The metric label of a request's kind: one of a fixed set, whatever the caller sends.
+pub fn kind_label(kind: &str) -> &'static str {
+    match kind {
+        "NodePool" => "NodePool",
+        "PodPool" => "PodPool",
+        _ => "other",
+    }
+}
+
+/// Answers an AdmissionReview body. Returns the kind judged (a metric label), whether it was
+/// allowed, and the review to send back.
+pub async fn answer(
     body: &[u8],
-    pools: &Store<NodePool>,
-) -> Result<(String, bool, AdmissionReview<DynamicObject>), BadReview> {
+    judge_with: &Judge,
+) -> Result<(&'static str, bool, AdmissionReview<DynamicObject>), BadReview> {
     let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
     let req: AdmissionRequest<DynamicObject> = review
         .try_into()
         .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| BadReview::NoRequest(e.to_string()))?;
-    let kind = req.kind.kind.clone();
-    let all = pools.state();
-    let (allowed, resp) = match kind.as_str() {
-        "NodePool" => judge::<NodePool>(&req, &all),
-        "PodPool" => judge::<PodPool>(&req, &all),
-        other => {
-            (true, AdmissionResponse::from(&req).deny(format!("kwok-pools does not validate {other}")).allow_anyway())
-        }
+    let kind = kind_label(&req.kind.kind);
+    let (allowed, resp) = match kind {
+        "NodePool" => judge::<NodePool>(&req, judge_with).await,
+        "PodPool" => judge::<PodPool>(&req, judge_with).await,
+        _ => (
+            true,
+            AdmissionResponse::from(&req).deny(format!("kwok-pools does not validate {}", req.kind.kind)).allow_anyway(),
+        ),
     };
     Ok((kind, allowed, resp.into_review()))
 }
@@ -141,53 +181,127 @@ mod tests {
         r.response.as_ref().unwrap().result.message.clone()
     }
 
-    #[test]
-    fn allows_a_good_pool_and_denies_a_bad_one_with_the_path() {
-        let store = store_with(vec![]);
-        let (kind, allowed, r) = answer(&review("NodePool", pool("a", "10.0.0.0/16", "4"), None), &store).unwrap();
-        assert_eq!((kind.as_str(), allowed), ("NodePool", true));
-        assert_eq!(r.response.unwrap().uid, "u-1");
-        let (_, allowed, r) = answer(&review("NodePool", pool("a", "10.0.0.0/16", "8"), None), &store).unwrap();
-        assert!(!allowed);
-        assert!(message(&r).contains("spec.nodeTemplate.status.allocatable.cpu"), "{}", message(&r));
+    fn offline(store: Store<NodePool>) -> Judge {
+        Judge { pools: store, client: None }
     }
 
-    #[test]
-    fn overlapping_pools_are_denied() {
-        let store = store_with(vec![pool("other", "10.0.0.0/16", "4")]);
-        let (_, allowed, r) = answer(&review("NodePool", pool("a", "10.0.16.0/20", "4"), None), &store).unwrap();
+    /// A client whose API server answers every request with `code` and `body`, and records
+    /// the requests (method and path with query).
+    fn api_server(code: u16, body: serde_json::Value) -> (kube::Client, Arc<std::sync::Mutex<Vec<String>>>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            log.lock().unwrap().push(format!("{} {}", req.method(), req.uri()));
+            let body = serde_json::to_vec(&body).unwrap();
+            async move {
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder().status(code).body(kube::client::Body::from(body)).unwrap(),
+                )
+            }
+        });
+        (kube::Client::new(service, "default"), seen)
+    }
+
+    fn podpool(image: Option<&str>) -> serde_json::Value {
+        json!({
+            "apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "PodPool",
+            "metadata": {"name": "w", "namespace": "d", "uid": "u"},
+            "spec": {"podCount": 12, "podTemplate": {"spec": {"containers": [{"name": "c", "image": image}]}}}
+        })
+    }
+
+    #[tokio::test]
+    async fn allows_a_good_pool_and_warns_about_allocatable_above_capacity() {
+        let judge = offline(store_with(vec![]));
+        let (kind, allowed, r) = answer(&review("NodePool", pool("a", "10.0.0.0/16", "4"), None), &judge).await.unwrap();
+        assert_eq!((kind, allowed), ("NodePool", true));
+        let resp = r.response.unwrap();
+        assert_eq!(resp.uid, "u-1");
+        assert_eq!(resp.warnings, None);
+        // The API server takes such a Node: a warning, not a refusal.
+        let (_, allowed, r) = answer(&review("NodePool", pool("a", "10.0.0.0/16", "8"), None), &judge).await.unwrap();
+        assert!(allowed);
+        let warnings = r.response.unwrap().warnings.unwrap_or_default();
+        assert!(warnings[0].starts_with("spec.nodeTemplate.status.allocatable.cpu: 8 is more than"), "{warnings:?}");
+    }
+
+    #[tokio::test]
+    async fn overlapping_pools_are_denied() {
+        let judge = offline(store_with(vec![pool("other", "10.0.0.0/16", "4")]));
+        let (_, allowed, r) = answer(&review("NodePool", pool("a", "10.0.16.0/20", "4"), None), &judge).await.unwrap();
         assert!(!allowed);
         assert!(message(&r).contains("NodePool other"), "{}", message(&r));
         // A pool never overlaps itself on update.
         let (_, allowed, _) = answer(
             &review("NodePool", pool("other", "10.0.0.0/16", "4"), Some(pool("other", "10.0.0.0/16", "4"))),
-            &store,
+            &judge,
         )
+        .await
         .unwrap();
         assert!(allowed);
     }
 
-    #[test]
-    fn garbage_is_a_bad_request_not_a_crash() {
-        let store = store_with(vec![]);
-        assert!(matches!(answer(b"not json", &store), Err(BadReview::Decode(_))));
+    #[tokio::test]
+    async fn garbage_is_a_bad_request_not_a_crash() {
+        let judge = offline(store_with(vec![]));
+        assert!(matches!(answer(b"not json", &judge).await, Err(BadReview::Decode(_))));
         assert!(matches!(
-            answer(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#, &store),
+            answer(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#, &judge).await,
             Err(BadReview::NoRequest(_))
         ));
-        assert!(answer(br#"{"request": 5}"#, &store).is_err());
+        assert!(answer(br#"{"request": 5}"#, &judge).await.is_err());
     }
 
-    #[test]
-    fn pod_pools_are_checked_too() {
-        let store = store_with(vec![]);
-        let pp = json!({
-            "apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "PodPool",
-            "metadata": {"name": "w", "namespace": "d"},
-            "spec": {"podCount": 1, "podTemplate": {"spec": {"containers": [{"name": "c"}]}}}
-        });
-        let (_, allowed, r) = answer(&review("PodPool", pp, None), &store).unwrap();
-        assert!(!allowed);
-        assert!(message(&r).contains("spec.podTemplate.spec.containers[0].image"), "{}", message(&r));
+    #[tokio::test]
+    async fn the_api_server_judges_the_rendered_child_at_its_template_path() {
+        let (client, seen) = api_server(
+            422,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422, "reason": "Invalid",
+                   "message": "Pod \"w-11\" is invalid: spec.containers[0].image: Required value",
+                   "details": {"name": "w-11", "kind": "Pod", "causes": [
+                       {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers[0].image"}]}}),
+        );
+        let judge = Judge { pools: store_with(vec![]), client: Some(client) };
+        let (kind, allowed, r) = answer(&review("PodPool", podpool(None), None), &judge).await.unwrap();
+        assert_eq!((kind, allowed), ("PodPool", false));
+        assert_eq!(message(&r), "spec.podTemplate.spec.containers[0].image: Required value");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(seen[0].starts_with("POST /api/v1/namespaces/d/pods?") && seen[0].contains("dryRun=All"), "{seen:?}");
+    }
+
+    #[tokio::test]
+    async fn an_update_that_renders_the_same_children_is_not_sent_again() {
+        let (client, seen) = api_server(500, json!({"code": 500, "message": "must not be called"}));
+        let judge = Judge { pools: store_with(vec![]), client: Some(client) };
+        let mut scaled = podpool(Some("nginx"));
+        scaled["spec"]["podCount"] = json!(15);
+        let (_, allowed, _) =
+            answer(&review("PodPool", scaled, Some(podpool(Some("nginx")))), &judge).await.unwrap();
+        assert!(allowed);
+        assert!(seen.lock().unwrap().is_empty());
+        // A new template, or a longer child name (101 pods: `w-100`), is judged again.
+        let mut grown = podpool(Some("nginx"));
+        grown["spec"]["podCount"] = json!(101);
+        let (_, allowed, _) = answer(&review("PodPool", grown, Some(podpool(Some("nginx")))), &judge).await.unwrap();
+        assert!(allowed, "an API server that cannot judge lets the pool through");
+        assert_eq!(seen.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_child_that_exists_already_passed_validation() {
+        let (client, _) = api_server(409, json!({"code": 409, "reason": "AlreadyExists", "message": "exists"}));
+        let judge = Judge { pools: store_with(vec![]), client: Some(client) };
+        let (_, allowed, r) = answer(&review("PodPool", podpool(Some("nginx")), None), &judge).await.unwrap();
+        assert!(allowed, "{}", message(&r));
+    }
+
+    #[tokio::test]
+    async fn kinds_are_metric_labels_from_a_fixed_set() {
+        let judge = offline(store_with(vec![]));
+        let (kind, allowed, _) = answer(&review("SomethingElse", json!({}), None), &judge).await.unwrap();
+        assert_eq!((kind, allowed), ("other", true));
+        let (kind, _, _) = answer(&review("PodPool", podpool(Some("nginx")), None), &judge).await.unwrap();
+        assert_eq!(kind, "PodPool");
     }
 }

@@ -2,7 +2,7 @@
 //! the status with its conditions, and per-replica identity ranges.
 
 use super::schema;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -24,8 +24,12 @@ pub const RESERVED_LABELS: [&str; 3] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL];
 /// The largest count any pool accepts.
 pub const MAX_COUNT: i32 = 100_000;
 
-/// The metadata of a child template. Names are generated (`<pool>-<index>`), so `name`,
-/// `generateName` and `namespace` must stay empty.
+/// The metadata of a child template: an ObjectMeta as the API server takes it on a create.
+/// The pool owns `name`, `generateName`, `namespace` and `ownerReferences` (children are
+/// `<pool>-<index>` in the pool's namespace, owned by the pool), so those must stay empty.
+/// Labels, annotations and finalizers are copied to every child. What the API server sets
+/// itself on a create (`uid`, `resourceVersion`, `creationTimestamp`, `managedFields`, …) is
+/// accepted, as in a pasted object, and ignored.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct TemplateMetadata {
@@ -57,9 +61,81 @@ pub struct TemplateMetadata {
     /// Annotations copied to every child. Keys are qualified names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "annotation_map")]
-    #[x_kube(validation = Rule::new("self.all(k, !format.qualifiedName().validate(k).hasValue())")
+    #[x_kube(validation = Rule::new("self.all(k, !format.qualifiedName().validate(k.lowerAscii()).hasValue())")
         .message("every annotation key must be a qualified name: an optional DNS subdomain prefix and '/', then 1-63 characters [A-Za-z0-9._-] starting and ending alphanumeric"))]
     pub annotations: Option<BTreeMap<String, String>>,
+
+    /// Finalizers copied to every child (a child then waits for whoever removes them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "finalizer_list")]
+    #[x_kube(validation = Rule::new("self.all(f, !format.qualifiedName().validate(f).hasValue())")
+        .message("every finalizer must be a qualified name such as example.com/cleanup"))]
+    pub finalizers: Option<Vec<String>>,
+
+    /// Must be empty: the pool is the controller owner of its children.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::template_type::<Vec<OwnerReference>>")]
+    #[x_kube(validation = Rule::new("size(self) == 0").message("must be empty: the pool owns its children"))]
+    pub owner_references: Option<Vec<OwnerReference>>,
+
+    /// Set by the API server: accepted (as in a pasted object) and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// Set by the API server: accepted and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+    /// Set by the API server: accepted and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_link: Option<String>,
+    /// Set by the API server: accepted and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// Set by the API server: accepted (`null` too, as `kubectl create --dry-run=client`
+    /// prints it) and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<Time>,
+    /// Set by the API server: accepted and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_timestamp: Option<Time>,
+    /// Set by the API server: accepted and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_grace_period_seconds: Option<i64>,
+    /// Kept by the API server: accepted and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "managed_fields")]
+    pub managed_fields: Option<serde_json::Value>,
+}
+
+impl TemplateMetadata {
+    /// The template without what the API server would set or ignore on a create, for the
+    /// template hash: pasting a fresh `uid` or `creationTimestamp` rolls no child.
+    pub fn rendered_part(&self) -> TemplateMetadata {
+        TemplateMetadata {
+            name: self.name.clone(),
+            generate_name: self.generate_name.clone(),
+            namespace: self.namespace.clone(),
+            labels: self.labels.clone(),
+            annotations: self.annotations.clone(),
+            finalizers: self.finalizers.clone(),
+            owner_references: self.owner_references.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+fn finalizer_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": 64,
+        "items": {"type": "string", "maxLength": 316},
+    })
+}
+
+fn managed_fields(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+    })
 }
 
 fn label_map(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -51,7 +51,10 @@ pub struct NodePoolSpec {
     #[garde(custom(validation::count))]
     pub node_count: i32,
 
-    /// The Node every child is rendered from: labels, annotations, spec and status.
+    /// The Node every child is rendered from: labels, annotations, spec and status. Without
+    /// it, nodes look like kwok's default node (32 CPU, 256Gi memory, 110 pods, amd64/linux).
+    #[serde(default)]
+    #[schemars(extend("default" = {}))]
     #[garde(custom(validation::node_template))]
     pub node_template: NodeTemplate,
 
@@ -87,12 +90,20 @@ pub struct NodeTemplate {
 
     /// The Node spec (taints, podCIDR, providerID, unschedulable…).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "schema::optional_core_type::<NodeSpec>")]
+    #[schemars(schema_with = "schema::template_type::<NodeSpec>")]
     pub spec: Option<NodeSpec>,
 
     /// The Node status to report: capacity, allocatable, nodeInfo, phase… The simulator fills
     /// in conditions, addresses and what is left unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "schema::optional_core_type::<NodeStatus>")]
+    #[schemars(schema_with = "schema::template_type::<NodeStatus>")]
     pub status: Option<NodeStatus>,
+}
+
+impl NodeTemplate {
+    /// What children are rendered from (for the template hash): the template without the
+    /// metadata the API server sets itself on a create.
+    pub fn rendered_part(&self) -> NodeTemplate {
+        NodeTemplate { metadata: self.metadata.as_ref().map(TemplateMetadata::rendered_part), ..self.clone() }
+    }
 }

@@ -5,7 +5,7 @@ use super::common::{PoolStatus, TemplateMetadata};
 use super::schema;
 use super::validation;
 use garde::Validate;
-use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -39,13 +39,18 @@ use serde::{Deserialize, Serialize};
     cel
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.podTemplate) && has(self.podTemplate.spec) && has(self.podTemplate.spec.containers) && size(self.podTemplate.spec.containers) > 0")
+    .message("Required value: a Pod needs at least one container, e.g. containers: [{name: app, image: nginx}]")
+    .field_path(".podTemplate.spec.containers"))]
 pub struct PodPoolSpec {
     /// How many pods the pool keeps (0 to 100000).
     #[schemars(range(min = 0, max = 100000))]
     #[garde(custom(validation::count))]
     pub pod_count: i32,
 
-    /// The Pod every child is rendered from.
+    /// The Pod every child is rendered from (it needs at least one container).
+    #[serde(default)]
+    #[schemars(extend("default" = {}))]
     #[garde(custom(validation::pod_template))]
     pub pod_template: PodTemplate,
 
@@ -57,15 +62,43 @@ pub struct PodPoolSpec {
     pub max_unavailable: Option<IntOrString>,
 }
 
-/// A PodTemplateSpec whose metadata leaves the name to the pool.
+/// A PodTemplateSpec whose metadata leaves the name to the pool. A whole Pod is accepted
+/// for copy-paste: `apiVersion: v1`, `kind: Pod` and a `status` (ignored: the API server
+/// resets a new Pod's status) may stay in.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PodTemplate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == 'v1'").message("must be v1 (or omitted)"))]
+    pub api_version: Option<String>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == 'Pod'").message("must be Pod (or omitted)"))]
+    pub kind: Option<String>,
+
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<TemplateMetadata>,
 
     /// The Pod spec. Unless it sets nodeName, nodeSelector or affinity, the pool adds the
     /// nodeSelector `type: kwok`; it always tolerates the fake-node taint.
-    #[schemars(schema_with = "schema::core_type::<PodSpec>")]
+    #[serde(default)]
+    #[schemars(schema_with = "schema::template_type::<PodSpec>")]
     pub spec: PodSpec,
+
+    /// Ignored, as the API server ignores the status of a Pod it creates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::template_type::<PodStatus>")]
+    pub status: Option<PodStatus>,
+}
+
+impl PodTemplate {
+    /// What children are rendered from (for the template hash): the template without what
+    /// the API server ignores on a Pod create (`status`, server-set metadata, apiVersion/kind).
+    pub fn rendered_part(&self) -> PodTemplate {
+        PodTemplate {
+            metadata: self.metadata.as_ref().map(TemplateMetadata::rendered_part),
+            spec: self.spec.clone(),
+            ..Default::default()
+        }
+    }
 }

@@ -21,9 +21,36 @@ pub fn core_type<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     Schema::try_from(value).expect("a rewritten schema is still an object")
 }
 
-/// Same as [`core_type`] for an `Option<T>` field.
-pub fn optional_core_type<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
-    core_type::<T>(generator)
+/// The schema of core type `T` as a template embeds it: like [`core_type`], and with no
+/// field required. The OpenAPI of core/v1 marks fields required that the API server itself
+/// defaults (every `nodeInfo` field, for one), so the schema leaves presence to the API
+/// server: the webhook and the reconciler have it validate the rendered child.
+pub fn template_type<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    let schema = generator.subschema_for::<T>();
+    let mut value = schema.to_value();
+    rewrite(&mut value);
+    drop_required(&mut value);
+    Schema::try_from(value).expect("a rewritten schema is still an object")
+}
+
+/// Removes `required` from a schema and every schema below it.
+fn drop_required(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.remove("required");
+            for (key, child) in map.iter_mut() {
+                if key == "properties" {
+                    if let Value::Object(props) = child {
+                        props.values_mut().for_each(drop_required);
+                    }
+                } else {
+                    drop_required(child);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_required),
+        _ => {}
+    }
 }
 
 fn rewrite(value: &mut Value) {
@@ -101,6 +128,20 @@ mod tests {
         let cpu = &schema["properties"]["capacity"]["additionalProperties"];
         assert_eq!(cpu["x-kubernetes-int-or-string"], json!(true));
         assert_eq!(cpu["pattern"], json!(QUANTITY_PATTERN));
+    }
+
+    #[test]
+    fn template_types_require_nothing_the_api_server_defaults() {
+        let mut generator =
+            schemars::generate::SchemaSettings::openapi3().with(|s| s.inline_subschemas = true).into_generator();
+        let core = core_type::<NodeStatus>(&mut generator).to_value();
+        assert!(core.to_string().contains("\"required\""), "core/v1 marks nodeInfo fields required");
+        let template = template_type::<NodeStatus>(&mut generator).to_value();
+        assert!(!template.to_string().contains("\"required\""), "{template}");
+        // A field that happens to be called `required` is a property, not a rule: kept.
+        let mut v = json!({"properties": {"required": {"type": "string"}}, "required": ["required"]});
+        drop_required(&mut v);
+        assert_eq!(v, json!({"properties": {"required": {"type": "string"}}}));
     }
 
     #[test]

@@ -12,17 +12,13 @@ use super::podpool::{PodPoolSpec, PodTemplate};
 use crate::api::{NodePool, PodPool};
 use garde::Validate;
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Container;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use std::collections::HashSet;
 use std::sync::Arc;
 
 /// Labels a node template may not set: the pool sets them itself.
 const NODE_RESERVED_LABELS: [&str; 4] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL, "kubernetes.io/hostname"];
 const POD_RESERVED_LABELS: [&str; 3] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL];
-const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
 /// What NodePool rules need beyond the spec.
 #[derive(Clone, Debug, Default)]
@@ -141,6 +137,9 @@ fn metadata_problems(meta: Option<&TemplateMetadata>, reserved: &[&str], out: &m
             ));
         }
     }
+    if meta.owner_references.as_ref().is_some_and(|o| !o.is_empty()) {
+        out.push(".metadata.ownerReferences: must be empty: the pool owns its children".into());
+    }
     for (key, value) in meta.labels.iter().flatten() {
         if reserved.contains(&key.as_str()) {
             out.push(format!(".metadata.labels.{key}: is set by the pool on every child; remove it from the template"));
@@ -150,74 +149,47 @@ fn metadata_problems(meta: Option<&TemplateMetadata>, reserved: &[&str], out: &m
             out.push(format!(".metadata.labels.{key}: the value {p}"));
         }
     }
+    // The API server checks annotation keys in lower case (`Example.COM/x` is a fine key).
     for key in meta.annotations.iter().flatten().map(|(k, _)| k) {
-        if let Some(p) = qualified_name_problem(key) {
+        if let Some(p) = qualified_name_problem(&key.to_ascii_lowercase()) {
             out.push(format!(".metadata.annotations.{key}: the key {p}"));
         }
     }
 }
 
-fn quantity(q: &Quantity) -> Option<kube_quantity::ParsedQuantity> {
-    kube_quantity::ParsedQuantity::try_from(q).ok()
-}
-
-/// Rules on a node template.
+/// Rules on a node template: only what the pool owns. Everything else a Node may say is the
+/// API server's to judge (the webhook and the reconciler have it validate the rendered node).
 pub fn node_template(t: &NodeTemplate, ctx: &NodePoolRules) -> garde::Result {
     let _ = ctx;
     let mut out = Vec::new();
     metadata_problems(t.metadata.as_ref(), &NODE_RESERVED_LABELS, &mut out);
-    if let Some(spec) = &t.spec {
-        let mut seen: Vec<(String, String, usize)> = Vec::new();
-        for (i, taint) in spec.taints.iter().flatten().enumerate() {
-            if let Some(p) = qualified_name_problem(&taint.key) {
-                out.push(format!(".spec.taints[{i}].key: {:?} {p}", taint.key));
-            }
-            if let Some(p) = taint.value.as_deref().and_then(label_value_problem) {
-                out.push(format!(".spec.taints[{i}].value: {p}"));
-            }
-            if !TAINT_EFFECTS.contains(&taint.effect.as_str()) {
-                out.push(format!(
-                    ".spec.taints[{i}].effect: {:?} is not an effect: use NoSchedule, PreferNoSchedule or NoExecute",
-                    taint.effect
-                ));
-            }
-            if let Some((_, _, j)) = seen.iter().find(|(k, e, _)| *k == taint.key && *e == taint.effect) {
-                out.push(format!(
-                    ".spec.taints[{i}]: duplicates taints[{j}] (key {}, effect {}): a node has one taint per key and effect",
-                    taint.key, taint.effect
-                ));
-            }
-            seen.push((taint.key.clone(), taint.effect.clone(), i));
-        }
-        if spec.pod_cidr.as_deref().is_some_and(|c| !c.is_empty())
-            || spec.pod_cidrs.as_ref().is_some_and(|c| !c.is_empty())
-        {
-            out.push(".spec.podCIDR: must be empty: every node needs a range of its own; set spec.podCIDR {cidr, maskSize} on the pool instead".into());
-        }
-    }
-    if let Some(status) = &t.status {
-        for (field, map) in [("capacity", &status.capacity), ("allocatable", &status.allocatable)] {
-            for (k, v) in map.iter().flatten() {
-                if quantity(v).is_none() {
-                    out.push(format!(".status.{field}.{k}: {:?} is not a quantity such as 32, 500m or 256Gi", v.0));
-                }
-            }
-        }
-        if let (Some(cap), Some(alloc)) = (&status.capacity, &status.allocatable) {
-            for (k, a) in alloc {
-                let (Some(c), Some(qa), Some(qc)) = (cap.get(k), quantity(a), cap.get(k).and_then(quantity)) else {
-                    continue;
-                };
-                if qa > qc {
-                    out.push(format!(
-                        ".status.allocatable.{k}: {} is more than status.capacity.{k} ({}): allocatable must not exceed capacity",
-                        a.0, c.0
-                    ));
-                }
-            }
-        }
+    if let Some(spec) = &t.spec
+        && (spec.pod_cidr.as_deref().is_some_and(|c| !c.is_empty())
+            || spec.pod_cidrs.as_ref().is_some_and(|c| !c.is_empty()))
+    {
+        out.push(".spec.podCIDR: must be empty: every node needs a range of its own; set spec.podCIDR {cidr, maskSize} on the pool instead".into());
     }
     lines(out)
+}
+
+/// Advice that does not refuse the pool (the API server accepts such a Node): allocatable
+/// above capacity, which no kubelet reports. Never panics, whatever the quantities.
+pub fn node_template_warnings(t: &NodeTemplate) -> Vec<String> {
+    let Some(status) = &t.status else { return vec![] };
+    let (Some(cap), Some(alloc)) = (&status.capacity, &status.allocatable) else { return vec![] };
+    alloc
+        .iter()
+        .filter_map(|(k, a)| {
+            let c = cap.get(k)?;
+            let (qa, qc) = (quantity::approximate(&a.0)?, quantity::approximate(&c.0)?);
+            (qa > qc).then(|| {
+                format!(
+                    "spec.nodeTemplate.status.allocatable.{k}: {} is more than status.capacity.{k} ({}); a kubelet never reports that",
+                    a.0, c.0
+                )
+            })
+        })
+        .collect()
 }
 
 fn parse_net(text: &str) -> Result<IpNet, String> {
@@ -361,29 +333,14 @@ fn internal_ips_rule(range: &Option<String>, ctx: &NodePoolRules, count: i32) ->
     lines(out)
 }
 
-fn container_problems(field: &str, containers: &[Container], out: &mut Vec<String>) {
-    let mut names = HashSet::new();
-    for (i, c) in containers.iter().enumerate() {
-        if c.name.trim().is_empty() {
-            out.push(format!(".spec.{field}[{i}].name: is required: every container needs a name"));
-        } else if !names.insert(c.name.clone()) {
-            out.push(format!(".spec.{field}[{i}].name: {:?} is used twice: container names must be unique", c.name));
-        }
-        if c.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
-            out.push(format!(".spec.{field}[{i}].image: is required: every container needs an image (nothing is pulled, any name works)"));
-        }
-    }
-}
-
-/// Rules on a pod template.
+/// Rules on a pod template: only what the pool owns (the API server judges the rendered pod,
+/// and the schema requires a container).
 pub fn pod_template(t: &PodTemplate, _ctx: &()) -> garde::Result {
     let mut out = Vec::new();
     metadata_problems(t.metadata.as_ref(), &POD_RESERVED_LABELS, &mut out);
     if t.spec.containers.is_empty() {
-        out.push(".spec.containers: needs at least one container with a name and an image".into());
+        out.push(".spec.containers: Required value: a Pod needs at least one container, e.g. containers: [{name: app, image: nginx}]".into());
     }
-    container_problems("containers", &t.spec.containers, &mut out);
-    container_problems("initContainers", t.spec.init_containers.as_deref().unwrap_or_default(), &mut out);
     lines(out)
 }
 
@@ -410,6 +367,8 @@ pub fn validate_nodepool(pool: &NodePool, all: &[Arc<NodePool>]) -> Result<(), S
 pub fn validate_podpool(pool: &PodPool) -> Result<(), String> {
     check_podpool(&pool.spec).map_err(|m| m.join("; "))
 }
+
+pub mod quantity;
 
 #[cfg(test)]
 mod tests;

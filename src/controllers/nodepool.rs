@@ -78,13 +78,30 @@ impl PoolKind for NodePool {
     type Stored = Node;
     type Env = NodeEnv;
     const NOUN: &'static str = "node";
+    const TEMPLATE_PATH: &'static str = "spec.nodeTemplate";
+
+    fn validation_env() -> NodeEnv {
+        // Nodes rendered for validation carry the template's status, not a simulated one, and
+        // take no address from the shared allocator.
+        let scratch = IpNet::V4(ipnet::Ipv4Net::new_assert(std::net::Ipv4Addr::new(100, 64, 0, 0), 10));
+        NodeEnv {
+            simulate: false,
+            defaults: NodeDefaults::default(),
+            addresses: Arc::new(Mutex::new(HostAllocator::new(scratch))),
+            pools: None,
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        crate::api::validation::node_template_warnings(&self.spec.node_template)
+    }
 
     fn count(&self) -> u32 {
         self.spec.node_count.max(0) as u32
     }
 
     fn template_hash(&self) -> String {
-        hash::of(&(&self.spec.node_template, &self.spec.pod_cidr, &self.spec.internal_ips))
+        hash::of(&(&self.spec.node_template.rendered_part(), &self.spec.pod_cidr, &self.spec.internal_ips))
     }
 
     fn pool_status(&self) -> Option<&PoolStatus> {
@@ -139,7 +156,7 @@ impl PoolKind for NodePool {
             let now = Time(k8s_openapi::jiff::Timestamp::now());
             Some(node_status::simulated(&name, template.status.as_ref(), &ips, &now, &env.defaults))
         } else {
-            let mut s: NodeStatus = template.status.clone().unwrap_or_default();
+            let mut s: NodeStatus = node_status::template_defaults(template.status.as_ref());
             if !ips.is_empty() {
                 let mut addresses = s.addresses.take().unwrap_or_default();
                 addresses.extend(ips.iter().map(|ip| k8s_openapi::api::core::v1::NodeAddress {
@@ -156,6 +173,7 @@ impl PoolKind for NodePool {
                 name: Some(name),
                 labels: Some(labels),
                 annotations: Some(annotations),
+                finalizers: tmeta.finalizers,
                 owner_references: self.controller_owner_ref(&()).map(|o| vec![o]),
                 ..Default::default()
             },

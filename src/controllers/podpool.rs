@@ -46,6 +46,11 @@ impl PoolKind for PodPool {
     type Stored = SlimPod;
     type Env = PodEnv;
     const NOUN: &'static str = "pod";
+    const TEMPLATE_PATH: &'static str = "spec.podTemplate";
+
+    fn validation_env() -> PodEnv {
+        PodEnv
+    }
     const CREATE_WITH_POST: bool = true;
 
     fn count(&self) -> u32 {
@@ -53,7 +58,7 @@ impl PoolKind for PodPool {
     }
 
     fn template_hash(&self) -> String {
-        hash::of(&self.spec.pod_template)
+        hash::of(&self.spec.pod_template.rendered_part())
     }
 
     fn pool_status(&self) -> Option<&PoolStatus> {
@@ -103,6 +108,7 @@ impl PoolKind for PodPool {
                 namespace: self.namespace(),
                 labels: Some(labels),
                 annotations: tmeta.annotations,
+                finalizers: tmeta.finalizers,
                 owner_references: self.controller_owner_ref(&()).map(|o| vec![o]),
                 ..Default::default()
             },
@@ -137,7 +143,7 @@ mod tests {
     fn pool(spec: PodSpec) -> PodPool {
         let mut p = PodPool::new(
             "web",
-            PodPoolSpec { pod_count: 2, pod_template: PodTemplate { metadata: None, spec }, max_unavailable: None },
+            PodPoolSpec { pod_count: 2, pod_template: PodTemplate { metadata: None, spec, ..Default::default() }, max_unavailable: None },
         );
         p.metadata.namespace = Some("ns".into());
         p.metadata.uid = Some("uid-1".into());

@@ -3,7 +3,7 @@
 
 use super::plan::{Plan, child_name};
 use super::status::Problem;
-use super::{FIELD_MANAGER, PoolKind, Write};
+use super::{FIELD_MANAGER, PoolKind, Write, refusal};
 use futures::StreamExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
@@ -16,6 +16,9 @@ use super::reconcile::PoolContext;
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub failures: Vec<String>,
+    /// What the API server refused about the rendered children (422), at the pool
+    /// manifest's paths: the template must change, retrying the same writes cannot help.
+    pub refused: Vec<String>,
     pub render_problems: Vec<Problem>,
     pub writes: usize,
     /// Children created by this round (the store may not show them yet).
@@ -75,7 +78,7 @@ pub async fn execute<P: PoolKind>(
     let resource = P::Child::plural(&()).to_string();
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let merge = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-    let results: Vec<Vec<(&'static str, String, Option<String>)>> = futures::stream::iter(ops)
+    let results: Vec<Vec<(&'static str, String, Option<String>, Vec<String>)>> = futures::stream::iter(ops)
         .map(|op| {
             let api = api.clone();
             let apply = apply.clone();
@@ -137,8 +140,14 @@ pub async fn execute<P: PoolKind>(
                 done.into_iter()
                     .map(|(verb, name, result)| {
                         ctx.metrics.write(&resource, verb, result.is_ok());
+                        let refused = match &result {
+                            Err(kube::Error::Api(s)) if refusal::is_refusal(s) => {
+                                refusal::messages(s, P::TEMPLATE_PATH, &name)
+                            }
+                            _ => vec![],
+                        };
                         let error = result.err().map(|e| format!("{verb} {resource}/{name}: {}", describe(&e)));
-                        (verb, name, error)
+                        (verb, name, error, refused)
                     })
                     .collect()
             }
@@ -147,7 +156,12 @@ pub async fn execute<P: PoolKind>(
         .collect()
         .await;
     let results = results.into_iter().flatten();
-    for (verb, name, error) in results {
+    for (verb, name, error, refused) in results {
+        for line in refused {
+            if !outcome.refused.contains(&line) {
+                outcome.refused.push(line);
+            }
+        }
         match (verb, error) {
             (_, Some(e)) => outcome.failures.push(e),
             ("create", None) => outcome.created.push(name),

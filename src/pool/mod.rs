@@ -2,9 +2,11 @@
 //! implements, the pure planner and status builder, and the apply step.
 
 pub mod apply;
+pub mod dry_run;
 pub mod hash;
 pub mod plan;
 pub mod reconcile;
+pub mod refusal;
 pub mod status;
 
 use crate::api::PoolStatus;
@@ -41,6 +43,10 @@ pub trait PoolKind:
     /// What one child is called in messages: "node", "pod".
     const NOUN: &'static str;
 
+    /// Where the child template sits in the pool manifest (`spec.nodeTemplate`): the API
+    /// server's complaints about a child are reported there.
+    const TEMPLATE_PATH: &'static str;
+
     /// Create children with a plain POST rather than server-side apply. Cheaper for the API
     /// server, and it can never take over an object that appeared under the same name, but
     /// later applies could not remove fields the POST set: only for kinds that are replaced,
@@ -57,6 +63,15 @@ pub trait PoolKind:
     /// The same rules the admission webhook applies; the reconciler refuses to act on a pool
     /// that fails them. The message names the field by its manifest path.
     fn validate(&self, env: &Self::Env) -> Result<(), String>;
+
+    /// An environment to render children for validation only: it reserves nothing (no
+    /// address is allocated) and shares nothing with the controllers.
+    fn validation_env() -> Self::Env;
+
+    /// Advice on the spec that does not refuse it (admission warnings).
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// The full child `index`, labelled with `hash`, with a controller owner reference.
     fn render(&self, index: u32, hash: &str, env: &Self::Env) -> Result<Self::Child, Problem>;

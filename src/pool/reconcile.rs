@@ -243,6 +243,15 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
 
     let problem = if let Some(p) = outcome.render_problems.first() {
         Some(p.clone())
+    } else if !outcome.refused.is_empty() {
+        Some(Problem {
+            reason: "InvalidTemplate".into(),
+            message: format!(
+                "the API server refuses the {}s this template renders: {}; fix the template (retrying every 30s)",
+                P::NOUN,
+                outcome.refused.join("; ")
+            ),
+        })
     } else if !outcome.failures.is_empty() {
         let shown: Vec<&str> = outcome.failures.iter().take(3).map(String::as_str).collect();
         Some(Problem {
@@ -267,7 +276,11 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
     write_status(pool.as_ref(), &ctx, new_status).await?;
 
     let busy = plan.pending || !outcome.failures.is_empty() || !outcome.render_problems.is_empty();
-    Ok(if !outcome.failures.is_empty() || !outcome.render_problems.is_empty() {
+    Ok(if !outcome.refused.is_empty() {
+        // The same writes would be refused again: wait for a change, or retry slowly (a
+        // namespace policy that refused them may change without the pool changing).
+        Action::requeue(Duration::from_secs(30))
+    } else if !outcome.failures.is_empty() || !outcome.render_problems.is_empty() {
         Action::requeue(Duration::from_secs(5))
     } else if plan.pending {
         // More to create right away (the round was capped), or children still terminating.

@@ -113,6 +113,27 @@ pub fn simulated(
     fill(&mut info.boot_id, pseudo_uuid(name, "boot"));
     s.node_info = Some(info);
 
+    fill_resources(&mut s);
+    if s.phase.as_deref().unwrap_or("").is_empty() {
+        s.phase = Some("Running".into());
+    }
+    s
+}
+
+/// What a node rendered from `base` reports even when another simulator (a real kwok) owns
+/// its status: kwok's default node where the template says nothing (32 CPU, 256Gi memory,
+/// 110 pods, amd64/linux), allocatable mirrored from capacity and back.
+pub fn template_defaults(base: Option<&NodeStatus>) -> NodeStatus {
+    let mut s = base.cloned().unwrap_or_default();
+    let mut info: NodeSystemInfo = s.node_info.take().unwrap_or_default();
+    fill(&mut info.architecture, "amd64");
+    fill(&mut info.operating_system, "linux");
+    s.node_info = Some(info);
+    fill_resources(&mut s);
+    s
+}
+
+fn fill_resources(s: &mut NodeStatus) {
     match (s.capacity.as_ref().filter(|m| !m.is_empty()), s.allocatable.as_ref().filter(|m| !m.is_empty())) {
         (None, None) => {
             s.capacity = Some(default_resources());
@@ -122,10 +143,6 @@ pub fn simulated(
         (None, Some(a)) => s.capacity = Some(a.clone()),
         (Some(_), Some(_)) => {}
     }
-    if s.phase.as_deref().unwrap_or("").is_empty() {
-        s.phase = Some("Running".into());
-    }
-    s
 }
 
 /// The InternalIP addresses a node reports.
@@ -196,6 +213,25 @@ mod tests {
         let s = simulated("n", Some(&base), &[], &now(), &NodeDefaults::default());
         assert_eq!(s.allocatable.unwrap()["cpu"], Quantity("8".into()));
         assert_eq!(s.node_info.unwrap().kubelet_version, "v9");
+    }
+
+    #[test]
+    fn an_empty_template_is_kwoks_default_node() {
+        let s = template_defaults(None);
+        let cap = s.capacity.unwrap();
+        assert_eq!((cap["cpu"].0.as_str(), cap["memory"].0.as_str(), cap["pods"].0.as_str()), ("32", "256Gi", "110"));
+        assert_eq!(s.allocatable.unwrap(), cap);
+        let info = s.node_info.unwrap();
+        assert_eq!((info.architecture.as_str(), info.operating_system.as_str()), ("amd64", "linux"));
+        // What the template sets stays.
+        let base = NodeStatus {
+            allocatable: Some([("cpu".to_string(), Quantity("4".into()))].into()),
+            node_info: Some(NodeSystemInfo { architecture: "arm64".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        let s = template_defaults(Some(&base));
+        assert_eq!(s.capacity.unwrap()["cpu"], Quantity("4".into()));
+        assert_eq!(s.node_info.unwrap().architecture, "arm64");
     }
 
     #[test]
