@@ -524,7 +524,9 @@ async fn with_the_webhook_down_the_reconciler_refuses_to_act() {
         );
     }
     // Fixed, it resumes.
-    apply(&np(&s, &fresh, "  nodeCount: 2\n  nodeTemplate:\n    metadata: {labels: {tier: c}}\n"));
+    // (kubectl apply as before: the label it set is removed, not merged.)
+    let (ok, out) = apply_result(&np(&s, &fresh, "  nodeCount: 2\n  nodeTemplate:\n    metadata: {labels: {tier: c}}\n"));
+    assert!(ok, "{out}");
     wait_ready_nodes(&client, &fresh, 2, T).await;
     let p = wait_pool_status(&client, &fresh, 2, T).await;
     assert_eq!(p.status.unwrap().condition("Degraded").unwrap().status, "False");

@@ -100,7 +100,7 @@ spec:
     assert!(lease_age(&client, &format!("{pool}-0")).await.unwrap() < 10.0);
     // The webhook registered itself and refuses a garde-only fault.
     let bad = format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: {pool}-bad, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  nodeCount: 1\n  nodeTemplate:\n    status: {{capacity: {{cpu: 1}}, allocatable: {{cpu: 2}}}}\n"
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: {pool}-bad, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  nodeCount: 1\n  nodeTemplate:\n    metadata: {{labels: {{pools.kwok.x-k8s.io/index: '1'}}}}\n"
     );
     wait_for("the webhook to refuse", T, || async {
         let out = kubectl_stdin(&["apply", "-f", "-"], Some(&bad));
@@ -112,6 +112,27 @@ spec:
         }
     })
     .await;
+    // With these permissions the webhook has the API server judge rendered children (a
+    // dry-run create of a node and of a pod): its verdicts come back at the template's paths.
+    for (bad, field) in [
+        (
+            format!(
+                "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: {pool}-bad, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  nodeCount: 1\n  nodeTemplate:\n    spec: {{taints: [{{key: a, effect: Sometimes}}]}}\n"
+            ),
+            "spec.nodeTemplate.spec.taints[0].effect",
+        ),
+        (
+            format!(
+                "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata: {{name: bad, namespace: {}, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  podCount: 1\n  podTemplate:\n    spec: {{containers: [{{name: a}}]}}\n",
+                ns.name
+            ),
+            "spec.podTemplate.spec.containers[0].image",
+        ),
+    ] {
+        let out = kubectl_stdin(&["apply", "-f", "-"], Some(&bad));
+        let text = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success() && text.contains(field), "{field}: {text}");
+    }
     let log = std::fs::read_to_string(&op.log).unwrap_or_default();
     assert!(!log.contains("forbidden"), "the operator hit a permission error:\n{}", op.log_tail());
     op.stop();

@@ -27,6 +27,9 @@ pub fn manifest_path(template: &str, child: &str, field: &str) -> String {
     match field {
         "" => template.to_string(),
         "metadata.name" => format!("metadata.name (child name {child:?})"),
+        // The API server reports a Node's taints under `metadata` (its validation starts the
+        // taints' path there); in the manifest they are `spec.taints`.
+        f if f.starts_with("metadata.taints") => format!("{template}.spec{}", &f["metadata".len()..]),
         f => format!("{template}.{f}"),
     }
 }
@@ -74,6 +77,16 @@ mod tests {
                 "metadata.name (child name \"w-0\"): must be no more than 253 characters",
             ]
         );
+    }
+
+    #[test]
+    fn node_taints_are_placed_where_the_manifest_has_them() {
+        assert_eq!(manifest_path("spec.nodeTemplate", "n-0", "metadata.taints[1]"), "spec.nodeTemplate.spec.taints[1]");
+        assert_eq!(
+            manifest_path("spec.nodeTemplate", "n-0", "metadata.taints[0].effect"),
+            "spec.nodeTemplate.spec.taints[0].effect"
+        );
+        assert_eq!(manifest_path("spec.nodeTemplate", "n-0", "metadata.labels"), "spec.nodeTemplate.metadata.labels");
     }
 
     #[test]

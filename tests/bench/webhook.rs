@@ -9,16 +9,18 @@ use std::time::{Duration, Instant};
 fn review(i: usize) -> Vec<u8> {
     let bad = i.is_multiple_of(3);
     let (kind, object) = if i.is_multiple_of(2) {
-        let alloc = if bad { "64" } else { "16" };
+        // A bad NodePool sets a label the pool owns (a garde rule); a bad PodPool's container
+        // has no image (the API server's rule, judged by the dry run of the rendered pod).
+        let labels = if bad { json!({"pools.kwok.x-k8s.io/index": "1"}) } else { json!({"tier": "a"}) };
         (
             "NodePool",
             json!({
                 "apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "NodePool",
                 "metadata": {"name": format!("bench-{i}")},
                 "spec": {"nodeCount": 10, "podCIDR": {"cidr": format!("10.{}.0.0/16", i % 200), "maskSize": 24},
-                         "nodeTemplate": {"metadata": {"labels": {"tier": "a"}},
+                         "nodeTemplate": {"metadata": {"labels": labels},
                                           "spec": {"taints": [{"key": "a", "effect": "NoSchedule"}]},
-                                          "status": {"capacity": {"cpu": "32", "memory": "64Gi"}, "allocatable": {"cpu": alloc, "memory": "60Gi"}}}}
+                                          "status": {"capacity": {"cpu": "32", "memory": "64Gi"}, "allocatable": {"cpu": "16", "memory": "60Gi"}}}}
             }),
         )
     } else {
