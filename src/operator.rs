@@ -8,6 +8,7 @@ use crate::informer::{Informer, trim_meta, trimmed};
 use crate::pool::reconcile::PoolContext;
 use crate::simulator::ipam::HostAllocator;
 use crate::simulator::leases::LEASE_NAMESPACE;
+use crate::simulator::lifecycle::{self, Lifecycles};
 use crate::simulator::manage::Manage;
 use crate::simulator::node_status::{self, NodeDefaults};
 use crate::simulator::nodes::{NodeSimConfig, NodeSimulator};
@@ -49,7 +50,8 @@ pub struct OperatorConfig {
     pub metrics_addr: SocketAddr,
     /// The instance name (`--instance`).
     pub instance: String,
-    /// Remove deleted pods after this long instead of their whole grace period.
+    /// How long a deleted pod takes to exit where no pool says (else about a second; never
+    /// longer than its grace period).
     pub pod_termination_delay: Option<Duration>,
     /// How long pods owned by a Job run before they complete.
     pub job_run_time: Duration,
@@ -121,10 +123,21 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         leases.start(Api::<Lease>::namespaced(client.clone(), LEASE_NAMESPACE), watcher::Config::default(), trimmed);
     }
     let node_pools = Informer::<NodePool>::new();
-    if config.controllers {
-        // Only the controllers and the webhook need the pools (`simulate` runs without the CRDs).
+    let pod_pools = Informer::<PodPool>::new();
+    if config.controllers || config.simulate {
+        // The controllers and the webhook need the NodePools; the simulator reads the
+        // lifecycle knobs of both kinds. `simulate` runs without the CRDs too: then nothing
+        // waits for these stores, and every child gets the defaults.
         node_pools.start(Api::<NodePool>::all(client.clone()), watcher::Config::default(), trimmed);
     }
+    if config.simulate {
+        pod_pools.start(Api::<PodPool>::all(client.clone()), watcher::Config::default(), trimmed);
+    }
+    let lifecycles = Lifecycles {
+        node_pools: Some(node_pools.store()),
+        pod_pools: Some(pod_pools.store()),
+        defaults: lifecycle::Defaults { exit_delay: config.pod_termination_delay, job_run_time: config.job_run_time },
+    };
 
     wait_synced("nodes", &nodes.store()).await?;
     if config.simulate {
@@ -163,6 +176,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
             addresses: addresses.clone(),
             metrics: metrics.clone(),
             writes: sim_writes.clone(),
+            lifecycles: lifecycles.clone(),
         };
         tasks.spawn(async move {
             sim.run(changes).await;
@@ -172,11 +186,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     if let (Some(pod_changes), Some(node_changes)) = (pod_changes_for_sim, node_changes_for_pods) {
         let sim = PodSimulator {
             client: client.clone(),
-            config: PodSimConfig {
-                manage: config.manage.clone(),
-                termination_delay: config.pod_termination_delay,
-                job_run_time: config.job_run_time,
-            },
+            config: PodSimConfig { manage: config.manage.clone(), lifecycles: lifecycles.clone() },
             nodes: nodes.store(),
             pods: pods.store(),
             metrics: metrics.clone(),

@@ -352,30 +352,43 @@ spec:
     let term = c.state.as_ref().unwrap().terminated.as_ref().unwrap();
     assert_eq!((term.exit_code, term.reason.as_deref()), (0, Some("Completed")));
 
-    // A running pod deleted with kubectl goes in about its grace period (3 s here).
-    let pod = format!(
-        "apiVersion: v1
+    // A running pod deleted with kubectl goes in about a second, as a process that honours
+    // SIGTERM; with the node pool's `ignoreSIGTERM` it holds on for its grace period (3 s).
+    let delete_took = |name: &'static str| {
+        let pod = format!(
+            "apiVersion: v1
 kind: Pod
-metadata: {{name: graceful, namespace: {}}}
+metadata: {{name: {name}, namespace: {}}}
 spec:
   terminationGracePeriodSeconds: 3
   nodeSelector: {{{SCOPE_LABEL}: {scope}}}
   tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
   containers: [{{name: c, image: nginx}}]
 ",
-        ns.name
-    );
-    apply(&pod);
-    wait_for("the pod to run", T, || async {
-        let ps = pods(&client, &ns.name, "").await;
-        let p = ps.iter().find(|p| p.metadata.name.as_deref() == Some("graceful"));
-        if p.is_some_and(|p| phase(p) == "Running") { Ok(()) } else { Err("not yet".into()) }
-    })
-    .await;
-    let start = Instant::now();
-    kubectl_ok(&["delete", "pod", "graceful", "-n", &ns.name, "--timeout=60s"]);
-    let took = start.elapsed().as_secs_f64();
-    assert!((2.5..10.0).contains(&took), "kubectl delete took {took:.1}s for a 3s grace period");
+            ns.name
+        );
+        let client = client.clone();
+        let ns = ns.name.clone();
+        async move {
+            apply(&pod);
+            wait_for("the pod to run", T, || async {
+                let ps = pods(&client, &ns, "").await;
+                let p = ps.iter().find(|p| p.metadata.name.as_deref() == Some(name));
+                if p.is_some_and(|p| phase(p) == "Running") { Ok(()) } else { Err("not yet".into()) }
+            })
+            .await;
+            let start = Instant::now();
+            kubectl_ok(&["delete", "pod", name, "-n", &ns, "--timeout=60s"]);
+            start.elapsed().as_secs_f64()
+        }
+    };
+    let took = delete_took("prompt").await;
+    assert!(took < 2.8, "kubectl delete took {took:.1}s: a pod that honours SIGTERM exits in about a second");
+    kubectl_ok(&["patch", "nodepool", &scope, "--type=merge", "-p", r#"{"spec":{"lifecycle":{"pods":{"ignoreSIGTERM":true}}}}"#]);
+    // The simulator reads the pool from its watch: give it a moment.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let took = delete_took("stubborn").await;
+    assert!((2.8..10.0).contains(&took), "kubectl delete took {took:.1}s for a 3s grace period ignoring SIGTERM");
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
 

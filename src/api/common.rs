@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 /// The API group of every pool kind.
 pub const GROUP: &str = "pools.kwok.x-k8s.io";
 pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of every pool kind (as owner references carry it).
+pub const GROUP_VERSION: &str = "pools.kwok.x-k8s.io/v1alpha1";
 
 /// The label naming the pool a child belongs to.
 pub const POOL_LABEL: &str = "pools.kwok.x-k8s.io/pool";
@@ -181,6 +183,12 @@ pub struct PoolStatus {
     /// Children that are ready.
     #[serde(default)]
     pub ready_replicas: i32,
+    /// Children that exist but are not ready (a flapping node, a pod starting or crashing).
+    #[serde(default)]
+    pub not_ready_replicas: i32,
+    /// Children that fail: pods that Failed or crash-loop.
+    #[serde(default)]
+    pub failed_replicas: i32,
     /// Children rendered from the current template.
     #[serde(default)]
     pub updated_replicas: i32,

@@ -3,6 +3,7 @@
 
 pub mod common;
 pub mod editor_schema;
+pub mod lifecycle;
 pub mod nodepool;
 pub mod podpool;
 pub mod schema;
@@ -11,7 +12,7 @@ pub mod validation;
 #[cfg(test)]
 mod cel_tests;
 
-pub use common::{PoolStatus, SubnetRange, TemplateMetadata};
+pub use common::{GROUP_VERSION, PoolStatus, SubnetRange, TemplateMetadata};
 pub use nodepool::{NodePool, NodePoolSpec, NodeTemplate};
 pub use podpool::{PodPool, PodPoolSpec, PodTemplate};
 

@@ -2,6 +2,7 @@
 //! NodePool: a cluster-scoped pool of fake Nodes.
 
 use super::common::{PoolStatus, SubnetRange, TemplateMetadata};
+use super::lifecycle::Lifecycle;
 use super::schema;
 use super::validation::{self, NodePoolRules};
 use garde::Validate;
@@ -71,6 +72,12 @@ pub struct NodePoolSpec {
     #[x_kube(validation = Rule::new("isCIDR(self)").message("must be a CIDR such as 10.1.0.0/16"))]
     #[garde(custom(validation::internal_ips(self.node_count)))]
     pub internal_ips: Option<String>,
+
+    /// How the nodes (and the pods on them that no PodPool governs) behave: flapping nodes,
+    /// start delays, exits, failures, crash loops. See the README's "Lifecycle" section.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(custom(validation::node_pool_lifecycle))]
+    pub lifecycle: Option<Lifecycle>,
 }
 
 /// A Node template. `apiVersion: v1` and `kind: Node` are accepted for copy-paste.

@@ -2,6 +2,7 @@
 //! PodPool: a namespaced pool of Pods that, by default, land on fake nodes.
 
 use super::common::{PoolStatus, TemplateMetadata};
+use super::lifecycle::Lifecycle;
 use super::schema;
 use super::validation;
 use garde::Validate;
@@ -60,6 +61,13 @@ pub struct PodPoolSpec {
     #[schemars(schema_with = "schema::int_or_percent")]
     #[garde(custom(validation::max_unavailable))]
     pub max_unavailable: Option<IntOrString>,
+
+    /// How the pods behave: start delays, exits, failures, crash loops. See the README's
+    /// "Lifecycle" section.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("!has(self.nodes)").message("only a NodePool has nodes; set lifecycle.nodes on the NodePool"))]
+    #[garde(custom(validation::pod_pool_lifecycle))]
+    pub lifecycle: Option<Lifecycle>,
 }
 
 /// A PodTemplateSpec whose metadata leaves the name to the pool. A whole Pod is accepted

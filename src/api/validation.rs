@@ -6,6 +6,7 @@
 //! rule that looks inside a field reports each problem on its own line, starting with the
 //! path below that field (`.status.allocatable.cpu: …`); [`messages`] joins the paths.
 
+use super::lifecycle::{self, Lifecycle};
 use super::common::{HASH_LABEL, INDEX_LABEL, MAX_COUNT, POOL_LABEL, SubnetRange, TemplateMetadata};
 use super::nodepool::{NodePoolSpec, NodeTemplate};
 use super::podpool::{PodPoolSpec, PodTemplate};
@@ -342,6 +343,16 @@ pub fn pod_template(t: &PodTemplate, _ctx: &()) -> garde::Result {
         out.push(".spec.containers: Required value: a Pod needs at least one container, e.g. containers: [{name: app, image: nginx}]".into());
     }
     lines(out)
+}
+
+/// Rules on a NodePool's `spec.lifecycle`.
+pub fn node_pool_lifecycle(l: &Option<Lifecycle>, _ctx: &NodePoolRules) -> garde::Result {
+    lines(l.as_ref().map(|l| lifecycle::problems(l, true)).unwrap_or_default())
+}
+
+/// Rules on a PodPool's `spec.lifecycle` (no `nodes`).
+pub fn pod_pool_lifecycle(l: &Option<Lifecycle>, _ctx: &()) -> garde::Result {
+    lines(l.as_ref().map(|l| lifecycle::problems(l, false)).unwrap_or_default())
 }
 
 /// Checks a NodePool (messages with manifest paths), given the rules' context.

@@ -61,11 +61,14 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1000)]
     pub max_creates_per_round: usize,
 
-    /// Remove deleted pods after this long (e.g. 1s) instead of waiting for their whole
-    /// termination grace period, as a kubelet does when containers exit at once.
+    /// How long a deleted pod takes to exit, for pods whose pools say nothing
+    /// (`spec.lifecycle.pods.exitDelay`); never longer than its grace period. Default 1s, as a
+    /// process that honours SIGTERM; set it to the grace period's length (or use
+    /// `ignoreSIGTERM` on a pool) for pods that hold on until they are killed.
     #[arg(long, value_parser = parse_duration)]
     pub pod_termination_delay: Option<Duration>,
-    /// How long pods owned by a Job run before they complete successfully.
+    /// How long pods owned by a Job run before they complete successfully, for pods whose
+    /// pools say nothing (`spec.lifecycle.pods.jobRunTime`).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub job_run_time: Duration,
 

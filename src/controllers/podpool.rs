@@ -125,6 +125,10 @@ impl PoolKind for PodPool {
         matches!(child.phase(), "Succeeded" | "Failed")
     }
 
+    fn is_failing(child: &SlimPod) -> bool {
+        child.phase() == "Failed" || child.crash_looping
+    }
+
     fn child_api(client: Client, pool: &Self) -> Api<Pod> {
         Api::namespaced(client, &pool.namespace().unwrap_or_default())
     }
@@ -143,7 +147,12 @@ mod tests {
     fn pool(spec: PodSpec) -> PodPool {
         let mut p = PodPool::new(
             "web",
-            PodPoolSpec { pod_count: 2, pod_template: PodTemplate { metadata: None, spec, ..Default::default() }, max_unavailable: None },
+            PodPoolSpec {
+                pod_count: 2,
+                pod_template: PodTemplate { metadata: None, spec, ..Default::default() },
+                max_unavailable: None,
+                lifecycle: None,
+            },
         );
         p.metadata.namespace = Some("ns".into());
         p.metadata.uid = Some("uid-1".into());

@@ -33,6 +33,12 @@ pub struct SlimPod {
     pub conditions: Vec<(String, String)>,
     pub pod_ips: Vec<IpAddr>,
     pub start_time: Option<Timestamp>,
+    /// `spec.restartPolicy` (`Always` when unset).
+    pub restart_policy: Option<String>,
+    /// The highest restartCount of its containers.
+    pub restart_count: i32,
+    /// A container waits in CrashLoopBackOff.
+    pub crash_looping: bool,
 }
 
 impl Resource for SlimPod {
@@ -96,6 +102,12 @@ impl From<Pod> for SlimPod {
             conditions: status.conditions.into_iter().flatten().map(|c| (c.type_, c.status)).collect(),
             pod_ips,
             start_time: status.start_time.map(|t| t.0),
+            restart_policy: spec.restart_policy,
+            restart_count: status.container_statuses.iter().flatten().map(|c| c.restart_count).max().unwrap_or(0),
+            crash_looping: status.container_statuses.iter().flatten().any(|c| {
+                c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref())
+                    == Some("CrashLoopBackOff")
+            }),
         };
         out.shrink();
         out

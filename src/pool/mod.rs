@@ -84,6 +84,12 @@ pub trait PoolKind:
         false
     }
 
+    /// Whether a child fails (a pod that Failed or crash-loops): counted in the status.
+    fn is_failing(child: &Self::Stored) -> bool {
+        let _ = child;
+        false
+    }
+
     /// The writes that update `child` in place to `desired` (only for [`UpdateMode::InPlace`]).
     fn in_place(child: &Self::Stored, desired: Self::Child) -> Vec<Write<Self::Child>> {
         let _ = child;

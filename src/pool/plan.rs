@@ -23,6 +23,8 @@ pub struct Observed {
     pub terminating: bool,
     /// It ran to an end (a pod that Succeeded or Failed) and must be replaced.
     pub finished: bool,
+    /// It fails: a pod that Failed or crash-loops (for the status count).
+    pub failing: bool,
 }
 
 /// The planner's input.
@@ -179,6 +181,7 @@ mod tests {
             ready,
             terminating: false,
             finished: false,
+            failing: false,
         }
     }
 

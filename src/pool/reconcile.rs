@@ -125,6 +125,7 @@ pub fn observe<P: PoolKind>(pool: &P, store: &Store<P::Stored>) -> (Vec<Observed
             ready: P::is_ready(&child),
             terminating: child.meta().deletion_timestamp.is_some(),
             finished: P::is_finished(&child),
+            failing: P::is_failing(&child),
             name: child_name.clone(),
         });
         objects.insert(child_name, child);
@@ -181,6 +182,7 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
                 ready: false,
                 terminating: false,
                 finished: false,
+                failing: false,
                 name: child,
             }),
             Expect::Delete => {

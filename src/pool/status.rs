@@ -34,6 +34,7 @@ pub fn build(input: &StatusInput<'_>) -> PoolStatus {
         input.owned.iter().filter(|c| c.index.is_some_and(|i| i < input.count) && !c.terminating).collect();
     let replicas = current.len() as i32;
     let ready = current.iter().filter(|c| c.ready).count() as i32;
+    let failed = current.iter().filter(|c| c.failing).count() as i32;
     let updated = current.iter().filter(|c| c.hash.as_deref() == Some(input.hash)).count() as i32;
     let desired = input.count as i32;
     let noun = input.noun;
@@ -79,6 +80,8 @@ pub fn build(input: &StatusInput<'_>) -> PoolStatus {
     PoolStatus {
         replicas,
         ready_replicas: ready,
+        not_ready_replicas: replicas - ready,
+        failed_replicas: failed,
         updated_replicas: updated,
         observed_generation: input.generation,
         selector: Some(input.selector.clone()),
@@ -138,6 +141,7 @@ mod tests {
             ready,
             terminating: false,
             finished: false,
+            failing: false,
         }
     }
 

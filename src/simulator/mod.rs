@@ -3,6 +3,7 @@
 
 pub mod ipam;
 pub mod leases;
+pub mod lifecycle;
 pub mod manage;
 pub mod node_status;
 pub mod nodes;

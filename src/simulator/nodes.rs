@@ -1,9 +1,12 @@
 //! The node half of the simulator: every managed node gets a healthy status when it lacks
 //! one, a lease renewed every leaseDuration/4 (with jitter), and a periodic status heartbeat.
-//! All timers live on one `DelayQueue`; writes run as bounded background tasks.
+//! All timers live on one `DelayQueue`; writes run as bounded background tasks. A node its
+//! NodePool makes flap (`spec.lifecycle.nodes`) goes quiet during its NotReady windows: no
+//! lease, no status, as if its kubelet were gone.
 
 use super::ipam::HostAllocator;
 use super::leases;
+use super::lifecycle::Lifecycles;
 use super::manage::Manage;
 use super::node_status::{self, NodeDefaults};
 use crate::informer::Change;
@@ -42,6 +45,14 @@ pub struct NodeSimulator {
     pub addresses: Arc<Mutex<HostAllocator>>,
     pub metrics: Arc<Metrics>,
     pub writes: Arc<Semaphore>,
+    /// The pools' lifecycle knobs (flapping nodes).
+    pub lifecycles: Lifecycles,
+}
+
+/// Now as time since the Unix epoch (flapping windows are on the wall clock, so every
+/// process and every run agrees on them).
+pub fn epoch_now() -> Duration {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -56,6 +67,8 @@ struct Tracked {
     status_key: delay_queue::Key,
     lease_due: Instant,
     status_in_flight: bool,
+    /// In a NotReady window of its flapping schedule (lease and status stop).
+    away: bool,
 }
 
 enum Done {
@@ -152,10 +165,13 @@ impl NodeSimulator {
                 queue.insert(Timer::Status(name.clone()), jittered(self.config.status_frequency, 0.5, 1.0));
             tracked.insert(
                 name.clone(),
-                Tracked { uid, lease_key, status_key, lease_due: Instant::now(), status_in_flight: false },
+                Tracked { uid, lease_key, status_key, lease_due: Instant::now(), status_in_flight: false, away: false },
             );
         }
-        let t = tracked.get_mut(&name).expect("just inserted");
+        let Some(t) = tracked.get_mut(&name) else { return };
+        if t.away {
+            return; // its kubelet is "gone": nothing is written until the window ends
+        }
         // A missing address is only worth a write while the range has room (else every write
         // would trigger the next).
         let wants_ip = node_status::internal_ips(node).is_empty() && !range_full;
@@ -188,17 +204,38 @@ impl NodeSimulator {
             Timer::Lease(name) => {
                 let Some(t) = tracked.get_mut(&name) else { return };
                 let due = t.lease_due;
+                let Some(node) = self.nodes.get(&ObjectRef::new(&name)) else { return };
+                let now = epoch_now();
+                if let Some(until) = self.lifecycles.node(&node).and_then(|f| f.away_until(now)) {
+                    // A NotReady window: no renewal until it ends.
+                    if !t.away {
+                        tracing::info!(node = %name, back_in = ?(until - now), "flapping node goes NotReady");
+                        self.metrics.injected("node_not_ready");
+                    }
+                    t.away = true;
+                    let wait = super::timer_delay(until.saturating_sub(now));
+                    t.lease_key = queue.insert(Timer::Lease(name.clone()), wait);
+                    t.lease_due = Instant::now() + wait;
+                    return;
+                }
+                let back = std::mem::take(&mut t.away);
                 let next = jittered(self.renew_interval(), 0.85, 1.0);
                 t.lease_key = queue.insert(Timer::Lease(name.clone()), next);
                 t.lease_due = Instant::now() + next;
-                let Some(node) = self.nodes.get(&ObjectRef::new(&name)) else { return };
+                if back {
+                    tracing::info!(node = %name, "flapping node comes back");
+                    if node_status::needs_write(&node) && !t.status_in_flight {
+                        t.status_in_flight = true;
+                        self.spawn_status(node.clone(), true, done.clone());
+                    }
+                }
                 self.spawn_lease(node, due, done.clone());
             }
             Timer::Status(name) => {
                 let Some(t) = tracked.get_mut(&name) else { return };
                 t.status_key =
                     queue.insert(Timer::Status(name.clone()), jittered(self.config.status_frequency, 0.9, 1.1));
-                if t.status_in_flight {
+                if t.status_in_flight || t.away {
                     return;
                 }
                 let Some(node) = self.nodes.get(&ObjectRef::new(&name)) else { return };

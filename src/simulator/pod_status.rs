@@ -127,6 +127,112 @@ pub fn running_patch(pod: &SlimPod, host_ips: &[IpAddr], pod_ips: &[IpAddr], now
     json!({ "status": status })
 }
 
+fn crashed_state(pod_uid: &str, c: &SlimContainer, restarts: i32, now: &Value) -> Value {
+    let id = container_id(pod_uid, &c.name);
+    json!({
+        "name": c.name,
+        "image": c.image,
+        "imageID": image_id(&c.image),
+        "containerID": id,
+        "ready": false,
+        "started": false,
+        "restartCount": restarts,
+        "state": {"waiting": {
+            "reason": "CrashLoopBackOff",
+            "message": format!("back-off restarting failed container {} (simulated by kwok-pools)", c.name),
+        }},
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now, "containerID": id}},
+    })
+}
+
+/// The status patch of a pod whose containers crashed (exit 1) and wait in CrashLoopBackOff
+/// with `restarts` restarts: Running, not ready, as a kubelet reports it.
+pub fn crashed_patch(pod: &SlimPod, restarts: i32, now: &Value) -> Value {
+    let containers: Vec<Value> = pod.containers.iter().map(|c| crashed_state(pod.uid(), c, restarts, now)).collect();
+    json!({ "status": {
+        "conditions": [
+            cond("ContainersReady", false, now, Some("ContainersNotReady")),
+            cond("Ready", false, now, Some("ContainersNotReady")),
+        ],
+        "containerStatuses": containers,
+    }})
+}
+
+/// The status patch of a crash-looping pod whose containers run again after a back-off.
+pub fn restarted_patch(pod: &SlimPod, restarts: i32, now: &Value) -> Value {
+    let uid = pod.uid();
+    let containers: Vec<Value> = pod
+        .containers
+        .iter()
+        .map(|c| {
+            let mut s = running_state(uid, c, true, now);
+            s["restartCount"] = restarts.into();
+            let id = container_id(uid, &c.name);
+            s["lastState"] = json!({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now, "containerID": id}});
+            s
+        })
+        .collect();
+    let ready = gates_ready(pod);
+    json!({ "status": {
+        "conditions": [
+            cond("ContainersReady", true, now, None),
+            cond("Ready", ready, now, (!ready).then_some("ReadinessGatesNotReady")),
+        ],
+        "containerStatuses": containers,
+    }})
+}
+
+/// The status patch of a pod whose containers exited 1 at start and that is not restarted
+/// (`restartPolicy: Never`): Failed.
+pub fn failed_patch(pod: &SlimPod, host_ips: &[IpAddr], now: &Value) -> Value {
+    let uid = pod.uid();
+    let containers: Vec<Value> = pod
+        .containers
+        .iter()
+        .map(|c| {
+            let mut s = terminated_state(uid, c, now);
+            s["state"]["terminated"]["exitCode"] = 1.into();
+            s["state"]["terminated"]["reason"] = "Error".into();
+            s
+        })
+        .collect();
+    let mut status = json!({
+        "phase": "Failed",
+        "conditions": [
+            cond("PodReadyToStartContainers", false, now, None),
+            cond("Initialized", true, now, None),
+            cond("ContainersReady", false, now, Some("PodFailed")),
+            cond("Ready", false, now, Some("PodFailed")),
+            cond("PodScheduled", true, now, None),
+        ],
+        "containerStatuses": containers,
+    });
+    // A pod that ran keeps the host addresses and start time it has.
+    if !host_ips.is_empty() {
+        status["hostIP"] = host_ips[0].to_string().into();
+        status["hostIPs"] = host_ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect::<Vec<_>>().into();
+        status["startTime"] = now.clone();
+    }
+    json!({ "status": status })
+}
+
+/// `base` with `over` laid on it: container statuses replaced, conditions replaced by type.
+pub fn with(mut base: Value, over: Value) -> Value {
+    if let Some(c) = over["status"].get("containerStatuses") {
+        base["status"]["containerStatuses"] = c.clone();
+    }
+    let replacing: Vec<Value> = over["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    if let Some(conds) = base["status"]["conditions"].as_array_mut() {
+        for new in replacing {
+            match conds.iter_mut().find(|c| c["type"] == new["type"]) {
+                Some(old) => *old = new,
+                None => conds.push(new),
+            }
+        }
+    }
+    base
+}
+
 /// The status patch of a pod whose containers all exited 0 (a finished Job pod).
 pub fn completed_patch(pod: &SlimPod, now: &Value) -> Value {
     let containers: Vec<Value> = pod.containers.iter().map(|c| terminated_state(pod.uid(), c, now)).collect();
@@ -147,7 +253,8 @@ pub fn ready_fix(pod: &SlimPod, now: &Value) -> Option<Value> {
     if pod.phase() != "Running" {
         return None;
     }
-    let want = gates_ready(pod);
+    // A crash-looping pod is not ready whatever its gates say.
+    let want = gates_ready(pod) && !pod.crash_looping;
     if is_ready(pod) == want {
         return None;
     }
@@ -237,6 +344,30 @@ mod tests {
         assert!(gates_ready(&running));
         let fix = ready_fix(&running, &json!("t")).unwrap();
         assert_eq!(fix["status"]["conditions"][0]["status"], "True");
+    }
+
+    #[test]
+    fn crash_loops_look_as_a_kubelet_shows_them() {
+        let p = pod(&[], &[]);
+        let v = crashed_patch(&p, 3, &json!("t"));
+        let c = &v["status"]["containerStatuses"][0];
+        assert_eq!(c["state"]["waiting"]["reason"], "CrashLoopBackOff");
+        assert_eq!((c["restartCount"].clone(), c["ready"].clone()), (json!(3), json!(false)));
+        assert_eq!(c["lastState"]["terminated"]["exitCode"], 1);
+        let ready = v["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
+        assert_eq!((ready["status"].clone(), ready["reason"].clone()), (json!("False"), json!("ContainersNotReady")));
+        let v = restarted_patch(&p, 3, &json!("t"));
+        let c = &v["status"]["containerStatuses"][0];
+        assert!(c["state"]["running"].is_object());
+        assert_eq!((c["restartCount"].clone(), c["ready"].clone()), (json!(3), json!(true)));
+        // Once the store shows the crash, nothing flips Ready back on.
+        let mut crashed = pod(&[], &[("Ready", "False")]);
+        crashed.phase = Some("Running".into());
+        crashed.crash_looping = true;
+        assert_eq!(ready_fix(&crashed, &json!("t")), None);
+        let f = failed_patch(&p, &[], &json!("t"));
+        assert_eq!(f["status"]["phase"], "Failed");
+        assert_eq!(f["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 1);
     }
 
     #[test]

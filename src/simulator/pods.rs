@@ -1,7 +1,10 @@
 //! The pod half of the simulator: every pod bound to a managed node, whoever made it, runs
 //! (one status write), gets addresses from its node's podCIDR, completes when a Job owns it,
-//! and is removed when deleted once its grace period (or a shorter configured delay) passes.
+//! and is removed when deleted once its exit delay (at most its grace period) passes. The
+//! lifecycle knobs of its pool (see [`super::lifecycle`]) delay its start, make it fail or
+//! crash-loop, and set how long it takes to exit.
 
+use super::lifecycle::{self, Fate, Lifecycles, PodPlan};
 use super::manage::Manage;
 use super::node_status;
 use super::pod_ipam::{Allocation, PodIpam};
@@ -20,18 +23,16 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_util::time::{DelayQueue, delay_queue};
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct PodSimConfig {
     pub manage: Manage,
-    /// Remove deleted pods after this long instead of their whole grace period.
-    pub termination_delay: Option<Duration>,
-    /// How long a pod owned by a Job runs before it completes.
-    pub job_run_time: Duration,
+    /// The lifecycle knobs of the pools, with the operator's flags as defaults.
+    pub lifecycles: Lifecycles,
 }
 
 pub struct PodSimulator {
@@ -45,23 +46,59 @@ pub struct PodSimulator {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Timer {
+    /// The start delay is over.
+    Start(ObjectRef<SlimPod>, String),
+    /// A crash-looping container crashes.
+    Crash(ObjectRef<SlimPod>, String),
+    /// Its back-off is over: it runs again (or fails again, if it fails at start).
+    Restart(ObjectRef<SlimPod>, String),
     Complete(ObjectRef<SlimPod>, String),
     Remove(ObjectRef<SlimPod>, String),
     /// Look at the pod again after a failed write.
     Retry(ObjectRef<SlimPod>),
 }
 
-#[derive(Default)]
 struct Tracked {
     node: String,
     in_flight: bool,
     /// We wrote Running; the store may not show it yet.
     started: bool,
+    /// When the simulator first saw the pod on its node (start delays count from here).
+    seen: Instant,
+    /// What the pod's lifecycle decided for it (on first sight).
+    plan: Option<PodPlan>,
+    /// Its containers are down (crashed, in back-off), as last written or seen.
+    down: bool,
+    restarts: i32,
+    start_key: Option<delay_queue::Key>,
+    crash_key: Option<delay_queue::Key>,
+    restart_key: Option<delay_queue::Key>,
     complete_key: Option<delay_queue::Key>,
     remove_key: Option<delay_queue::Key>,
     /// The final delete went through (the object may linger for others' finalizers).
     removed: bool,
     exhausted_reported: bool,
+}
+
+impl Default for Tracked {
+    fn default() -> Self {
+        Self {
+            node: String::new(),
+            in_flight: false,
+            started: false,
+            seen: Instant::now(),
+            plan: None,
+            down: false,
+            restarts: 0,
+            start_key: None,
+            crash_key: None,
+            restart_key: None,
+            complete_key: None,
+            remove_key: None,
+            removed: false,
+            exhausted_reported: false,
+        }
+    }
 }
 
 enum Done {
@@ -190,7 +227,7 @@ impl Loop {
 
     fn untrack(&mut self, uid: &str) {
         if let Some(t) = self.tracked.remove(uid) {
-            for k in [t.complete_key, t.remove_key].into_iter().flatten() {
+            for k in [t.start_key, t.crash_key, t.restart_key, t.complete_key, t.remove_key].into_iter().flatten() {
                 self.queue.try_remove(&k);
             }
             let _ = self.ipam.release(&t.node, uid);
@@ -225,118 +262,186 @@ impl Loop {
         }
     }
 
+    /// One pod seen (or looked at again): the pipeline of what a kubelet would do next.
     fn on_pod(&mut self, pod: &Arc<SlimPod>) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let Some(node) = self.managed_node(pod) else {
-            // Not ours (unscheduled, or a real node, or a node that is gone: PodGC's job).
-            if self.tracked.contains_key(&uid) {
-                self.untrack(&uid);
-            }
-            // Bound to a node the store does not show yet (a re-list holds new nodes back):
-            // look again when that node appears.
-            if let Some(node) = pod.node_name.as_ref()
-                && self.sim.nodes.get(&ObjectRef::new(node)).is_none()
-            {
-                self.waiting.entry(node.clone()).or_default().insert(ObjectRef::from_obj(pod.as_ref()));
-            }
+            self.not_ours(pod, &uid);
             return;
         };
         let node_name = node.name_any();
-        let key = ObjectRef::from_obj(pod.as_ref());
         let t = self.tracked.entry(uid.clone()).or_default();
         t.node = node_name.clone();
         if t.in_flight {
             return;
         }
-
-        if let Some(deleted_at) = pod.metadata.deletion_timestamp.as_ref() {
-            if t.remove_key.is_none() && !t.removed {
-                let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64;
-                let terminal = matches!(pod_status::phase(pod), "Succeeded" | "Failed");
-                let wait = if terminal {
-                    Duration::ZERO
-                } else {
-                    self.sim
-                        .config
-                        .termination_delay
-                        .map_or(Duration::from_secs(grace), |d| d.min(Duration::from_secs(grace)))
-                };
-                // Like a kubelet, wait from now; but never past the deletion timestamp (seconds
-                // resolution, hence the extra second), which matters after a restart.
-                let until_deadline = (deleted_at.0 - k8s_openapi::jiff::Timestamp::now())
-                    .total(k8s_openapi::jiff::Unit::Second)
-                    .unwrap_or(0.0)
-                    + 1.0;
-                let remaining = wait.min(Duration::from_secs_f64(until_deadline.max(0.0)));
-                t.remove_key = Some(self.queue.insert(Timer::Remove(key, uid.clone()), super::timer_delay(remaining)));
+        if t.plan.is_none() {
+            t.plan = Some(self.sim.config.lifecycles.pod(pod, &node));
+            // After a restart the pod tells where its crash loop stands.
+            t.down = pod.crash_looping;
+            t.restarts = pod.restart_count;
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
+            self.schedule_removal(pod, &node, &uid);
+        } else if matches!(pod_status::phase(pod), "Succeeded" | "Failed") {
+            // A finished pod is not live: its address goes back, and may fit a waiting pod.
+            if self.ipam.release(&node_name, &uid) {
+                self.retry_waiting(&node_name);
             }
+        } else if !pod_status::is_running(pod) {
+            self.start(pod, &node, &uid);
+        } else {
+            self.keep_running(pod, &node, &uid);
+        }
+    }
+
+    /// A pod on no managed node: forget it; if its node is not in the store yet, wait for it.
+    fn not_ours(&mut self, pod: &Arc<SlimPod>, uid: &str) {
+        if self.tracked.contains_key(uid) {
+            self.untrack(uid);
+        }
+        // Bound to a node the store does not show yet (a re-list holds new nodes back): look
+        // again when that node appears.
+        if let Some(node) = pod.node_name.as_ref()
+            && self.sim.nodes.get(&ObjectRef::new(node)).is_none()
+        {
+            self.waiting.entry(node.clone()).or_default().insert(ObjectRef::from_obj(pod.as_ref()));
+        }
+    }
+
+    /// A deleted pod goes once its exit delay has passed: about a second for a process that
+    /// honours SIGTERM, the whole grace period for one that ignores it, never past the grace.
+    fn schedule_removal(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str) {
+        let Some(t) = self.tracked.get_mut(uid) else { return };
+        let Some(deleted_at) = pod.metadata.deletion_timestamp.as_ref() else { return };
+        if t.remove_key.is_some() || t.removed {
             return;
         }
-
-        match pod_status::phase(pod) {
-            "Succeeded" | "Failed" => {
-                // A finished pod is not live: its address goes back, and may fit a waiting pod.
-                if self.ipam.release(&node_name, &uid) {
-                    self.retry_waiting(&node_name);
-                }
-                return;
-            }
-            _ => {}
+        let grace = Duration::from_secs(pod.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64);
+        let terminal = matches!(pod_status::phase(pod), "Succeeded" | "Failed");
+        // Decided now, not at start: a pool that learns to ignore SIGTERM applies to its
+        // running pods too.
+        let exit = self.sim.config.lifecycles.pod(pod, node).exit_delay;
+        let mut wait = if terminal { Duration::ZERO } else { exit.map_or(grace, |d| d.min(grace)) };
+        // On a node in a NotReady window nobody confirms the exit until the node is back.
+        let now = super::nodes::epoch_now();
+        if let Some(until) = self.sim.config.lifecycles.node(node).and_then(|f| f.away_until(now)) {
+            wait = wait.max(until.saturating_sub(now));
         }
+        // Like a kubelet, wait from now; but never past the deletion timestamp (seconds
+        // resolution, hence the extra second), which matters after a restart.
+        let until_deadline = (deleted_at.0 - k8s_openapi::jiff::Timestamp::now())
+            .total(k8s_openapi::jiff::Unit::Second)
+            .unwrap_or(0.0)
+            + 1.0;
+        let remaining = wait.min(Duration::from_secs_f64(until_deadline.max(0.0)));
+        let key = ObjectRef::from_obj(pod.as_ref());
+        t.remove_key = Some(self.queue.insert(Timer::Remove(key, uid.to_string()), super::timer_delay(remaining)));
+    }
 
-        if !pod_status::is_running(pod) {
-            if t.started {
-                return; // our Running write is on its way through the watch
-            }
-            let host_ips = node_status::internal_ips(&node);
-            let pod_ips = if pod_status::host_network(pod) {
-                host_ips.clone()
+    /// A pod not running yet: after its start delay, addresses and one status write (Running,
+    /// or crashed, or Failed, as its fate says).
+    fn start(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str) {
+        let node_name = node.name_any();
+        let key = ObjectRef::from_obj(pod.as_ref());
+        let Some(t) = self.tracked.get_mut(uid) else { return };
+        if t.started || t.start_key.is_some() {
+            return; // our write is on its way through the watch, or the start delay runs
+        }
+        let plan = t.plan.clone().unwrap_or_else(|| self.sim.config.lifecycles.pod(pod, node));
+        let due = t.seen + plan.start_delay;
+        if due > Instant::now() {
+            t.start_key = Some(self.queue.insert(Timer::Start(key, uid.to_string()), due - Instant::now()));
+            return;
+        }
+        let never_restarts = pod.restart_policy.as_deref() == Some("Never");
+        let host_ips = node_status::internal_ips(node);
+        if host_ips.is_empty() {
+            // The node has no address yet; its next update retries.
+            self.waiting.entry(node_name).or_default().insert(key);
+            return;
+        }
+        let now = now_value();
+        let (patch, transition) = if plan.fate == Fate::FailsAtStart && never_restarts {
+            (pod_status::failed_patch(pod, &host_ips, &now), "fail")
+        } else {
+            let Some(pod_ips) = self.addresses(pod, node, uid) else { return };
+            let running = pod_status::running_patch(pod, &host_ips, &pod_ips, &now);
+            if plan.fate == Fate::FailsAtStart {
+                (pod_status::with(running, pod_status::crashed_patch(pod, 1, &now)), "crash")
             } else {
-                match self.ipam.allocate(&node_name, &node_cidrs(&node), &uid) {
-                    Allocation::Ips(ips) => ips,
-                    Allocation::NoRange => {
-                        self.waiting.entry(node_name).or_default().insert(key);
-                        return;
-                    }
-                    Allocation::Exhausted(net) => {
-                        self.waiting.entry(node_name.clone()).or_default().insert(key);
-                        let t = self.tracked.get_mut(&uid).expect("tracked");
-                        if !t.exhausted_reported {
-                            t.exhausted_reported = true;
-                            self.report_exhausted(pod, &node_name, net);
-                        }
-                        return;
-                    }
-                }
-            };
-            if host_ips.is_empty() {
-                // The node has no address yet; its next update retries.
-                self.waiting.entry(node_name).or_default().insert(key);
-                return;
+                (running, "run")
             }
-            let patch = pod_status::running_patch(pod, &host_ips, &pod_ips, &now_value());
-            let t = self.tracked.get_mut(&uid).expect("tracked");
-            t.started = true;
-            t.in_flight = true;
-            self.spawn_status(pod.clone(), patch, "run");
-            return;
+        };
+        let Some(t) = self.tracked.get_mut(uid) else { return };
+        if transition == "crash" {
+            t.down = true;
+            t.restarts = 1;
         }
-
-        // Running: keep the addresses known, Ready in step with readiness gates, Job pods finishing.
+        if transition != "run" {
+            self.sim.metrics.injected(transition);
+        }
         t.started = true;
+        t.in_flight = true;
+        self.spawn_status(pod.clone(), patch, transition);
+    }
+
+    /// The pod's addresses from its node's podCIDR (the node's own with host networking).
+    /// `None` when it has to wait: no range yet, or the range is full (reported once).
+    fn addresses(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str) -> Option<Vec<std::net::IpAddr>> {
+        if pod_status::host_network(pod) {
+            return Some(node_status::internal_ips(node));
+        }
+        let node_name = node.name_any();
+        let key = ObjectRef::from_obj(pod.as_ref());
+        match self.ipam.allocate(&node_name, &node_cidrs(node), uid) {
+            Allocation::Ips(ips) => Some(ips),
+            Allocation::NoRange => {
+                self.waiting.entry(node_name).or_default().insert(key);
+                None
+            }
+            Allocation::Exhausted(net) => {
+                self.waiting.entry(node_name.clone()).or_default().insert(key);
+                if let Some(t) = self.tracked.get_mut(uid)
+                    && !t.exhausted_reported
+                {
+                    t.exhausted_reported = true;
+                    self.report_exhausted(pod, &node_name, net);
+                }
+                None
+            }
+        }
+    }
+
+    /// A running pod: its addresses stay known, Ready follows its readiness gates, a crash
+    /// loop goes round, a Job's pod finishes.
+    fn keep_running(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str) {
+        let node_name = node.name_any();
         let ips = pod_status::pod_ips(pod);
         if !pod_status::host_network(pod) && !ips.is_empty() {
-            self.ipam.observe(&node_name, &node_cidrs(&node), &uid, &ips);
+            self.ipam.observe(&node_name, &node_cidrs(node), uid, &ips);
         }
-        let t = self.tracked.get_mut(&uid).expect("tracked");
+        let key = ObjectRef::from_obj(pod.as_ref());
+        let Some(t) = self.tracked.get_mut(uid) else { return };
+        t.started = true;
         if let Some(patch) = pod_status::ready_fix(pod, &now_value()) {
             t.in_flight = true;
             self.spawn_status(pod.clone(), patch, "ready");
             return;
         }
-        if pod_status::owned_by_job(pod) && t.complete_key.is_none() {
-            let started = pod.start_time;
-            let ran = started
+        let Some(plan) = t.plan.clone() else { return };
+        let looping = matches!(plan.fate, Fate::FailsAtStart | Fate::CrashLoops { .. });
+        if looping && t.crash_key.is_none() && t.restart_key.is_none() {
+            if t.down {
+                let back_off = lifecycle::crash_back_off(t.restarts);
+                t.restart_key = Some(self.queue.insert(Timer::Restart(key.clone(), uid.to_string()), back_off));
+            } else if let Fate::CrashLoops { after } = plan.fate {
+                t.crash_key = Some(self.queue.insert(Timer::Crash(key.clone(), uid.to_string()), after));
+            }
+        }
+        if pod_status::owned_by_job(pod) && !looping && t.complete_key.is_none() {
+            let ran = pod
+                .start_time
                 .map(|s| {
                     (k8s_openapi::jiff::Timestamp::now() - s)
                         .total(k8s_openapi::jiff::Unit::Second)
@@ -344,13 +449,21 @@ impl Loop {
                         .max(0.0)
                 })
                 .unwrap_or(0.0);
-            let remaining = self.sim.config.job_run_time.saturating_sub(Duration::from_secs_f64(ran));
-            t.complete_key = Some(self.queue.insert(Timer::Complete(key, uid.clone()), super::timer_delay(remaining)));
+            let remaining = plan.job_run_time.saturating_sub(Duration::from_secs_f64(ran));
+            t.complete_key = Some(self.queue.insert(Timer::Complete(key, uid.to_string()), super::timer_delay(remaining)));
         }
     }
 
     fn on_timer(&mut self, timer: Timer) {
         match timer {
+            Timer::Start(key, uid) => {
+                if let Some(t) = self.tracked.get_mut(&uid) {
+                    t.start_key = None;
+                }
+                self.look_again(&key);
+            }
+            Timer::Crash(key, uid) => self.crash(&key, &uid),
+            Timer::Restart(key, uid) => self.restart(&key, &uid),
             Timer::Complete(key, uid) => {
                 // The key is spent whatever happens next.
                 let Some(t) = self.tracked.get_mut(&uid) else { return };
@@ -363,11 +476,7 @@ impl Loop {
                 let patch = pod_status::completed_patch(&pod, &now_value());
                 self.spawn_status(pod, patch, "complete");
             }
-            Timer::Retry(key) => {
-                if let Some(pod) = self.sim.pods.get(&key) {
-                    self.on_pod(&pod);
-                }
-            }
+            Timer::Retry(key) => self.look_again(&key),
             Timer::Remove(key, uid) => {
                 if let Some(t) = self.tracked.get_mut(&uid) {
                     t.remove_key = None;
@@ -382,6 +491,63 @@ impl Loop {
                 self.spawn_remove(pod);
             }
         }
+    }
+
+    fn look_again(&mut self, key: &ObjectRef<SlimPod>) {
+        if let Some(pod) = self.sim.pods.get(key) {
+            self.on_pod(&pod);
+        }
+    }
+
+    /// The live pod a loop timer is for, unless it is deleted, finished or replaced.
+    fn live(&self, key: &ObjectRef<SlimPod>, uid: &str) -> Option<Arc<SlimPod>> {
+        let pod = self.sim.pods.get(key)?;
+        let live = pod.metadata.uid.as_deref() == Some(uid)
+            && pod.metadata.deletion_timestamp.is_none()
+            && pod_status::phase(&pod) == "Running";
+        live.then_some(pod)
+    }
+
+    /// A crash-looping container exits 1: CrashLoopBackOff (or Failed, if never restarted).
+    fn crash(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
+        let Some(t) = self.tracked.get_mut(uid) else { return };
+        t.crash_key = None;
+        let restarts = t.restarts + 1;
+        let Some(pod) = self.live(key, uid) else { return };
+        let now = now_value();
+        let patch = if pod.restart_policy.as_deref() == Some("Never") {
+            pod_status::failed_patch(&pod, &[], &now)
+        } else {
+            pod_status::crashed_patch(&pod, restarts, &now)
+        };
+        let Some(t) = self.tracked.get_mut(uid) else { return };
+        t.down = true;
+        t.restarts = restarts;
+        t.in_flight = true;
+        self.sim.metrics.injected("crash");
+        self.spawn_status(pod, patch, "crash");
+    }
+
+    /// The back-off is over: the container runs again, or fails again if it fails at start.
+    fn restart(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
+        let Some(t) = self.tracked.get_mut(uid) else { return };
+        t.restart_key = None;
+        let fails_at_start = t.plan.as_ref().is_some_and(|p| p.fate == Fate::FailsAtStart);
+        let Some(pod) = self.live(key, uid) else { return };
+        let now = now_value();
+        let Some(t) = self.tracked.get_mut(uid) else { return };
+        let patch = if fails_at_start {
+            t.restarts += 1;
+            pod_status::crashed_patch(&pod, t.restarts, &now)
+        } else {
+            t.down = false;
+            pod_status::restarted_patch(&pod, t.restarts, &now)
+        };
+        t.in_flight = true;
+        if fails_at_start {
+            self.sim.metrics.injected("crash");
+        }
+        self.spawn_status(pod, patch, if fails_at_start { "crash" } else { "restart" });
     }
 
     fn report_exhausted(&self, pod: &SlimPod, node: &str, net: IpNet) {

@@ -45,6 +45,11 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    pub event: String,
+}
+
 pub struct Metrics {
     pub registry: Registry,
     pub reconciles: Family<KindLabels, Counter>,
@@ -60,6 +65,7 @@ pub struct Metrics {
     pub late_lease_renewals: Counter,
     pub pod_transitions: Family<ResultLabels, Counter>,
     pub admission_reviews: Family<AdmissionLabels, Counter>,
+    pub injected: Family<EventLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -80,6 +86,7 @@ impl Default for Metrics {
         let late_lease_renewals = Counter::default();
         let pod_transitions = Family::<ResultLabels, Counter>::default();
         let admission_reviews = Family::<AdmissionLabels, Counter>::default();
+        let injected = Family::<EventLabels, Counter>::default();
         registry.register("reconciles", "Pool reconciliations by kind", reconciles.clone());
         registry.register("reconcile_errors", "Failed reconciliations by kind and error", reconcile_errors.clone());
         registry.register("reconcile_duration_seconds", "Time per reconciliation", reconcile_duration.clone());
@@ -101,6 +108,11 @@ impl Default for Metrics {
             "AdmissionReviews answered by kind and verdict",
             admission_reviews.clone(),
         );
+        registry.register(
+            "simulator_injected_events",
+            "Faults the lifecycle knobs injected: pod_fail, pod_crash, node_not_ready",
+            injected.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -116,6 +128,7 @@ impl Default for Metrics {
             late_lease_renewals,
             pod_transitions,
             admission_reviews,
+            injected,
         }
     }
 }
@@ -136,6 +149,16 @@ impl Metrics {
     pub fn reconcile_timer(&self, kind: &str) -> ReconcileTimer<'_> {
         self.reconciles.get_or_create(&KindLabels { kind: kind.into() }).inc();
         ReconcileTimer { metrics: self, kind: kind.to_string(), start: Instant::now() }
+    }
+
+    /// Counts one fault a lifecycle knob injected (`fail`, `crash`, `node_not_ready`).
+    pub fn injected(&self, event: &str) {
+        let event = match event {
+            "fail" => "pod_fail",
+            "crash" => "pod_crash",
+            other => other,
+        };
+        self.injected.get_or_create(&EventLabels { event: event.into() }).inc();
     }
 
     pub fn reconcile_failed(&self, kind: &str, error: &str) {

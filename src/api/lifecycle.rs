@@ -1,0 +1,365 @@
+//! Lifecycle knobs shared by every pool kind: how fast and how badly simulated children
+//! behave (start delays, exits, failures, crash loops, flapping nodes), declared on the pool.
+//! Types, schema rules and the pure arithmetic on them (durations, sampling by seed).
+
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// A duration as Kubernetes writes them (Go syntax): `500ms`, `2s`, `1.5m`, `1h30m`.
+pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
+/// The longest duration any knob takes.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// How long something takes: `fixed`, uniform between `min` and `max`, or normal around
+/// `mean` with `stddev` (never below zero). Durations are written `500ms`, `2s`, `1m30s`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("[has(self.fixed), has(self.min) || has(self.max), has(self.mean) || has(self.stddev)].filter(x, x).size() == 1")
+    .message("set exactly one of: fixed, min and max, mean and stddev"))]
+#[x_kube(validation = Rule::new("has(self.min) == has(self.max)").message("min and max go together"))]
+#[x_kube(validation = Rule::new("has(self.mean) == has(self.stddev)").message("mean and stddev go together"))]
+pub struct Delay {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub fixed: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub min: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub max: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub mean: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub stddev: Option<String>,
+}
+
+fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "maxLength": 32,
+        "pattern": DURATION_PATTERN,
+    })
+}
+
+fn percent_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "integer", "minimum": 0, "maximum": 100})
+}
+
+/// What pods do: on a PodPool for its pods; on a NodePool for every pod on its nodes that no
+/// PodPool governs (a Deployment's, a Job's, `kubectl run`'s).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodLifecycle {
+    /// How long a bound pod takes to become Running (default: at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_delay: Option<Delay>,
+    /// How long a deleted pod takes to exit, never longer than its grace period (default
+    /// about a second, as a process that honours SIGTERM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_delay: Option<Delay>,
+    /// The pods ignore SIGTERM: a deleted pod goes only when its whole grace period is over.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "ignoreSIGTERM")]
+    pub ignore_sigterm: Option<bool>,
+    /// Percent of pods whose containers fail at start (exit code 1): the pod is Failed with
+    /// `restartPolicy: Never`, and crash-loops otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "percent_schema")]
+    pub fail_percent: Option<u8>,
+    /// Percent of pods that crash-loop: they run for `crashAfter`, exit 1, and wait in
+    /// CrashLoopBackOff (10s, doubling to 5m) with a growing restartCount, as a kubelet shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "percent_schema")]
+    pub crash_loop_percent: Option<u8>,
+    /// How long a crash-looping container runs before it crashes (default 5s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash_after: Option<Delay>,
+    /// How long a pod owned by a Job runs before it completes (default: the operator's
+    /// `--job-run-time`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_run_time: Option<Delay>,
+}
+
+/// What a NodePool's nodes do.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeLifecycle {
+    /// Percent of the pool's nodes that go NotReady now and then: their lease and status
+    /// stop, so the node lifecycle controller marks them Unknown and taints them, as it does a
+    /// node whose kubelet is gone; then they come back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "percent_schema")]
+    pub not_ready_percent: Option<u8>,
+    /// How long a flapping node stays away (default 60s; the controller manager notices after
+    /// its node-monitor grace period, 50s by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_ready_for: Option<Delay>,
+    /// How often a flapping node goes away (default 10m; at least notReadyFor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub every: Option<String>,
+}
+
+/// What VMIs do (used by VMIPool).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VmiLifecycle {
+    /// How long a VMI takes from Scheduled to Running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_time: Option<Delay>,
+    /// Percent of VMIs that fail to start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "percent_schema")]
+    pub fail_percent: Option<u8>,
+}
+
+/// `spec.lifecycle` of a pool.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Lifecycle {
+    /// Makes every random choice reproducible: which pods fail, which nodes flap, each delay.
+    /// Without it, each run differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<PodLifecycle>,
+    /// NodePool only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodeLifecycle>,
+}
+
+/// Parses a Go duration (`1h30m`, `2.5s`, `500ms`). `None` when it is not one, or longer than
+/// [`MAX_DURATION`].
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    if text.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(digits);
+        if number.is_empty() || number.starts_with('.') || number.ends_with('.') || number.matches('.').count() > 1 {
+            return None;
+        }
+        let value: f64 = number.parse().ok()?;
+        let (unit, tail) = if let Some(t) = tail.strip_prefix("ms") {
+            (0.001, t)
+        } else if let Some(t) = tail.strip_prefix('s') {
+            (1.0, t)
+        } else if let Some(t) = tail.strip_prefix('m') {
+            (60.0, t)
+        } else if let Some(t) = tail.strip_prefix('h') {
+            (3600.0, t)
+        } else {
+            return None;
+        };
+        total += value * unit;
+        rest = tail;
+    }
+    (total.is_finite() && total <= MAX_DURATION.as_secs_f64()).then(|| Duration::from_secs_f64(total))
+}
+
+/// A Delay with its durations parsed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Distribution {
+    Fixed(Duration),
+    Uniform(Duration, Duration),
+    Normal { mean: Duration, stddev: Duration },
+}
+
+impl Delay {
+    /// The distribution, or what is wrong with it (each message starts with the field, e.g.
+    /// `.min: …`).
+    pub fn distribution(&self) -> Result<Distribution, String> {
+        let d = |field: &str, v: &Option<String>| -> Result<Option<Duration>, String> {
+            match v {
+                None => Ok(None),
+                Some(t) => parse_duration(t)
+                    .map(Some)
+                    .ok_or_else(|| format!(".{field}: {t:?} is not a duration such as 500ms, 2s or 1m30s (at most 24h)")),
+            }
+        };
+        let (fixed, min, max) = (d("fixed", &self.fixed)?, d("min", &self.min)?, d("max", &self.max)?);
+        let (mean, stddev) = (d("mean", &self.mean)?, d("stddev", &self.stddev)?);
+        match (fixed, min, max, mean, stddev) {
+            (Some(f), None, None, None, None) => Ok(Distribution::Fixed(f)),
+            (None, Some(lo), Some(hi), None, None) if lo <= hi => Ok(Distribution::Uniform(lo, hi)),
+            (None, Some(lo), Some(hi), None, None) => {
+                Err(format!(".min: {lo:?} is more than max ({hi:?}): min must not exceed max"))
+            }
+            (None, None, None, Some(mean), Some(stddev)) => Ok(Distribution::Normal { mean, stddev }),
+            _ => Err(": set exactly one of: fixed, min and max, mean and stddev".into()),
+        }
+    }
+}
+
+impl Distribution {
+    /// A sample from two uniform numbers in [0, 1): deterministic for the same numbers.
+    pub fn sample(&self, u1: f64, u2: f64) -> Duration {
+        match *self {
+            Distribution::Fixed(d) => d,
+            Distribution::Uniform(lo, hi) => lo + (hi - lo).mul_f64(u1.clamp(0.0, 1.0)),
+            Distribution::Normal { mean, stddev } => {
+                // Box-Muller; u1 is kept away from 0 so the logarithm stays finite.
+                let z = (-2.0 * (1.0 - u1).max(1e-12).ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+                let secs = mean.as_secs_f64() + z * stddev.as_secs_f64();
+                Duration::from_secs_f64(secs.clamp(0.0, MAX_DURATION.as_secs_f64()))
+            }
+        }
+    }
+}
+
+/// A number in [0, 1) from `seed` and the words of `key`: the same inputs give the same number
+/// in every process and every run.
+pub fn unit(seed: i64, key: &[&str]) -> f64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ (seed as u64);
+    for part in key {
+        for b in part.bytes().chain(std::iter::once(0)) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    // SplitMix64 finaliser: spreads the FNV state over every bit.
+    h = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
+    (h >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Problems with a lifecycle, each starting with its path below `spec.lifecycle`.
+pub fn problems(l: &Lifecycle, nodes_allowed: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut delay = |path: &str, d: &Option<Delay>| {
+        if let Some(d) = d
+            && let Err(e) = d.distribution()
+        {
+            out.push(format!(".{path}{e}"));
+        }
+    };
+    if let Some(p) = &l.pods {
+        delay("pods.startDelay", &p.start_delay);
+        delay("pods.exitDelay", &p.exit_delay);
+        delay("pods.crashAfter", &p.crash_after);
+        delay("pods.jobRunTime", &p.job_run_time);
+    }
+    if let Some(n) = &l.nodes {
+        delay("nodes.notReadyFor", &n.not_ready_for);
+    }
+    let percent = |path: &str, v: Option<u8>| {
+        v.filter(|v| *v > 100).map(|v| format!(".{path}: {v} is not a percentage from 0 to 100"))
+    };
+    if let Some(p) = &l.pods {
+        out.extend(percent("pods.failPercent", p.fail_percent));
+        out.extend(percent("pods.crashLoopPercent", p.crash_loop_percent));
+        if u16::from(p.fail_percent.unwrap_or(0)) + u16::from(p.crash_loop_percent.unwrap_or(0)) > 100 {
+            out.push(".pods: failPercent and crashLoopPercent add up to more than 100".into());
+        }
+    }
+    if let Some(n) = &l.nodes {
+        out.extend(percent("nodes.notReadyPercent", n.not_ready_percent));
+        match n.every.as_deref().map(|e| (e, parse_duration(e))) {
+            Some((text, None)) => {
+                out.push(format!(".nodes.every: {text:?} is not a duration such as 10m (at most 24h)"))
+            }
+            Some((text, Some(every))) => {
+                let longest = n.not_ready_for.as_ref().and_then(|d| d.distribution().ok()).map(|d| match d {
+                    Distribution::Fixed(f) => f,
+                    Distribution::Uniform(_, hi) => hi,
+                    Distribution::Normal { mean, .. } => mean,
+                });
+                if let Some(away) = longest
+                    && away > every
+                {
+                    out.push(format!(
+                        ".nodes.every: {text} is shorter than notReadyFor ({away:?}): a node must come back before it goes again"
+                    ));
+                }
+            }
+            None => {}
+        }
+        if !nodes_allowed {
+            out.push(".nodes: only a NodePool has nodes; set lifecycle.nodes on the NodePool".into());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        for (text, secs) in [("500ms", 0.5), ("2s", 2.0), ("1.5m", 90.0), ("1h30m", 5400.0), ("1m0.5s", 60.5)] {
+            assert_eq!(parse_duration(text), Some(Duration::from_secs_f64(secs)), "{text}");
+        }
+        for bad in ["", "5", "s", "1d", "-1s", "1.s", ".5s", "1..5s", "25h", "1s2"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+        let re = regex::Regex::new(DURATION_PATTERN).unwrap();
+        assert!(re.is_match("1h30m") && re.is_match("500ms") && !re.is_match("1d") && !re.is_match("5"));
+    }
+
+    #[test]
+    fn distributions_sample_within_their_shape() {
+        let fixed = Delay { fixed: Some("2s".into()), ..Default::default() }.distribution().unwrap();
+        assert_eq!(fixed.sample(0.9, 0.1), Duration::from_secs(2));
+        let uniform = Delay { min: Some("1s".into()), max: Some("3s".into()), ..Default::default() };
+        let uniform = uniform.distribution().unwrap();
+        assert_eq!(uniform.sample(0.0, 0.0), Duration::from_secs(1));
+        assert_eq!(uniform.sample(0.5, 0.0), Duration::from_secs(2));
+        let normal = Delay { mean: Some("10s".into()), stddev: Some("100s".into()), ..Default::default() };
+        let normal = normal.distribution().unwrap();
+        for i in 0..100 {
+            let s = normal.sample(unit(1, &["n", &i.to_string()]), unit(2, &["n", &i.to_string()]));
+            assert!(s <= MAX_DURATION, "never negative, never beyond the cap: {s:?}");
+        }
+        let samples: Vec<f64> =
+            (0..2000).map(|i| normal.sample(unit(3, &[&i.to_string()]), unit(4, &[&i.to_string()])).as_secs_f64()).collect();
+        let zero = samples.iter().filter(|s| **s == 0.0).count();
+        assert!(zero > 500 && zero < 1300, "a wide normal around 10s is clamped at 0 about half the time: {zero}");
+    }
+
+    #[test]
+    fn bad_delays_say_which_field() {
+        let backwards = Delay { min: Some("3s".into()), max: Some("1s".into()), ..Default::default() };
+        assert!(backwards.distribution().unwrap_err().starts_with(".min:"));
+        let mixed = Delay { fixed: Some("1s".into()), mean: Some("1s".into()), ..Default::default() };
+        assert!(mixed.distribution().unwrap_err().contains("exactly one"));
+        let bad = Delay { fixed: Some("soon".into()), ..Default::default() };
+        assert!(bad.distribution().unwrap_err().starts_with(".fixed: \"soon\""));
+    }
+
+    #[test]
+    fn seeded_numbers_repeat_and_spread() {
+        assert_eq!(unit(42, &["pod", "a"]), unit(42, &["pod", "a"]));
+        assert_ne!(unit(42, &["pod", "a"]), unit(43, &["pod", "a"]));
+        assert_ne!(unit(42, &["pod", "a"]), unit(42, &["pod", "b"]));
+        // ["ab", "c"] and ["a", "bc"] are different keys.
+        assert_ne!(unit(1, &["ab", "c"]), unit(1, &["a", "bc"]));
+        let hits = (0..10_000).filter(|i| unit(7, &["node", &i.to_string()]) < 0.1).count();
+        assert!((850..1150).contains(&hits), "about a tenth: {hits}");
+    }
+
+    #[test]
+    fn lifecycle_rules() {
+        let l: Lifecycle = serde_yaml::from_str(
+            "pods: {failPercent: 60, crashLoopPercent: 50, startDelay: {min: 2s, max: 1s}}\nnodes: {notReadyPercent: 10, notReadyFor: {fixed: 5m}, every: 1m}\n",
+        )
+        .unwrap();
+        let p = problems(&l, false);
+        assert!(p.iter().any(|m| m.starts_with(".pods.startDelay.min:")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with(".pods: failPercent and crashLoopPercent")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with(".nodes.every: 1m is shorter")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with(".nodes: only a NodePool")), "{p:?}");
+        let good: Lifecycle = serde_yaml::from_str(
+            "seed: 7\npods: {exitDelay: {fixed: 1s}, ignoreSIGTERM: true, crashLoopPercent: 20}\nnodes: {notReadyPercent: 10, notReadyFor: {fixed: 40s}, every: 2m}\n",
+        )
+        .unwrap();
+        assert_eq!(problems(&good, true), Vec::<String>::new());
+    }
+}

@@ -1,0 +1,317 @@
+//! Which lifecycle knobs govern a simulated pod or node, and what they decide for it: a pod's
+//! start delay, exit delay, fate (runs, fails, crash-loops) and Job run time; a node's
+//! NotReady windows. A PodPool governs its own pods; a NodePool governs its nodes and every
+//! other pod on them; the operator's flags are the defaults for what neither says.
+//! Decisions are pure functions of the settings, the seed and the object's identity.
+
+use crate::api::common::POOL_LABEL;
+use crate::api::lifecycle::{Delay, Distribution, Lifecycle, NodeLifecycle, PodLifecycle, parse_duration, unit};
+use crate::api::{GROUP_VERSION, NodePool, PodPool};
+use crate::informer::pod::SlimPod;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+use std::time::Duration;
+
+/// How long a pod that honours SIGTERM takes to exit when nothing else is said.
+pub const DEFAULT_EXIT_DELAY: Duration = Duration::from_secs(1);
+/// How long a crash-looping container runs before it crashes when nothing else is said.
+pub const DEFAULT_CRASH_AFTER: Duration = Duration::from_secs(5);
+pub const DEFAULT_NOT_READY_FOR: Duration = Duration::from_secs(60);
+pub const DEFAULT_EVERY: Duration = Duration::from_secs(600);
+
+/// The operator's flags: what pools that say nothing get.
+#[derive(Clone, Debug)]
+pub struct Defaults {
+    /// `--pod-termination-delay` (else [`DEFAULT_EXIT_DELAY`]).
+    pub exit_delay: Option<Duration>,
+    /// `--job-run-time`.
+    pub job_run_time: Duration,
+}
+
+/// What happens to a pod's containers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fate {
+    Runs,
+    /// Exit 1 at start: Failed with `restartPolicy: Never`, else crash-looping from the start.
+    FailsAtStart,
+    /// Run `after`, exit 1, back off, again.
+    CrashLoops { after: Duration },
+}
+
+/// Everything decided for one pod.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodPlan {
+    pub start_delay: Duration,
+    /// `None`: the pod ignores SIGTERM and waits its whole grace period.
+    pub exit_delay: Option<Duration>,
+    pub fate: Fate,
+    pub job_run_time: Duration,
+}
+
+/// The settings and the seed that govern something, with where they come from.
+struct Governing<'a, T> {
+    settings: Option<&'a T>,
+    seed: Option<i64>,
+}
+
+fn sample(delay: Option<&Delay>, seed: i64, key: &[&str], salt: &str) -> Option<Duration> {
+    let d = delay?.distribution().ok()?;
+    let mut a: Vec<&str> = key.to_vec();
+    a.push(salt);
+    let u1 = unit(seed, &a);
+    a.push("2");
+    let u2 = unit(seed, &a);
+    Some(d.sample(u1, u2))
+}
+
+/// Decides a pod's plan from the pod lifecycle that governs it. `key` identifies the pod for
+/// the seeded choices (namespace and name with a seed, so a replacement repeats its fate; the
+/// UID without one, so each pod differs).
+pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPod, defaults: &Defaults) -> PodPlan {
+    let ns = pod.namespace().unwrap_or_default();
+    let (seed, key): (i64, Vec<&str>) = match seed {
+        Some(s) => (s, vec![ns.as_str(), pod.name()]),
+        None => (0, vec![pod.uid()]),
+    };
+    let fallback_exit = defaults.exit_delay.unwrap_or(DEFAULT_EXIT_DELAY);
+    let Some(s) = settings else {
+        return PodPlan {
+            start_delay: Duration::ZERO,
+            exit_delay: Some(fallback_exit),
+            fate: Fate::Runs,
+            job_run_time: defaults.job_run_time,
+        };
+    };
+    let roll = unit(seed, &[&key[..], &["fate"]].concat()) * 100.0;
+    let fail = f64::from(s.fail_percent.unwrap_or(0).min(100));
+    let crash = f64::from(s.crash_loop_percent.unwrap_or(0).min(100));
+    let fate = if roll < fail {
+        Fate::FailsAtStart
+    } else if roll < fail + crash {
+        let after = sample(s.crash_after.as_ref(), seed, &key, "crash").unwrap_or(DEFAULT_CRASH_AFTER);
+        Fate::CrashLoops { after }
+    } else {
+        Fate::Runs
+    };
+    PodPlan {
+        start_delay: sample(s.start_delay.as_ref(), seed, &key, "start").unwrap_or(Duration::ZERO),
+        exit_delay: if s.ignore_sigterm == Some(true) {
+            None
+        } else {
+            Some(sample(s.exit_delay.as_ref(), seed, &key, "exit").unwrap_or(fallback_exit))
+        },
+        fate,
+        job_run_time: sample(s.job_run_time.as_ref(), seed, &key, "job").unwrap_or(defaults.job_run_time),
+    }
+}
+
+/// The back-off a kubelet waits before restarting a crashed container for the `restarts`-th
+/// time: 10s, doubling, at most 5m.
+pub fn crash_back_off(restarts: i32) -> Duration {
+    let doublings = (restarts.max(1) - 1).min(5) as u32;
+    Duration::from_secs(10u64 << doublings).min(Duration::from_secs(300))
+}
+
+/// When a flapping node is away: the window of cycle `n` is `[start, start + away)` in
+/// seconds since the Unix epoch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flap {
+    pub every: Duration,
+    /// Where in each cycle the node goes (seconds into the cycle).
+    pub offset: Duration,
+    seed: i64,
+    node: String,
+    not_ready_for: Distribution,
+}
+
+impl Flap {
+    /// How long the node is away in cycle `n`.
+    fn away_in(&self, n: u64) -> Duration {
+        let c = n.to_string();
+        let away = self.not_ready_for.sample(
+            unit(self.seed, &[&self.node, "away", &c]),
+            unit(self.seed, &[&self.node, "away2", &c]),
+        );
+        away.min(self.every)
+    }
+
+    /// Whether the node is away at `now` (seconds since the epoch), and until when.
+    pub fn away_until(&self, now: Duration) -> Option<Duration> {
+        let every = self.every.as_secs_f64().max(1.0);
+        let shifted = now.as_secs_f64() - self.offset.as_secs_f64();
+        if shifted < 0.0 {
+            return None;
+        }
+        let n = (shifted / every).floor();
+        let start = n * every + self.offset.as_secs_f64();
+        let end = start + self.away_in(n as u64).as_secs_f64();
+        (now.as_secs_f64() < end).then(|| Duration::from_secs_f64(end))
+    }
+}
+
+/// The flapping schedule of `node` under `settings`, if it is one of the flapping nodes.
+pub fn plan_node(settings: &NodeLifecycle, seed: Option<i64>, node: &str, uid: &str) -> Option<Flap> {
+    let percent = f64::from(settings.not_ready_percent.unwrap_or(0).min(100));
+    // With a seed the same node names flap in every run; without, each node differs.
+    let (seed, id) = match seed {
+        Some(s) => (s, node),
+        None => (0, uid),
+    };
+    if unit(seed, &[id, "flaps"]) * 100.0 >= percent {
+        return None;
+    }
+    let every = settings.every.as_deref().and_then(parse_duration).unwrap_or(DEFAULT_EVERY).max(Duration::from_secs(1));
+    let not_ready_for = settings
+        .not_ready_for
+        .as_ref()
+        .and_then(|d| d.distribution().ok())
+        .unwrap_or(Distribution::Fixed(DEFAULT_NOT_READY_FOR));
+    Some(Flap {
+        every,
+        offset: every.mul_f64(unit(seed, &[id, "offset"])),
+        seed,
+        node: id.to_string(),
+        not_ready_for,
+    })
+}
+
+/// The stores the knobs are read from (either may be missing: `simulate` runs without the
+/// CRDs, and then every pod and node gets the defaults).
+#[derive(Clone)]
+pub struct Lifecycles {
+    pub node_pools: Option<Store<NodePool>>,
+    pub pod_pools: Option<Store<PodPool>>,
+    pub defaults: Defaults,
+}
+
+impl Lifecycles {
+    fn node_pool_of(&self, node: &Node) -> Option<std::sync::Arc<NodePool>> {
+        let pool = node.labels().get(POOL_LABEL)?;
+        let found = self.node_pools.as_ref()?.get(&ObjectRef::new(pool))?;
+        // Only the pool that owns the node: a label alone is not enough.
+        let owned = node.owner_references().iter().any(|o| Some(&o.uid) == found.metadata.uid.as_ref());
+        owned.then_some(found)
+    }
+
+    fn pod_pool_of(&self, pod: &SlimPod) -> Option<std::sync::Arc<PodPool>> {
+        let owner = pod
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true) && o.kind == "PodPool" && o.api_version == GROUP_VERSION)?;
+        let found = self.pod_pools.as_ref()?.get(&ObjectRef::new(&owner.name).within(&pod.namespace()?))?;
+        (found.metadata.uid.as_deref() == Some(owner.uid.as_str())).then_some(found)
+    }
+
+    fn governing_pods<'a>(&self, lifecycle: Option<&'a Lifecycle>) -> Governing<'a, PodLifecycle> {
+        Governing { settings: lifecycle.and_then(|l| l.pods.as_ref()), seed: lifecycle.and_then(|l| l.seed) }
+    }
+
+    /// The plan of `pod` on `node`: its PodPool's settings, else its node's NodePool's.
+    pub fn pod(&self, pod: &SlimPod, node: &Node) -> PodPlan {
+        let pod_pool = self.pod_pool_of(pod);
+        let node_pool = if pod_pool.is_none() { self.node_pool_of(node) } else { None };
+        let lifecycle =
+            pod_pool.as_ref().and_then(|p| p.spec.lifecycle.clone()).or_else(|| node_pool.and_then(|p| p.spec.lifecycle.clone()));
+        let g = self.governing_pods(lifecycle.as_ref());
+        plan_pod(g.settings, g.seed, pod, &self.defaults)
+    }
+
+    /// The flapping schedule of `node`, if its NodePool makes it flap.
+    pub fn node(&self, node: &Node) -> Option<Flap> {
+        let pool = self.node_pool_of(node)?;
+        let lifecycle = pool.spec.lifecycle.as_ref()?;
+        let settings = lifecycle.nodes.as_ref()?;
+        plan_node(settings, lifecycle.seed, &node.name_any(), node.metadata.uid.as_deref().unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> Defaults {
+        Defaults { exit_delay: None, job_run_time: Duration::from_secs(5) }
+    }
+
+    fn pod(ns: &str, name: &str, uid: &str) -> SlimPod {
+        let mut p = SlimPod::default();
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.name = Some(name.into());
+        p.metadata.uid = Some(uid.into());
+        p
+    }
+
+    fn settings(yaml: &str) -> PodLifecycle {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn pods_that_say_nothing_get_the_flags() {
+        let plan = plan_pod(None, None, &pod("d", "a", "u"), &defaults());
+        assert_eq!(plan, PodPlan {
+            start_delay: Duration::ZERO,
+            exit_delay: Some(DEFAULT_EXIT_DELAY),
+            fate: Fate::Runs,
+            job_run_time: Duration::from_secs(5),
+        });
+        let flags = Defaults { exit_delay: Some(Duration::from_secs(7)), job_run_time: Duration::from_secs(9) };
+        let plan = plan_pod(Some(&settings("{startDelay: {fixed: 2s}}")), None, &pod("d", "a", "u"), &flags);
+        assert_eq!((plan.exit_delay, plan.job_run_time), (Some(Duration::from_secs(7)), Duration::from_secs(9)));
+        assert_eq!(plan.start_delay, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn ignoring_sigterm_waits_the_grace_period() {
+        let plan = plan_pod(Some(&settings("{ignoreSIGTERM: true}")), None, &pod("d", "a", "u"), &defaults());
+        assert_eq!(plan.exit_delay, None);
+    }
+
+    #[test]
+    fn about_the_given_share_of_pods_fail_and_a_seed_repeats_which() {
+        let s = settings("{failPercent: 10, crashLoopPercent: 20, crashAfter: {fixed: 3s}}");
+        let fates = |seed: Option<i64>, uid_prefix: &str| -> Vec<Fate> {
+            (0..1000)
+                .map(|i| plan_pod(Some(&s), seed, &pod("d", &format!("p-{i}"), &format!("{uid_prefix}{i}")), &defaults()).fate)
+                .collect()
+        };
+        let a = fates(Some(42), "run1-");
+        let crash = a.iter().filter(|f| matches!(f, Fate::CrashLoops { .. })).count();
+        let fail = a.iter().filter(|f| **f == Fate::FailsAtStart).count();
+        assert!((150..250).contains(&crash), "{crash}");
+        assert!((60..140).contains(&fail), "{fail}");
+        assert!(a.contains(&Fate::CrashLoops { after: Duration::from_secs(3) }));
+        // The same seed and names: the same pods, whatever their UIDs.
+        assert_eq!(a, fates(Some(42), "run2-"));
+        assert_ne!(a, fates(Some(43), "run1-"));
+        // No seed: decided by UID, so two runs differ.
+        assert_ne!(fates(None, "run1-"), fates(None, "run2-"));
+    }
+
+    #[test]
+    fn back_off_doubles_to_five_minutes() {
+        let secs: Vec<u64> = (1..=8).map(|n| crash_back_off(n).as_secs()).collect();
+        assert_eq!(secs, vec![10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(crash_back_off(0), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn about_the_given_share_of_nodes_flap_in_windows() {
+        let s: NodeLifecycle =
+            serde_yaml::from_str("{notReadyPercent: 10, notReadyFor: {fixed: 40s}, every: 2m}").unwrap();
+        let flapping: Vec<String> =
+            (0..1000).map(|i| format!("n-{i}")).filter(|n| plan_node(&s, Some(7), n, "uid").is_some()).collect();
+        assert!((70..130).contains(&flapping.len()), "{}", flapping.len());
+        let again: Vec<String> =
+            (0..1000).map(|i| format!("n-{i}")).filter(|n| plan_node(&s, Some(7), n, "other").is_some()).collect();
+        assert_eq!(flapping, again, "a seed picks nodes by name");
+        let flap = plan_node(&s, Some(7), &flapping[0], "uid").unwrap();
+        // Over ten cycles the node is away 40 s of every 120 s.
+        let away = (0..1200).filter(|t| flap.away_until(Duration::from_secs(1_000_000 + t)).is_some()).count();
+        assert!((390..=410).contains(&away), "{away}");
+        let t = (0..240).map(|t| Duration::from_secs(1_000_000 + t)).find(|t| flap.away_until(*t).is_some()).unwrap();
+        let until = flap.away_until(t).unwrap();
+        assert!(until > t && until <= t + Duration::from_secs(40), "{t:?} {until:?}");
+        assert_eq!(flap.away_until(until), None, "back at the end of the window");
+    }
+}
