@@ -112,7 +112,6 @@ pub fn running_patch(pod: &SlimPod, host_ips: &[IpAddr], pod_ips: &[IpAddr], now
             cond("Initialized", true, now, None),
             cond("ContainersReady", true, now, None),
             cond("Ready", ready, now, (!ready).then_some("ReadinessGatesNotReady")),
-            cond("PodScheduled", true, now, None),
         ],
         "hostIP": host_ips.first().map(|ip| ip.to_string()),
         "hostIPs": host_ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect::<Vec<_>>(),
@@ -123,6 +122,12 @@ pub fn running_patch(pod: &SlimPod, host_ips: &[IpAddr], pod_ips: &[IpAddr], now
     });
     if !init.is_empty() {
         status["initContainerStatuses"] = Value::Array(init);
+    }
+    // The scheduler's PodScheduled (with its time) stays; a pod bound by nodeName has none.
+    if pod.condition("PodScheduled").is_none()
+        && let Some(conds) = status["conditions"].as_array_mut()
+    {
+        conds.push(cond("PodScheduled", true, now, None));
     }
     json!({ "status": status })
 }
