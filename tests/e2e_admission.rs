@@ -286,6 +286,42 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
             ),
             "spec.podTemplate.metadata.labels.pools.kwok.x-k8s.io/pool",
         ),
+        // --- lifecycle knobs, at every layer
+        (
+            "a percentage above 100 (schema)",
+            np(&s, &n("l1"), "  nodeCount: 1\n  lifecycle: {pods: {crashLoopPercent: 150}}\n"),
+            "spec.lifecycle.pods.crashLoopPercent",
+        ),
+        (
+            "a duration that is not one (schema)",
+            np(&s, &n("l2"), "  nodeCount: 1\n  lifecycle: {pods: {startDelay: {fixed: soon}}}\n"),
+            "spec.lifecycle.pods.startDelay.fixed",
+        ),
+        (
+            "min without max (CEL)",
+            np(&s, &n("l3"), "  nodeCount: 1\n  lifecycle: {pods: {exitDelay: {min: 1s}}}\n"),
+            "spec.lifecycle.pods.exitDelay",
+        ),
+        (
+            "min above max (webhook)",
+            np(&s, &n("l4"), "  nodeCount: 1\n  lifecycle: {pods: {startDelay: {min: 3s, max: 1s}}}\n"),
+            "spec.lifecycle.pods.startDelay.min",
+        ),
+        (
+            "failing and crashing more than all pods (webhook)",
+            np(&s, &n("l5"), "  nodeCount: 1\n  lifecycle: {pods: {failPercent: 60, crashLoopPercent: 60}}\n"),
+            "spec.lifecycle.pods",
+        ),
+        (
+            "nodes that come back after they go again (webhook)",
+            np(&s, &n("l6"), "  nodeCount: 1\n  lifecycle: {nodes: {notReadyPercent: 5, notReadyFor: {fixed: 5m}, every: 1m}}\n"),
+            "spec.lifecycle.nodes.every",
+        ),
+        (
+            "node knobs on a PodPool (CEL)",
+            pp(&s, &ns.name, &n("l7"), &format!("  podCount: 1\n  lifecycle: {{nodes: {{notReadyPercent: 5}}}}\n{PODS}")),
+            "spec.lifecycle",
+        ),
         // --- not a pool at all
         ("a YAML that is not an object", "hello: world\n".to_string(), "kind not set"),
         ("malformed YAML", "kind: NodePool\nspec: [unclosed\n".to_string(), "yaml"),
@@ -315,6 +351,14 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
 
     let good: Vec<(&str, String)> = vec![
         ("no template at all: kwok's default node", np(&s, &n("ok0"), "  nodeCount: 1\n")),
+        (
+            "every lifecycle knob",
+            np(
+                &s,
+                &n("ok13"),
+                "  nodeCount: 0\n  lifecycle:\n    seed: 42\n    pods: {startDelay: {min: 1s, max: 3s}, exitDelay: {mean: 1s, stddev: 200ms}, ignoreSIGTERM: false, failPercent: 5, crashLoopPercent: 10, crashAfter: {fixed: 30s}, jobRunTime: {fixed: 1m30s}}\n    nodes: {notReadyPercent: 10, notReadyFor: {fixed: 1m}, every: 10m}\n",
+            ),
+        ),
         (
             "a nodeInfo with two fields, as kwok users write it",
             np(
