@@ -314,12 +314,21 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
         ),
         (
             "nodes that come back after they go again (webhook)",
-            np(&s, &n("l6"), "  nodeCount: 1\n  lifecycle: {nodes: {notReadyPercent: 5, notReadyFor: {fixed: 5m}, every: 1m}}\n"),
+            np(
+                &s,
+                &n("l6"),
+                "  nodeCount: 1\n  lifecycle: {nodes: {notReadyPercent: 5, notReadyFor: {fixed: 5m}, every: 1m}}\n",
+            ),
             "spec.lifecycle.nodes.every",
         ),
         (
             "node knobs on a PodPool (CEL)",
-            pp(&s, &ns.name, &n("l7"), &format!("  podCount: 1\n  lifecycle: {{nodes: {{notReadyPercent: 5}}}}\n{PODS}")),
+            pp(
+                &s,
+                &ns.name,
+                &n("l7"),
+                &format!("  podCount: 1\n  lifecycle: {{nodes: {{notReadyPercent: 5}}}}\n{PODS}"),
+            ),
             "spec.lifecycle",
         ),
         // --- not a pool at all
@@ -569,7 +578,8 @@ async fn with_the_webhook_down_the_reconciler_refuses_to_act() {
     }
     // Fixed, it resumes.
     // (kubectl apply as before: the label it set is removed, not merged.)
-    let (ok, out) = apply_result(&np(&s, &fresh, "  nodeCount: 2\n  nodeTemplate:\n    metadata: {labels: {tier: c}}\n"));
+    let (ok, out) =
+        apply_result(&np(&s, &fresh, "  nodeCount: 2\n  nodeTemplate:\n    metadata: {labels: {tier: c}}\n"));
     assert!(ok, "{out}");
     wait_ready_nodes(&client, &fresh, 2, T).await;
     let p = wait_pool_status(&client, &fresh, 2, T).await;

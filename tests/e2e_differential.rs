@@ -171,7 +171,9 @@ async fn compare(bench: &Bench, kind: Kind, case: &str, body: &Value) -> (Option
         let prefix = format!("spec.{}.", kind.template_field());
         match &verdict {
             Verdict::Refused(m) if owned.iter().any(|o| m.contains(&format!("{prefix}{o}"))) => {}
-            other => problems.push(format!("pool-owned {owned:?}: the pool should refuse naming them; {}", other.text())),
+            other => {
+                problems.push(format!("pool-owned {owned:?}: the pool should refuse naming them; {}", other.text()))
+            }
         }
     }
     let body = without_pool_owned(kind, body);
@@ -300,17 +302,14 @@ async fn run_corpus(bench: &Bench, kind: Kind, cases: Vec<(String, Value)>) -> (
 }
 
 fn report(what: &str, problems: &[String], rows: &[String]) {
-    eprintln!("\n{what}: {} cases\n| case | as the object | as a template | pool-owned |\n|---|---|---|---|", rows.len());
+    eprintln!(
+        "\n{what}: {} cases\n| case | as the object | as a template | pool-owned |\n|---|---|---|---|",
+        rows.len()
+    );
     for r in rows {
         eprintln!("{r}");
     }
-    assert!(
-        problems.is_empty(),
-        "{} of {} cases disagree:\n{}",
-        problems.len(),
-        rows.len(),
-        problems.join("\n")
-    );
+    assert!(problems.is_empty(), "{} of {} cases disagree:\n{}", problems.len(), rows.len(), problems.join("\n"));
 }
 
 #[tokio::test]
@@ -361,7 +360,8 @@ async fn dropping_any_field_of_a_full_node_or_pod_gets_the_same_verdict() {
 
 #[test]
 fn paths_are_dropped_where_they_point() {
-    let v = json!({"metadata": {"labels": {"example.com/a": "x"}}, "spec": {"containers": [{"name": "a", "image": "b"}]}});
+    let v =
+        json!({"metadata": {"labels": {"example.com/a": "x"}}, "spec": {"containers": [{"name": "a", "image": "b"}]}});
     let mut paths = Vec::new();
     key_paths(&v, &[], &mut paths);
     let mut shown: Vec<String> = paths.iter().map(|p| show(p)).collect();

@@ -63,11 +63,19 @@ fn ready(p: &Pod) -> bool {
 }
 
 fn waiting_reason(p: &Pod) -> Option<String> {
-    p.status.as_ref()?.container_statuses.as_ref()?.iter().find_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone())
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone())
 }
 
 fn restarts(p: &Pod) -> i32 {
-    p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).map_or(0, |cs| cs.iter().map(|c| c.restart_count).max().unwrap_or(0))
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map_or(0, |cs| cs.iter().map(|c| c.restart_count).max().unwrap_or(0))
 }
 
 /// Rolls the PodPool to `image` and returns (seconds taken, fewest Ready pods seen), sampling
@@ -105,25 +113,51 @@ async fn rolls_are_quick_when_pods_honour_sigterm_and_wait_when_they_ignore_it()
     let pool = "web";
     let spec = |image: &str, grace: &str| format!("      {grace}containers: [{{name: app, image: {image}}}]\n");
     apply(&podpool(pool, &ns.name, &scope, 20, "  maxUnavailable: 3\n", &spec("nginx:1.26", "")));
-    roll(&client, &ns.name, pool, 20, podpool(pool, &ns.name, &scope, 20, "  maxUnavailable: 3\n", &spec("nginx:1.26", ""))).await;
+    roll(
+        &client,
+        &ns.name,
+        pool,
+        20,
+        podpool(pool, &ns.name, &scope, 20, "  maxUnavailable: 3\n", &spec("nginx:1.26", "")),
+    )
+    .await;
 
     // Defaults: a deleted pod exits in about a second, so 7 batches of 3 take seconds, not
     // 7 × the 30 s grace period.
-    let (took, fewest) =
-        roll(&client, &ns.name, pool, 20, podpool(pool, &ns.name, &scope, 20, "  maxUnavailable: 3\n", &spec("nginx:1.27", ""))).await;
+    let (took, fewest) = roll(
+        &client,
+        &ns.name,
+        pool,
+        20,
+        podpool(pool, &ns.name, &scope, 20, "  maxUnavailable: 3\n", &spec("nginx:1.27", "")),
+    )
+    .await;
     eprintln!("  roll of 20 with maxUnavailable 3, pods honouring SIGTERM: {took:.1}s, fewest Ready {fewest}");
     assert!(took < 30.0, "the roll took {took:.1}s");
     assert!(fewest >= 17, "maxUnavailable 3 was not respected: {fewest} Ready");
 
-    // Pods that ignore SIGTERM hold on for their whole grace period (5 s here): each of the
-    // 7 batches waits for it.
-    let grace = "terminationGracePeriodSeconds: 5\n      ";
-    roll(&client, &ns.name, pool, 20, podpool(pool, &ns.name, &scope, 20, "  maxUnavailable: 3\n", &spec("nginx:1.27", grace))).await;
+    // Pods that ignore SIGTERM hold on for their whole grace period (5 s here, so the test is
+    // short; E2E_ROLL_GRACE_SECONDS=30 shows the default): each of the 7 batches waits for it.
+    let seconds: u64 = std::env::var("E2E_ROLL_GRACE_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let grace = format!("terminationGracePeriodSeconds: {seconds}\n      ");
+    let grace = grace.as_str();
+    roll(
+        &client,
+        &ns.name,
+        pool,
+        20,
+        podpool(pool, &ns.name, &scope, 20, "  maxUnavailable: 3\n", &spec("nginx:1.27", grace)),
+    )
+    .await;
     let stubborn = "  maxUnavailable: 3\n  lifecycle: {pods: {ignoreSIGTERM: true}}\n";
     let (took, fewest) =
-        roll(&client, &ns.name, pool, 20, podpool(pool, &ns.name, &scope, 20, stubborn, &spec("nginx:1.28", grace))).await;
-    eprintln!("  roll of 20 with maxUnavailable 3, pods ignoring SIGTERM (grace 5s): {took:.1}s, fewest Ready {fewest}");
-    assert!(took >= 7.0 * 5.0 - 1.0, "pods ignoring SIGTERM must wait their grace period: {took:.1}s");
+        roll(&client, &ns.name, pool, 20, podpool(pool, &ns.name, &scope, 20, stubborn, &spec("nginx:1.28", grace)))
+            .await;
+    eprintln!(
+        "  roll of 20 with maxUnavailable 3, pods ignoring SIGTERM (grace {seconds}s): {took:.1}s, fewest Ready {fewest}"
+    );
+    let least = 7.0 * seconds as f64 - 1.0;
+    assert!(took >= least, "pods ignoring SIGTERM must wait their grace period: {took:.1}s");
     assert!(fewest >= 17, "maxUnavailable 3 was not respected: {fewest} Ready");
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
@@ -154,7 +188,9 @@ async fn crash_loops_and_failures_show_as_a_kubelet_shows_them() {
     let defaults = Defaults { exit_delay: None, job_run_time: Duration::from_secs(5) };
     let predicted: BTreeSet<String> = (0..30)
         .map(|i| format!("{pool}-{i}"))
-        .filter(|n| matches!(plan_pod(Some(&settings), Some(3), &slim(&ns.name, n), &defaults).fate, Fate::CrashLoops { .. }))
+        .filter(|n| {
+            matches!(plan_pod(Some(&settings), Some(3), &slim(&ns.name, n), &defaults).fate, Fate::CrashLoops { .. })
+        })
         .collect();
     assert!((2..=12).contains(&predicted.len()), "about a fifth of 30: {predicted:?}");
 
@@ -178,11 +214,8 @@ spec:
 
     let crashing = wait_for("a fifth of the pool crash-looping, restarts growing", T, || async {
         let pods = list_pods(&client, &ns.name, &format!("app={pool}")).await;
-        let looping: BTreeSet<String> = pods
-            .iter()
-            .filter(|p| restarts(p) > 0)
-            .filter_map(|p| p.metadata.name.clone())
-            .collect();
+        let looping: BTreeSet<String> =
+            pods.iter().filter(|p| restarts(p) > 0).filter_map(|p| p.metadata.name.clone()).collect();
         let grown = pods.iter().filter(|p| restarts(p) >= 2).count();
         let running = pods.iter().filter(|p| ready(p)).count();
         if looping == predicted && grown > 0 && running == 30 - predicted.len() {
@@ -205,8 +238,12 @@ spec:
     // PodScheduled time is left as it set it.
     for p in &crashing {
         let s = p.status.as_ref().unwrap();
-        let scheduled =
-            s.conditions.iter().flatten().find(|c| c.type_ == "PodScheduled").and_then(|c| c.last_transition_time.clone());
+        let scheduled = s
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "PodScheduled")
+            .and_then(|c| c.last_transition_time.clone());
         let created = p.metadata.creation_timestamp.clone().unwrap();
         let started = s.start_time.clone().unwrap();
         let waited = (started.0 - created.0).total(k8s_openapi::jiff::Unit::Second).unwrap();
@@ -226,12 +263,20 @@ spec:
     // The Deployment's pods follow their nodes' pool: all crash-loop.
     wait_for("the Deployment's pods crash-looping", T, || async {
         let pods = list_pods(&client, &ns.name, "app=plain").await;
-        let looping = pods.iter().filter(|p| restarts(p) > 0 || waiting_reason(p).as_deref() == Some("CrashLoopBackOff")).count();
+        let looping =
+            pods.iter().filter(|p| restarts(p) > 0 || waiting_reason(p).as_deref() == Some("CrashLoopBackOff")).count();
         if pods.len() == 3 && looping == 3 { Ok(()) } else { Err(format!("{looping} of {} looping", pods.len())) }
     })
     .await;
     // A container that fails at start with restartPolicy Never: the pod Failed, exit code 1.
-    kubectl_ok(&["patch", "nodepool", &scope, "--type=merge", "-p", r#"{"spec":{"lifecycle":{"pods":{"failPercent":100,"crashLoopPercent":0}}}}"#]);
+    kubectl_ok(&[
+        "patch",
+        "nodepool",
+        &scope,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"lifecycle":{"pods":{"failPercent":100,"crashLoopPercent":0}}}}"#,
+    ]);
     tokio::time::sleep(Duration::from_secs(1)).await;
     apply(&format!(
         "apiVersion: v1
@@ -255,8 +300,14 @@ spec:
     let term = failed.status.unwrap().container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
     assert_eq!((term.exit_code, term.reason.as_deref()), (1, Some("Error")));
     let metrics = op.metrics().await;
-    assert!(metrics.lines().any(|l| l.starts_with("kwok_pools_simulator_injected_events_total{event=\"pod_crash\"}")), "{metrics}");
-    assert!(metrics.lines().any(|l| l.starts_with("kwok_pools_simulator_injected_events_total{event=\"pod_fail\"}")), "{metrics}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("kwok_pools_simulator_injected_events_total{event=\"pod_crash\"}")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.lines().any(|l| l.starts_with("kwok_pools_simulator_injected_events_total{event=\"pod_fail\"}")),
+        "{metrics}"
+    );
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
 
@@ -272,7 +323,10 @@ fn unreachable_no_execute(n: &Node) -> bool {
 }
 
 fn unreachable_tainted(n: &Node) -> bool {
-    n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(|t| t.key == "node.kubernetes.io/unreachable"))
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == "node.kubernetes.io/unreachable"))
 }
 
 #[tokio::test]
@@ -286,7 +340,9 @@ async fn flapping_nodes_go_not_ready_get_tainted_evict_their_pods_and_come_back(
     // (it taints at most one node every 10 s by default), then back.
     let away = grace + 20;
     let every = 2 * away;
-    let knobs = format!("  lifecycle:\n    seed: 7\n    nodes: {{notReadyPercent: 10, notReadyFor: {{fixed: {away}s}}, every: {every}s}}\n");
+    let knobs = format!(
+        "  lifecycle:\n    seed: 7\n    nodes: {{notReadyPercent: 10, notReadyFor: {{fixed: {away}s}}, every: {every}s}}\n"
+    );
     let pool = format!("{scope}-n");
     apply(&nodepool(&pool, &scope, 100, "10.160.0.0/16", &knobs));
     let nodes = wait_for("100 nodes", T, || async {
@@ -295,7 +351,8 @@ async fn flapping_nodes_go_not_ready_get_tainted_evict_their_pods_and_come_back(
     })
     .await;
     let settings: NodeLifecycle =
-        serde_yaml::from_str(&format!("{{notReadyPercent: 10, notReadyFor: {{fixed: {away}s}}, every: {every}s}}")).unwrap();
+        serde_yaml::from_str(&format!("{{notReadyPercent: 10, notReadyFor: {{fixed: {away}s}}, every: {every}s}}"))
+            .unwrap();
     // With a seed, which nodes flap is a pure function of the seed and the node names: every
     // run with these names flaps these nodes.
     let predicted: BTreeSet<String> = nodes
@@ -320,10 +377,8 @@ async fn flapping_nodes_go_not_ready_get_tainted_evict_their_pods_and_come_back(
         if running == 100 { Ok(pods) } else { Err(format!("{running} running")) }
     })
     .await;
-    let placed: HashMap<String, String> = first
-        .iter()
-        .filter_map(|p| Some((p.metadata.uid.clone()?, p.spec.as_ref()?.node_name.clone()?)))
-        .collect();
+    let placed: HashMap<String, String> =
+        first.iter().filter_map(|p| Some((p.metadata.uid.clone()?, p.spec.as_ref()?.node_name.clone()?))).collect();
 
     // Watch a whole cycle and a window more: every flapping node is away once in it.
     let start = Instant::now();
@@ -365,7 +420,8 @@ async fn flapping_nodes_go_not_ready_get_tainted_evict_their_pods_and_come_back(
     let now: BTreeSet<String> =
         list_pods(&client, &ns.name, "app=spread").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
     let evictable: Vec<(&String, &String)> = placed.iter().filter(|(_, node)| no_execute.contains(*node)).collect();
-    let elsewhere: Vec<&String> = placed.iter().filter(|(_, node)| !predicted.contains(*node)).map(|(uid, _)| uid).collect();
+    let elsewhere: Vec<&String> =
+        placed.iter().filter(|(_, node)| !predicted.contains(*node)).map(|(uid, _)| uid).collect();
     assert!(!evictable.is_empty(), "no pod landed on a node that got tainted NoExecute");
     let kept: Vec<_> = evictable.iter().filter(|(uid, _)| now.contains(*uid)).collect();
     assert!(kept.is_empty(), "pods on NoExecute-tainted nodes are evicted; still there: {kept:?}");

@@ -384,7 +384,14 @@ spec:
     };
     let took = delete_took("prompt").await;
     assert!(took < 2.8, "kubectl delete took {took:.1}s: a pod that honours SIGTERM exits in about a second");
-    kubectl_ok(&["patch", "nodepool", &scope, "--type=merge", "-p", r#"{"spec":{"lifecycle":{"pods":{"ignoreSIGTERM":true}}}}"#]);
+    kubectl_ok(&[
+        "patch",
+        "nodepool",
+        &scope,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"lifecycle":{"pods":{"ignoreSIGTERM":true}}}}"#,
+    ]);
     // The simulator reads the pool from its watch: give it a moment.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let took = delete_took("stubborn").await;

@@ -51,7 +51,10 @@ fn needs_dry_run<K: PoolKind>(new: &K, old: Option<&K>) -> bool {
 }
 
 /// The verdict on one request: (allowed, response).
-async fn judge<K: Validate + PoolKind>(req: &AdmissionRequest<DynamicObject>, judge: &Judge) -> (bool, AdmissionResponse) {
+async fn judge<K: Validate + PoolKind>(
+    req: &AdmissionRequest<DynamicObject>,
+    judge: &Judge,
+) -> (bool, AdmissionResponse) {
     let mut resp = AdmissionResponse::from(req);
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return (true, resp);
@@ -116,7 +119,9 @@ pub async fn answer(
         "PodPool" => judge::<PodPool>(&req, judge_with).await,
         _ => (
             true,
-            AdmissionResponse::from(&req).deny(format!("kwok-pools does not validate {}", req.kind.kind)).allow_anyway(),
+            AdmissionResponse::from(&req)
+                .deny(format!("kwok-pools does not validate {}", req.kind.kind))
+                .allow_anyway(),
         ),
     };
     Ok((kind, allowed, resp.into_review()))
@@ -213,7 +218,8 @@ mod tests {
     #[tokio::test]
     async fn allows_a_good_pool_and_warns_about_allocatable_above_capacity() {
         let judge = offline(store_with(vec![]));
-        let (kind, allowed, r) = answer(&review("NodePool", pool("a", "10.0.0.0/16", "4"), None), &judge).await.unwrap();
+        let (kind, allowed, r) =
+            answer(&review("NodePool", pool("a", "10.0.0.0/16", "4"), None), &judge).await.unwrap();
         assert_eq!((kind, allowed), ("NodePool", true));
         let resp = r.response.unwrap();
         assert_eq!(resp.uid, "u-1");
@@ -276,8 +282,7 @@ mod tests {
         let judge = Judge { pools: store_with(vec![]), client: Some(client) };
         let mut scaled = podpool(Some("nginx"));
         scaled["spec"]["podCount"] = json!(15);
-        let (_, allowed, _) =
-            answer(&review("PodPool", scaled, Some(podpool(Some("nginx")))), &judge).await.unwrap();
+        let (_, allowed, _) = answer(&review("PodPool", scaled, Some(podpool(Some("nginx")))), &judge).await.unwrap();
         assert!(allowed);
         assert!(seen.lock().unwrap().is_empty());
         // A new template, or a longer child name (101 pods: `w-100`), is judged again.

@@ -178,9 +178,9 @@ impl Delay {
         let d = |field: &str, v: &Option<String>| -> Result<Option<Duration>, String> {
             match v {
                 None => Ok(None),
-                Some(t) => parse_duration(t)
-                    .map(Some)
-                    .ok_or_else(|| format!(".{field}: {t:?} is not a duration such as 500ms, 2s or 1m30s (at most 24h)")),
+                Some(t) => parse_duration(t).map(Some).ok_or_else(|| {
+                    format!(".{field}: {t:?} is not a duration such as 500ms, 2s or 1m30s (at most 24h)")
+                }),
             }
         };
         let (fixed, min, max) = (d("fixed", &self.fixed)?, d("min", &self.min)?, d("max", &self.max)?);
@@ -318,8 +318,9 @@ mod tests {
             let s = normal.sample(unit(1, &["n", &i.to_string()]), unit(2, &["n", &i.to_string()]));
             assert!(s <= MAX_DURATION, "never negative, never beyond the cap: {s:?}");
         }
-        let samples: Vec<f64> =
-            (0..2000).map(|i| normal.sample(unit(3, &[&i.to_string()]), unit(4, &[&i.to_string()])).as_secs_f64()).collect();
+        let samples: Vec<f64> = (0..2000)
+            .map(|i| normal.sample(unit(3, &[&i.to_string()]), unit(4, &[&i.to_string()])).as_secs_f64())
+            .collect();
         let zero = samples.iter().filter(|s| **s == 0.0).count();
         assert!(zero > 500 && zero < 1300, "a wide normal around 10s is clamped at 0 about half the time: {zero}");
     }

@@ -6,8 +6,8 @@
 //! rule that looks inside a field reports each problem on its own line, starting with the
 //! path below that field (`.status.allocatable.cpu: …`); [`messages`] joins the paths.
 
-use super::lifecycle::{self, Lifecycle};
 use super::common::{HASH_LABEL, INDEX_LABEL, MAX_COUNT, POOL_LABEL, SubnetRange, TemplateMetadata};
+use super::lifecycle::{self, Lifecycle};
 use super::nodepool::{NodePoolSpec, NodeTemplate};
 use super::podpool::{PodPoolSpec, PodTemplate};
 use crate::api::{NodePool, PodPool};

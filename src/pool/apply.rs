@@ -27,6 +27,10 @@ pub struct Outcome {
     pub deleted: Vec<String>,
 }
 
+/// One write's verb, child name, error (if it failed) and the API server's refusal of the
+/// object, at the pool manifest's paths (if it refused it).
+type WriteResult = (&'static str, String, Option<String>, Vec<String>);
+
 enum Op<C> {
     Create(String, C),
     /// In-place writes to one child, in order; the first failure stops the rest (so a
@@ -78,7 +82,7 @@ pub async fn execute<P: PoolKind>(
     let resource = P::Child::plural(&()).to_string();
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let merge = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-    let results: Vec<Vec<(&'static str, String, Option<String>, Vec<String>)>> = futures::stream::iter(ops)
+    let results: Vec<Vec<WriteResult>> = futures::stream::iter(ops)
         .map(|op| {
             let api = api.clone();
             let apply = apply.clone();

@@ -36,7 +36,9 @@ pub enum Fate {
     /// Exit 1 at start: Failed with `restartPolicy: Never`, else crash-looping from the start.
     FailsAtStart,
     /// Run `after`, exit 1, back off, again.
-    CrashLoops { after: Duration },
+    CrashLoops {
+        after: Duration,
+    },
 }
 
 /// Everything decided for one pod.
@@ -129,10 +131,9 @@ impl Flap {
     /// How long the node is away in cycle `n`.
     fn away_in(&self, n: u64) -> Duration {
         let c = n.to_string();
-        let away = self.not_ready_for.sample(
-            unit(self.seed, &[&self.node, "away", &c]),
-            unit(self.seed, &[&self.node, "away2", &c]),
-        );
+        let away = self
+            .not_ready_for
+            .sample(unit(self.seed, &[&self.node, "away", &c]), unit(self.seed, &[&self.node, "away2", &c]));
         away.min(self.every)
     }
 
@@ -167,13 +168,7 @@ pub fn plan_node(settings: &NodeLifecycle, seed: Option<i64>, node: &str, uid: &
         .as_ref()
         .and_then(|d| d.distribution().ok())
         .unwrap_or(Distribution::Fixed(DEFAULT_NOT_READY_FOR));
-    Some(Flap {
-        every,
-        offset: every.mul_f64(unit(seed, &[id, "offset"])),
-        seed,
-        node: id.to_string(),
-        not_ready_for,
-    })
+    Some(Flap { every, offset: every.mul_f64(unit(seed, &[id, "offset"])), seed, node: id.to_string(), not_ready_for })
 }
 
 /// The stores the knobs are read from (either may be missing: `simulate` runs without the
@@ -211,8 +206,10 @@ impl Lifecycles {
     pub fn pod(&self, pod: &SlimPod, node: &Node) -> PodPlan {
         let pod_pool = self.pod_pool_of(pod);
         let node_pool = if pod_pool.is_none() { self.node_pool_of(node) } else { None };
-        let lifecycle =
-            pod_pool.as_ref().and_then(|p| p.spec.lifecycle.clone()).or_else(|| node_pool.and_then(|p| p.spec.lifecycle.clone()));
+        let lifecycle = pod_pool
+            .as_ref()
+            .and_then(|p| p.spec.lifecycle.clone())
+            .or_else(|| node_pool.and_then(|p| p.spec.lifecycle.clone()));
         let g = self.governing_pods(lifecycle.as_ref());
         plan_pod(g.settings, g.seed, pod, &self.defaults)
     }
@@ -249,12 +246,15 @@ mod tests {
     #[test]
     fn pods_that_say_nothing_get_the_flags() {
         let plan = plan_pod(None, None, &pod("d", "a", "u"), &defaults());
-        assert_eq!(plan, PodPlan {
-            start_delay: Duration::ZERO,
-            exit_delay: Some(DEFAULT_EXIT_DELAY),
-            fate: Fate::Runs,
-            job_run_time: Duration::from_secs(5),
-        });
+        assert_eq!(
+            plan,
+            PodPlan {
+                start_delay: Duration::ZERO,
+                exit_delay: Some(DEFAULT_EXIT_DELAY),
+                fate: Fate::Runs,
+                job_run_time: Duration::from_secs(5),
+            }
+        );
         let flags = Defaults { exit_delay: Some(Duration::from_secs(7)), job_run_time: Duration::from_secs(9) };
         let plan = plan_pod(Some(&settings("{startDelay: {fixed: 2s}}")), None, &pod("d", "a", "u"), &flags);
         assert_eq!((plan.exit_delay, plan.job_run_time), (Some(Duration::from_secs(7)), Duration::from_secs(9)));
@@ -272,7 +272,10 @@ mod tests {
         let s = settings("{failPercent: 10, crashLoopPercent: 20, crashAfter: {fixed: 3s}}");
         let fates = |seed: Option<i64>, uid_prefix: &str| -> Vec<Fate> {
             (0..1000)
-                .map(|i| plan_pod(Some(&s), seed, &pod("d", &format!("p-{i}"), &format!("{uid_prefix}{i}")), &defaults()).fate)
+                .map(|i| {
+                    plan_pod(Some(&s), seed, &pod("d", &format!("p-{i}"), &format!("{uid_prefix}{i}")), &defaults())
+                        .fate
+                })
                 .collect()
         };
         let a = fates(Some(42), "run1-");

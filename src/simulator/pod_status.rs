@@ -359,7 +359,8 @@ mod tests {
         assert_eq!(c["state"]["waiting"]["reason"], "CrashLoopBackOff");
         assert_eq!((c["restartCount"].clone(), c["ready"].clone()), (json!(3), json!(false)));
         assert_eq!(c["lastState"]["terminated"]["exitCode"], 1);
-        let ready = v["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
+        let ready =
+            v["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
         assert_eq!((ready["status"].clone(), ready["reason"].clone()), (json!("False"), json!("ContainersNotReady")));
         let v = restarted_patch(&p, 3, &json!("t"));
         let c = &v["status"]["containerStatuses"][0];

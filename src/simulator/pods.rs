@@ -330,10 +330,9 @@ impl Loop {
         }
         // Like a kubelet, wait from now; but never past the deletion timestamp (seconds
         // resolution, hence the extra second), which matters after a restart.
-        let until_deadline = (deleted_at.0 - k8s_openapi::jiff::Timestamp::now())
-            .total(k8s_openapi::jiff::Unit::Second)
-            .unwrap_or(0.0)
-            + 1.0;
+        let until_deadline =
+            (deleted_at.0 - k8s_openapi::jiff::Timestamp::now()).total(k8s_openapi::jiff::Unit::Second).unwrap_or(0.0)
+                + 1.0;
         let remaining = wait.min(Duration::from_secs_f64(until_deadline.max(0.0)));
         let key = ObjectRef::from_obj(pod.as_ref());
         t.remove_key = Some(self.queue.insert(Timer::Remove(key, uid.to_string()), super::timer_delay(remaining)));
@@ -450,7 +449,8 @@ impl Loop {
                 })
                 .unwrap_or(0.0);
             let remaining = plan.job_run_time.saturating_sub(Duration::from_secs_f64(ran));
-            t.complete_key = Some(self.queue.insert(Timer::Complete(key, uid.to_string()), super::timer_delay(remaining)));
+            t.complete_key =
+                Some(self.queue.insert(Timer::Complete(key, uid.to_string()), super::timer_delay(remaining)));
         }
     }
 

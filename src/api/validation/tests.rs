@@ -75,7 +75,10 @@ fn annotation_keys_are_checked_in_lower_case_as_the_api_server_does() {
     let p = nodepool_spec("  nodeTemplate:\n    metadata: {annotations: {Example.COM/Note: x}}\n");
     assert_eq!(errors_of(&p, &NodePoolRules::default()), Vec::<String>::new());
     let p = nodepool_spec("  nodeTemplate:\n    metadata: {annotations: {'bad key!': x}}\n");
-    assert!(one_error(&p, &NodePoolRules::default(), "spec.nodeTemplate.metadata.annotations.bad key!").contains("qualified name"));
+    assert!(
+        one_error(&p, &NodePoolRules::default(), "spec.nodeTemplate.metadata.annotations.bad key!")
+            .contains("qualified name")
+    );
 }
 
 #[test]
@@ -159,13 +162,18 @@ fn pod_templates_need_a_container_and_leave_the_rest_to_the_api_server() {
     let ok = podpool("  podTemplate:\n    spec: {containers: [{name: a, image: b}]}\n");
     assert!(pod_errors(&ok).is_empty());
     let none = podpool("  podTemplate:\n    spec: {containers: []}\n");
-    assert!(pod_errors(&none)[0].starts_with("spec.podTemplate.spec.containers: Required value"), "{:?}", pod_errors(&none));
+    assert!(
+        pod_errors(&none)[0].starts_with("spec.podTemplate.spec.containers: Required value"),
+        "{:?}",
+        pod_errors(&none)
+    );
     let missing = podpool("");
     assert!(pod_errors(&missing)[0].starts_with("spec.podTemplate.spec.containers: Required value"));
     // Names and images are the API server's to judge, on the rendered pod.
     let noimage = podpool("  podTemplate:\n    spec: {containers: [{name: a}, {name: a, image: x}]}\n");
     assert!(pod_errors(&noimage).is_empty());
-    let owned = podpool("  podTemplate:\n    metadata: {namespace: x}\n    spec: {containers: [{name: a, image: b}]}\n");
+    let owned =
+        podpool("  podTemplate:\n    metadata: {namespace: x}\n    spec: {containers: [{name: a, image: b}]}\n");
     assert!(pod_errors(&owned)[0].starts_with("spec.podTemplate.metadata.namespace: must be empty"));
 }
 
@@ -181,9 +189,7 @@ fn max_unavailable_is_a_count_or_a_percentage() {
 
 #[test]
 fn the_reconciler_check_joins_every_message() {
-    let p = nodepool_spec(
-        "  nodeTemplate:\n    metadata: {labels: {pools.kwok.x-k8s.io/pool: x}, generateName: g-}\n",
-    );
+    let p = nodepool_spec("  nodeTemplate:\n    metadata: {labels: {pools.kwok.x-k8s.io/pool: x}, generateName: g-}\n");
     let msg = validate_nodepool(&p, &[]).unwrap_err();
     assert!(
         msg.contains("spec.nodeTemplate.metadata.labels.pools.kwok.x-k8s.io/pool")
