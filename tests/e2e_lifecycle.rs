@@ -8,7 +8,7 @@ mod common;
 use common::pools::*;
 use common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kwok_pools::api::lifecycle::{NodeLifecycle, PodLifecycle};
 use kwok_pools::informer::pod::SlimPod;
 use kwok_pools::simulator::lifecycle::{Defaults, Fate, plan_node, plan_pod};
@@ -18,44 +18,11 @@ use std::time::{Duration, Instant};
 const T: Duration = Duration::from_secs(90);
 
 fn nodepool(name: &str, scope: &str, count: u32, cidr: &str, extra_spec: &str) -> String {
-    format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
-kind: NodePool
-metadata:
-  name: {name}
-  labels: {{{SCOPE_LABEL}: {scope}}}
-spec:
-  nodeCount: {count}
-  podCIDR: {{cidr: {cidr}, maskSize: 24}}
-{extra_spec}  nodeTemplate:
-    metadata:
-      labels: {{{SCOPE_LABEL}: {scope}}}
-"
-    )
+    scoped_nodepool(name, scope, count, cidr, 24, 110, extra_spec)
 }
 
 fn podpool(name: &str, ns: &str, scope: &str, count: u32, extra_spec: &str, pod_spec: &str) -> String {
-    format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
-kind: PodPool
-metadata:
-  name: {name}
-  namespace: {ns}
-  labels: {{{SCOPE_LABEL}: {scope}}}
-spec:
-  podCount: {count}
-{extra_spec}  podTemplate:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      nodeSelector: {{{SCOPE_LABEL}: {scope}}}
-{pod_spec}"
-    )
-}
-
-async fn list_pods(client: &kube::Client, ns: &str, selector: &str) -> Vec<Pod> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    api.list(&ListParams::default().labels(selector)).await.map(|l| l.items).unwrap_or_default()
+    scoped_podpool(name, ns, scope, count, extra_spec, pod_spec)
 }
 
 fn ready(p: &Pod) -> bool {
@@ -278,18 +245,7 @@ spec:
         r#"{"spec":{"lifecycle":{"pods":{"failPercent":100,"crashLoopPercent":0}}}}"#,
     ]);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    apply(&format!(
-        "apiVersion: v1
-kind: Pod
-metadata: {{name: once, namespace: {}}}
-spec:
-  restartPolicy: Never
-  nodeSelector: {{{SCOPE_LABEL}: {scope}}}
-  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
-  containers: [{{name: app, image: busybox}}]
-",
-        ns.name
-    ));
+    apply(&scoped_pod("once", &ns.name, &scope, "  restartPolicy: Never\n"));
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let failed = wait_for("the pod to fail", T, || async {
         let p = api.get("once").await.map_err(|e| e.to_string())?;

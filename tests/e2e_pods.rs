@@ -8,7 +8,7 @@ use common::pools::*;
 use common::*;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -17,51 +17,19 @@ const T: Duration = Duration::from_secs(90);
 
 /// A NodePool of `count` nodes for `scope` allowing `pods` pods each, with its own podCIDRs.
 fn nodes_yaml(name: &str, scope: &str, count: u32, pods: u32, cidr: &str, mask: u8) -> String {
-    format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
-kind: NodePool
-metadata:
-  name: {name}
-  labels: {{{SCOPE_LABEL}: {scope}}}
-spec:
-  nodeCount: {count}
-  podCIDR: {{cidr: {cidr}, maskSize: {mask}}}
-  nodeTemplate:
-    metadata:
-      labels: {{{SCOPE_LABEL}: {scope}}}
-    status:
-      capacity: {{cpu: 64, memory: 256Gi, pods: {pods}}}
-"
-    )
+    scoped_nodepool(name, scope, count, cidr, mask, pods, "")
 }
 
 /// A PodPool in `ns` pinned to the scope's nodes.
 fn podpool_yaml(name: &str, ns: &str, scope: &str, count: u32, image: &str, extra_spec: &str) -> String {
-    format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
-kind: PodPool
-metadata:
-  name: {name}
-  namespace: {ns}
-  labels: {{{SCOPE_LABEL}: {scope}}}
-spec:
-  podCount: {count}
-{extra_spec}  podTemplate:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      nodeSelector: {{{SCOPE_LABEL}: {scope}}}
-      terminationGracePeriodSeconds: 2
-      containers:
-      - name: main
-        image: {image}
-"
-    )
+    let pod_spec = format!(
+        "      terminationGracePeriodSeconds: 2\n      containers:\n      - name: main\n        image: {image}\n"
+    );
+    scoped_podpool(name, ns, scope, count, extra_spec, &pod_spec)
 }
 
 async fn pods(client: &kube::Client, ns: &str, selector: &str) -> Vec<Pod> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    api.list(&ListParams::default().labels(selector)).await.map(|l| l.items).unwrap_or_default()
+    list_pods(client, ns, selector).await
 }
 
 fn phase(p: &Pod) -> String {
@@ -355,18 +323,7 @@ spec:
     // A running pod deleted with kubectl goes in about a second, as a process that honours
     // SIGTERM; with the node pool's `ignoreSIGTERM` it holds on for its grace period (3 s).
     let delete_took = |name: &'static str| {
-        let pod = format!(
-            "apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: {}}}
-spec:
-  terminationGracePeriodSeconds: 3
-  nodeSelector: {{{SCOPE_LABEL}: {scope}}}
-  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
-  containers: [{{name: c, image: nginx}}]
-",
-            ns.name
-        );
+        let pod = scoped_pod(name, &ns.name, &scope, "  terminationGracePeriodSeconds: 3\n");
         let client = client.clone();
         let ns = ns.name.clone();
         async move {

@@ -230,6 +230,21 @@ pub fn unit(seed: i64, key: &[&str]) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// Problems with the VMI knobs (for VMIPool's `spec.lifecycle.vmis`), each starting with its
+/// path below `spec.lifecycle`.
+pub fn vmi_problems(v: &VmiLifecycle) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(d) = &v.boot_time
+        && let Err(e) = d.distribution()
+    {
+        out.push(format!(".vmis.bootTime{e}"));
+    }
+    if let Some(p) = v.fail_percent.filter(|p| *p > 100) {
+        out.push(format!(".vmis.failPercent: {p} is not a percentage from 0 to 100"));
+    }
+    out
+}
+
 /// Problems with a lifecycle, each starting with its path below `spec.lifecycle`.
 pub fn problems(l: &Lifecycle, nodes_allowed: bool) -> Vec<String> {
     let mut out = Vec::new();
@@ -344,6 +359,15 @@ mod tests {
         assert_ne!(unit(1, &["ab", "c"]), unit(1, &["a", "bc"]));
         let hits = (0..10_000).filter(|i| unit(7, &["node", &i.to_string()]) < 0.1).count();
         assert!((850..1150).contains(&hits), "about a tenth: {hits}");
+    }
+
+    #[test]
+    fn vmi_knobs_are_checked_the_same_way() {
+        let v: VmiLifecycle = serde_yaml::from_str("{bootTime: {min: 20s, max: 10s}, failPercent: 101}").unwrap();
+        let p = vmi_problems(&v);
+        assert!(p[0].starts_with(".vmis.bootTime.min:") && p[1].starts_with(".vmis.failPercent: 101"), "{p:?}");
+        let ok: VmiLifecycle = serde_yaml::from_str("{bootTime: {mean: 30s, stddev: 5s}, failPercent: 3}").unwrap();
+        assert!(vmi_problems(&ok).is_empty());
     }
 
     #[test]

@@ -33,52 +33,47 @@ pub fn template_type<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     Schema::try_from(value).expect("a rewritten schema is still an object")
 }
 
-/// Removes `required` from a schema and every schema below it.
-fn drop_required(value: &mut Value) {
+/// Calls `visit` on every schema object in `value`, top down. `visit` returns false to stop
+/// below that schema. Under `properties` the keys are field names, so only their values are
+/// schemas (a field may be called `required` or `description`).
+fn walk(value: &mut Value, visit: &impl Fn(&mut serde_json::Map<String, Value>) -> bool) {
     match value {
         Value::Object(map) => {
-            map.remove("required");
+            if !visit(map) {
+                return;
+            }
             for (key, child) in map.iter_mut() {
-                if key == "properties" {
-                    if let Value::Object(props) = child {
-                        props.values_mut().for_each(drop_required);
-                    }
-                } else {
-                    drop_required(child);
+                match (key.as_str(), child) {
+                    ("properties", Value::Object(props)) => props.values_mut().for_each(|v| walk(v, visit)),
+                    (_, child) => walk(child, visit),
                 }
             }
         }
-        Value::Array(items) => items.iter_mut().for_each(drop_required),
+        Value::Array(items) => items.iter_mut().for_each(|v| walk(v, visit)),
         _ => {}
     }
 }
 
+/// Removes `required` from a schema and every schema below it.
+fn drop_required(value: &mut Value) {
+    walk(value, &|map| {
+        map.remove("required");
+        true
+    });
+}
+
+/// Descriptions out, quantities as int-or-string with the Quantity pattern.
 fn rewrite(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            let is_quantity = map
-                .get("description")
-                .and_then(Value::as_str)
-                .is_some_and(|d| d.starts_with(QUANTITY_DESCRIPTION_START));
-            if is_quantity {
-                *map = quantity_schema();
-                return;
-            }
-            map.remove("description");
-            // "properties" maps field names to schemas: recurse into the schemas only.
-            for (key, child) in map.iter_mut() {
-                if key == "properties" {
-                    if let Value::Object(props) = child {
-                        props.values_mut().for_each(rewrite);
-                    }
-                } else {
-                    rewrite(child);
-                }
-            }
+    walk(value, &|map| {
+        let is_quantity =
+            map.get("description").and_then(Value::as_str).is_some_and(|d| d.starts_with(QUANTITY_DESCRIPTION_START));
+        if is_quantity {
+            *map = quantity_schema();
+            return false;
         }
-        Value::Array(items) => items.iter_mut().for_each(rewrite),
-        _ => {}
-    }
+        map.remove("description");
+        true
+    });
 }
 
 fn quantity_schema() -> Map<String, Value> {

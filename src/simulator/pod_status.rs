@@ -55,31 +55,36 @@ pub fn is_running(pod: &SlimPod) -> bool {
     pod.phase() == "Running" && (pod.host_network || !pod.pod_ips.is_empty()) && pod.condition("Initialized").is_some()
 }
 
-fn running_state(pod_uid: &str, c: &SlimContainer, ready: bool, now: &Value) -> Value {
+/// A container's status: `state` is the JSON of its state (`{"running": …}`, …).
+fn container_status(pod_uid: &str, c: &SlimContainer, ready: bool, restarts: i32, state: Value) -> Value {
+    let started = state.get("running").is_some();
     json!({
         "name": c.name,
         "image": c.image,
         "imageID": image_id(&c.image),
         "containerID": container_id(pod_uid, &c.name),
         "ready": ready,
-        "started": true,
-        "restartCount": 0,
-        "state": {"running": {"startedAt": now}},
+        "started": started,
+        "restartCount": restarts,
+        "state": state,
     })
 }
 
+/// A `terminated` state with `exit_code`.
+fn terminated(pod_uid: &str, c: &SlimContainer, exit_code: i32, now: &Value) -> Value {
+    let reason = if exit_code == 0 { "Completed" } else { "Error" };
+    json!({"terminated": {
+        "exitCode": exit_code, "reason": reason, "startedAt": now, "finishedAt": now,
+        "containerID": container_id(pod_uid, &c.name),
+    }})
+}
+
+fn running_state(pod_uid: &str, c: &SlimContainer, ready: bool, now: &Value) -> Value {
+    container_status(pod_uid, c, ready, 0, json!({"running": {"startedAt": now}}))
+}
+
 fn terminated_state(pod_uid: &str, c: &SlimContainer, now: &Value) -> Value {
-    let id = container_id(pod_uid, &c.name);
-    json!({
-        "name": c.name,
-        "image": c.image,
-        "imageID": image_id(&c.image),
-        "containerID": id,
-        "ready": false,
-        "started": false,
-        "restartCount": 0,
-        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now, "containerID": id}},
-    })
+    container_status(pod_uid, c, false, 0, terminated(pod_uid, c, 0, now))
 }
 
 fn cond(type_: &str, status: bool, now: &Value, reason: Option<&str>) -> Value {
@@ -133,21 +138,11 @@ pub fn running_patch(pod: &SlimPod, host_ips: &[IpAddr], pod_ips: &[IpAddr], now
 }
 
 fn crashed_state(pod_uid: &str, c: &SlimContainer, restarts: i32, now: &Value) -> Value {
-    let id = container_id(pod_uid, &c.name);
-    json!({
-        "name": c.name,
-        "image": c.image,
-        "imageID": image_id(&c.image),
-        "containerID": id,
-        "ready": false,
-        "started": false,
-        "restartCount": restarts,
-        "state": {"waiting": {
-            "reason": "CrashLoopBackOff",
-            "message": format!("back-off restarting failed container {} (simulated by kwok-pools)", c.name),
-        }},
-        "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now, "containerID": id}},
-    })
+    let message = format!("back-off restarting failed container {} (simulated by kwok-pools)", c.name);
+    let waiting = json!({"waiting": {"reason": "CrashLoopBackOff", "message": message}});
+    let mut s = container_status(pod_uid, c, false, restarts, waiting);
+    s["lastState"] = terminated(pod_uid, c, 1, now);
+    s
 }
 
 /// The status patch of a pod whose containers crashed (exit 1) and wait in CrashLoopBackOff
@@ -170,10 +165,8 @@ pub fn restarted_patch(pod: &SlimPod, restarts: i32, now: &Value) -> Value {
         .containers
         .iter()
         .map(|c| {
-            let mut s = running_state(uid, c, true, now);
-            s["restartCount"] = restarts.into();
-            let id = container_id(uid, &c.name);
-            s["lastState"] = json!({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now, "containerID": id}});
+            let mut s = container_status(uid, c, true, restarts, json!({"running": {"startedAt": now}}));
+            s["lastState"] = terminated(uid, c, 1, now);
             s
         })
         .collect();
@@ -191,16 +184,8 @@ pub fn restarted_patch(pod: &SlimPod, restarts: i32, now: &Value) -> Value {
 /// (`restartPolicy: Never`): Failed.
 pub fn failed_patch(pod: &SlimPod, host_ips: &[IpAddr], now: &Value) -> Value {
     let uid = pod.uid();
-    let containers: Vec<Value> = pod
-        .containers
-        .iter()
-        .map(|c| {
-            let mut s = terminated_state(uid, c, now);
-            s["state"]["terminated"]["exitCode"] = 1.into();
-            s["state"]["terminated"]["reason"] = "Error".into();
-            s
-        })
-        .collect();
+    let containers: Vec<Value> =
+        pod.containers.iter().map(|c| container_status(uid, c, false, 0, terminated(uid, c, 1, now))).collect();
     let mut status = json!({
         "phase": "Failed",
         "conditions": [

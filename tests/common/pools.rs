@@ -146,3 +146,73 @@ pub fn pod_ready(p: &k8s_openapi::api::core::v1::Pod) -> bool {
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
+
+/// A NodePool for `scope` whose nodes carry the scope label (so the test's operator simulates
+/// them), each with its /`mask` of `cidr` and room for `max_pods` pods.
+pub fn scoped_nodepool(
+    name: &str,
+    scope: &str,
+    count: u32,
+    cidr: &str,
+    mask: u8,
+    max_pods: u32,
+    extra_spec: &str,
+) -> String {
+    format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
+kind: NodePool
+metadata:
+  name: {name}
+  labels: {{{SCOPE_LABEL}: {scope}}}
+spec:
+  nodeCount: {count}
+  podCIDR: {{cidr: {cidr}, maskSize: {mask}}}
+{extra_spec}  nodeTemplate:
+    metadata:
+      labels: {{{SCOPE_LABEL}: {scope}}}
+    status:
+      capacity: {{cpu: 64, memory: 256Gi, pods: {max_pods}}}
+"
+    )
+}
+
+/// A PodPool in `ns` whose pods (labelled `app: <name>`) go to the scope's nodes; `pod_spec`
+/// is the rest of the pod spec, indented six spaces.
+pub fn scoped_podpool(name: &str, ns: &str, scope: &str, count: u32, extra_spec: &str, pod_spec: &str) -> String {
+    format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
+kind: PodPool
+metadata:
+  name: {name}
+  namespace: {ns}
+  labels: {{{SCOPE_LABEL}: {scope}}}
+spec:
+  podCount: {count}
+{extra_spec}  podTemplate:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+{pod_spec}"
+    )
+}
+
+/// The pods of `ns` matching `selector` (all of them for "").
+pub async fn list_pods(client: &kube::Client, ns: &str, selector: &str) -> Vec<k8s_openapi::api::core::v1::Pod> {
+    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default().labels(selector)).await.map(|l| l.items).unwrap_or_default()
+}
+
+/// A bare Pod in `ns` on the scope's fake nodes; `spec_extra` adds spec lines (indented two).
+pub fn scoped_pod(name: &str, ns: &str, scope: &str, spec_extra: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+{spec_extra}  nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
+  containers: [{{name: c, image: nginx}}]
+"
+    )
+}
