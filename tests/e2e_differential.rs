@@ -33,7 +33,8 @@ impl Kind {
 #[derive(Clone, Debug, PartialEq)]
 enum Verdict {
     Accepted,
-    Refused(String),
+    /// The message and the fields the API server named as causes.
+    Refused(String, Vec<String>),
 }
 
 impl Verdict {
@@ -43,7 +44,7 @@ impl Verdict {
     fn text(&self) -> String {
         match self {
             Verdict::Accepted => "accepted".into(),
-            Verdict::Refused(m) => format!("refused: {}", m.chars().take(300).collect::<String>()),
+            Verdict::Refused(m, _) => format!("refused: {}", m.chars().take(300).collect::<String>()),
         }
     }
 }
@@ -56,7 +57,10 @@ async fn dry_run(client: &kube::Client, path: &str, body: &Value) -> Verdict {
         .unwrap();
     match client.request_text(request).await {
         Ok(_) => Verdict::Accepted,
-        Err(kube::Error::Api(s)) => Verdict::Refused(s.message),
+        Err(kube::Error::Api(s)) => {
+            let fields = s.details.iter().flat_map(|d| d.causes.iter().map(|c| c.field.clone())).collect();
+            Verdict::Refused(s.message, fields)
+        }
         Err(e) => panic!("the dry run to {path} got no verdict: {e}"),
     }
 }
@@ -151,6 +155,22 @@ fn without_pool_owned(kind: Kind, body: &Value) -> Value {
     body
 }
 
+/// Where a field the API server names for the object sits in the pool manifest (`None` for
+/// the object's name, which the pool makes itself).
+fn template_path(kind: Kind, field: &str) -> Option<String> {
+    if field.is_empty() || field.starts_with("metadata.name") {
+        return None;
+    }
+    // The API server reports a Node's taints under `metadata` (a quirk of its validation).
+    let field = match field.strip_prefix("metadata.taints") {
+        Some(rest) => format!("spec.taints{rest}"),
+        None => field.to_string(),
+    };
+    // Quote-free prefix: messages may quote label keys (`metadata.labels[key]`).
+    let cut = field.find('[').map_or(field.as_str(), |i| &field[..i]);
+    Some(format!("spec.{}.{cut}", kind.template_field()))
+}
+
 fn template_of(body: &Value) -> Value {
     let mut t = body.clone();
     if let Some(m) = t["metadata"].as_object_mut() {
@@ -170,7 +190,7 @@ async fn compare(bench: &Bench, kind: Kind, case: &str, body: &Value) -> (Option
         let verdict = bench.as_template(kind, &name, &template).await;
         let prefix = format!("spec.{}.", kind.template_field());
         match &verdict {
-            Verdict::Refused(m) if owned.iter().any(|o| m.contains(&format!("{prefix}{o}"))) => {}
+            Verdict::Refused(m, _) if owned.iter().any(|o| m.contains(&format!("{prefix}{o}"))) => {}
             other => {
                 problems.push(format!("pool-owned {owned:?}: the pool should refuse naming them; {}", other.text()))
             }
@@ -187,6 +207,13 @@ async fn compare(bench: &Bench, kind: Kind, case: &str, body: &Value) -> (Option
     );
     if object.accepted() != pool.accepted() {
         problems.push(format!("as a {kind:?}: {}\n    as a template: {}", object.text(), pool.text()));
+    } else if let (Verdict::Refused(_, fields), Verdict::Refused(message, _)) = (&object, &pool) {
+        // Refused by both for the same reason: the pool names a field the object's refusal
+        // named, at its place in the template.
+        let expected: Vec<String> = fields.iter().filter_map(|f| template_path(kind, f)).collect();
+        if !expected.is_empty() && !expected.iter().any(|p| message.contains(p.as_str())) {
+            problems.push(format!("refused by both, but the pool names none of {expected:?}: {}", pool.text()));
+        }
     }
     let problem = (!problems.is_empty()).then(|| format!("{case}:\n    {}", problems.join("\n    ")));
     (problem, row)
@@ -282,7 +309,7 @@ async fn bench() -> (Bench, Operator, TestNamespace) {
     let b = Bench { client, scope, namespace: ns.name.clone() };
     wait_for("the webhook to answer", Duration::from_secs(60), || async {
         match b.as_template(Kind::Node, "diff-probe", &probe).await {
-            Verdict::Refused(m) if m.contains("denied the request") => Ok(()),
+            Verdict::Refused(m, _) if m.contains("denied the request") => Ok(()),
             other => Err(other.text()),
         }
     })

@@ -163,6 +163,11 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     (total.is_finite() && total <= MAX_DURATION.as_secs_f64()).then(|| Duration::from_secs_f64(total))
 }
 
+/// How long a flapping node stays away when nothing is said.
+pub const DEFAULT_NOT_READY_FOR: Duration = Duration::from_secs(60);
+/// How often a flapping node goes away when nothing is said.
+pub const DEFAULT_EVERY: Duration = Duration::from_secs(600);
+
 /// A Delay with its durations parsed.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Distribution {
@@ -198,6 +203,16 @@ impl Delay {
 }
 
 impl Distribution {
+    /// The longest a sample runs in practice: the fixed value, the maximum, or the mean plus
+    /// three standard deviations.
+    pub fn longest(&self) -> Duration {
+        match *self {
+            Distribution::Fixed(d) => d,
+            Distribution::Uniform(_, hi) => hi,
+            Distribution::Normal { mean, stddev } => (mean + stddev * 3).min(MAX_DURATION),
+        }
+    }
+
     /// A sample from two uniform numbers in [0, 1): deterministic for the same numbers.
     pub fn sample(&self, u1: f64, u2: f64) -> Duration {
         match *self {
@@ -276,25 +291,23 @@ pub fn problems(l: &Lifecycle, nodes_allowed: bool) -> Vec<String> {
     }
     if let Some(n) = &l.nodes {
         out.extend(percent("nodes.notReadyPercent", n.not_ready_percent));
-        match n.every.as_deref().map(|e| (e, parse_duration(e))) {
-            Some((text, None)) => {
-                out.push(format!(".nodes.every: {text:?} is not a duration such as 10m (at most 24h)"))
-            }
-            Some((text, Some(every))) => {
-                let longest = n.not_ready_for.as_ref().and_then(|d| d.distribution().ok()).map(|d| match d {
-                    Distribution::Fixed(f) => f,
-                    Distribution::Uniform(_, hi) => hi,
-                    Distribution::Normal { mean, .. } => mean,
-                });
-                if let Some(away) = longest
-                    && away > every
-                {
-                    out.push(format!(
-                        ".nodes.every: {text} is shorter than notReadyFor ({away:?}): a node must come back before it goes again"
-                    ));
-                }
-            }
-            None => {}
+        let every = match n.every.as_deref() {
+            None => Some(DEFAULT_EVERY),
+            Some(text) => parse_duration(text).or_else(|| {
+                out.push(format!(".nodes.every: {text:?} is not a duration such as 10m (at most 24h)"));
+                None
+            }),
+        };
+        let away = match &n.not_ready_for {
+            None => Some(DEFAULT_NOT_READY_FOR),
+            Some(d) => d.distribution().ok().map(|d| d.longest()),
+        };
+        if let (Some(every), Some(away)) = (every, away)
+            && away >= every
+        {
+            out.push(format!(
+                ".nodes.every: {every:?} is not longer than notReadyFor ({away:?} at the longest): a node must come back before it goes again"
+            ));
         }
         if !nodes_allowed {
             out.push(".nodes: only a NodePool has nodes; set lifecycle.nodes on the NodePool".into());
@@ -379,12 +392,23 @@ mod tests {
         let p = problems(&l, false);
         assert!(p.iter().any(|m| m.starts_with(".pods.startDelay.min:")), "{p:?}");
         assert!(p.iter().any(|m| m.starts_with(".pods: failPercent and crashLoopPercent")), "{p:?}");
-        assert!(p.iter().any(|m| m.starts_with(".nodes.every: 1m is shorter")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with(".nodes.every: 60s is not longer")), "{p:?}");
         assert!(p.iter().any(|m| m.starts_with(".nodes: only a NodePool")), "{p:?}");
         let good: Lifecycle = serde_yaml::from_str(
             "seed: 7\npods: {exitDelay: {fixed: 1s}, ignoreSIGTERM: true, crashLoopPercent: 20}\nnodes: {notReadyPercent: 10, notReadyFor: {fixed: 40s}, every: 2m}\n",
         )
         .unwrap();
         assert_eq!(problems(&good, true), Vec::<String>::new());
+        // The defaults count (notReadyFor 60s), equal is not enough, and a normal
+        // distribution counts with its tail.
+        for bad in [
+            "{notReadyPercent: 10, every: 30s}",
+            "{notReadyPercent: 10, notReadyFor: {fixed: 1m}, every: 1m}",
+            "{notReadyPercent: 10, notReadyFor: {mean: 30s, stddev: 20s}, every: 60s}",
+            "{notReadyPercent: 10, notReadyFor: {fixed: 11m}}",
+        ] {
+            let l = Lifecycle { nodes: Some(serde_yaml::from_str(bad).unwrap()), ..Default::default() };
+            assert!(problems(&l, true).iter().any(|m| m.starts_with(".nodes.every:")), "{bad}");
+        }
     }
 }

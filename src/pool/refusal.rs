@@ -5,16 +5,21 @@
 use kube::core::Status;
 
 /// Whether an API error is the API server refusing the object itself: 422 Invalid, a 400
-/// about its body, or a 403 from an admission plugin (a priority without its class, a quota,
-/// a pod security level). Not a refusal: transient failures, and a 403 from authorization
-/// (`User "…" cannot create resource …`), which says nothing about the object.
+/// about its body, or a 403 from an admission plugin about the object (a priority without
+/// its class, a pod security level). Not a refusal: transient failures, a 403 from
+/// authorization (`User "…" cannot create resource …`), a full quota or a namespace being
+/// deleted: they say nothing about the template, and pass (a roll frees quota as it goes).
 pub fn is_refusal(status: &Status) -> bool {
     match status.code {
         422 => true,
         400 => status.reason == "BadRequest",
-        403 => !is_authorization_denial(&status.message),
+        403 => !is_authorization_denial(&status.message) && !is_about_the_namespace(&status.message),
         _ => false,
     }
+}
+
+fn is_about_the_namespace(message: &str) -> bool {
+    message.contains("exceeded quota") || message.contains("because it is being terminated")
 }
 
 fn is_authorization_denial(message: &str) -> bool {
@@ -104,6 +109,12 @@ mod tests {
         let rbac = status(serde_json::json!({"code": 403, "reason": "Forbidden",
             "message": "pods \"w-0\" is forbidden: User \"system:serviceaccount:kwok-pools:kwok-pools\" cannot create resource \"pods\" in API group \"\" in the namespace \"d\""}));
         assert!(!is_refusal(&rbac));
+        let quota = status(serde_json::json!({"code": 403, "reason": "Forbidden",
+            "message": "pods \"w-9\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=10, limited: pods=10"}));
+        assert!(!is_refusal(&quota), "a full quota is no verdict on the template");
+        let terminating = status(serde_json::json!({"code": 403, "reason": "Forbidden",
+            "message": "pods \"w-0\" is forbidden: unable to create new content in namespace d because it is being terminated"}));
+        assert!(!is_refusal(&terminating));
     }
 
     #[test]

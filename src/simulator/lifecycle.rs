@@ -17,8 +17,7 @@ use std::time::Duration;
 pub const DEFAULT_EXIT_DELAY: Duration = Duration::from_secs(1);
 /// How long a crash-looping container runs before it crashes when nothing else is said.
 pub const DEFAULT_CRASH_AFTER: Duration = Duration::from_secs(5);
-pub const DEFAULT_NOT_READY_FOR: Duration = Duration::from_secs(60);
-pub const DEFAULT_EVERY: Duration = Duration::from_secs(600);
+pub use crate::api::lifecycle::{DEFAULT_EVERY, DEFAULT_NOT_READY_FOR};
 
 /// The operator's flags: what pools that say nothing get.
 #[derive(Clone, Debug)]
@@ -134,7 +133,8 @@ impl Flap {
         let away = self
             .not_ready_for
             .sample(unit(self.seed, &[&self.node, "away", &c]), unit(self.seed, &[&self.node, "away2", &c]));
-        away.min(self.every)
+        // Never the whole cycle: a node always comes back before it goes again.
+        away.min(self.every.saturating_sub(Duration::from_secs(1)))
     }
 
     /// Whether the node is away at `now` (seconds since the epoch), and until when.

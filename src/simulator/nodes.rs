@@ -204,24 +204,26 @@ impl NodeSimulator {
             Timer::Lease(name) => {
                 let Some(t) = tracked.get_mut(&name) else { return };
                 let due = t.lease_due;
+                // The next timer goes in first, whatever happens: the key must never point at
+                // a spent timer (its slot is handed to the next insert, another node's timer).
+                let next = jittered(self.renew_interval(), 0.85, 1.0);
+                t.lease_key = queue.insert(Timer::Lease(name.clone()), next);
+                t.lease_due = Instant::now() + next;
                 let Some(node) = self.nodes.get(&ObjectRef::new(&name)) else { return };
                 let now = epoch_now();
                 if let Some(until) = self.lifecycles.node(&node).and_then(|f| f.away_until(now)) {
                     // A NotReady window: no renewal until it ends.
+                    let wait = super::timer_delay(until.saturating_sub(now));
                     if !t.away {
-                        tracing::info!(node = %name, back_in = ?(until - now), "flapping node goes NotReady");
+                        tracing::info!(node = %name, back_in = ?wait, "flapping node goes NotReady");
                         self.metrics.injected("node_not_ready");
                     }
                     t.away = true;
-                    let wait = super::timer_delay(until.saturating_sub(now));
-                    t.lease_key = queue.insert(Timer::Lease(name.clone()), wait);
+                    queue.reset(&t.lease_key, wait);
                     t.lease_due = Instant::now() + wait;
                     return;
                 }
                 let back = std::mem::take(&mut t.away);
-                let next = jittered(self.renew_interval(), 0.85, 1.0);
-                t.lease_key = queue.insert(Timer::Lease(name.clone()), next);
-                t.lease_due = Instant::now() + next;
                 if back {
                     tracing::info!(node = %name, "flapping node comes back");
                     if node_status::needs_write(&node) && !t.status_in_flight {

@@ -122,18 +122,47 @@ pub fn running_patch(pod: &SlimPod, host_ips: &[IpAddr], pod_ips: &[IpAddr], now
         "hostIPs": host_ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect::<Vec<_>>(),
         "podIP": pod_ips.first().map(|ip| ip.to_string()),
         "podIPs": pod_ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect::<Vec<_>>(),
-        "startTime": now,
         "containerStatuses": containers,
     });
     if !init.is_empty() {
         status["initContainerStatuses"] = Value::Array(init);
     }
-    // The scheduler's PodScheduled (with its time) stays; a pod bound by nodeName has none.
+    acknowledged(pod, &mut status, now);
+    json!({ "status": status })
+}
+
+/// What a kubelet sets once, when it first takes the pod: `startTime`, and `PodScheduled`
+/// for a pod bound by nodeName (the scheduler's, with its time, stays).
+fn acknowledged(pod: &SlimPod, status: &mut Value, now: &Value) {
+    if pod.start_time.is_none() {
+        status["startTime"] = now.clone();
+    }
     if pod.condition("PodScheduled").is_none()
         && let Some(conds) = status["conditions"].as_array_mut()
     {
         conds.push(cond("PodScheduled", true, now, None));
     }
+}
+
+/// The status patch of a pod the kubelet has taken but not started (its start delay runs):
+/// Pending, containers waiting in ContainerCreating, host addresses and startTime set.
+pub fn pending_patch(pod: &SlimPod, host_ips: &[IpAddr], now: &Value) -> Value {
+    let creating = json!({"waiting": {"reason": "ContainerCreating"}});
+    let containers: Vec<Value> =
+        pod.containers.iter().map(|c| container_status(pod.uid(), c, false, 0, creating.clone())).collect();
+    let mut status = json!({
+        "phase": "Pending",
+        "conditions": [
+            cond("PodReadyToStartContainers", false, now, None),
+            cond("Initialized", true, now, None),
+            cond("ContainersReady", false, now, Some("ContainersNotReady")),
+            cond("Ready", false, now, Some("ContainersNotReady")),
+        ],
+        "hostIP": host_ips.first().map(|ip| ip.to_string()),
+        "hostIPs": host_ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect::<Vec<_>>(),
+        "containerStatuses": containers,
+    });
+    acknowledged(pod, &mut status, now);
     json!({ "status": status })
 }
 
@@ -193,16 +222,15 @@ pub fn failed_patch(pod: &SlimPod, host_ips: &[IpAddr], now: &Value) -> Value {
             cond("Initialized", true, now, None),
             cond("ContainersReady", false, now, Some("PodFailed")),
             cond("Ready", false, now, Some("PodFailed")),
-            cond("PodScheduled", true, now, None),
         ],
         "containerStatuses": containers,
     });
-    // A pod that ran keeps the host addresses and start time it has.
+    // A pod that ran keeps the host addresses it has.
     if !host_ips.is_empty() {
         status["hostIP"] = host_ips[0].to_string().into();
         status["hostIPs"] = host_ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect::<Vec<_>>().into();
-        status["startTime"] = now.clone();
     }
+    acknowledged(pod, &mut status, now);
     json!({ "status": status })
 }
 
@@ -358,7 +386,25 @@ mod tests {
         assert_eq!(ready_fix(&crashed, &json!("t")), None);
         let f = failed_patch(&p, &[], &json!("t"));
         assert_eq!(f["status"]["phase"], "Failed");
+        assert_eq!(f["status"]["startTime"], "t", "a pod that never started gets its startTime");
         assert_eq!(f["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 1);
+    }
+
+    #[test]
+    fn the_kubelet_sets_start_time_and_pod_scheduled_once() {
+        let mut scheduled = pod(&[], &[("PodScheduled", "True")]);
+        let v = running_patch(&scheduled, &[], &[], &json!("t"));
+        assert!(!v["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "PodScheduled"));
+        assert_eq!(v["status"]["startTime"], "t");
+        scheduled.start_time = Some(k8s_openapi::jiff::Timestamp::from_second(5).unwrap());
+        let v = running_patch(&scheduled, &[], &[], &json!("t"));
+        assert!(v["status"].get("startTime").is_none(), "startTime is not moved");
+        // Bound by nodeName, without the scheduler: the kubelet reports PodScheduled.
+        let v = running_patch(&pod(&[], &[]), &[], &[], &json!("t"));
+        assert!(v["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "PodScheduled"));
+        let p = pending_patch(&pod(&[], &[]), &[], &json!("t"));
+        assert_eq!(p["status"]["phase"], "Pending");
+        assert_eq!(p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"], "ContainerCreating");
     }
 
     #[test]

@@ -65,8 +65,10 @@ struct Tracked {
     started: bool,
     /// When the simulator first saw the pod on its node (start delays count from here).
     seen: Instant,
-    /// What the pod's lifecycle decided for it (on first sight).
-    plan: Option<PodPlan>,
+    /// `down` and `restarts` were read from the pod (first sight).
+    known: bool,
+    /// We wrote the pod acknowledged (Pending, ContainerCreating) during its start delay.
+    acknowledged: bool,
     /// Its containers are down (crashed, in back-off), as last written or seen.
     down: bool,
     restarts: i32,
@@ -87,7 +89,8 @@ impl Default for Tracked {
             in_flight: false,
             started: false,
             seen: Instant::now(),
-            plan: None,
+            known: false,
+            acknowledged: false,
             down: false,
             restarts: 0,
             start_key: None,
@@ -262,36 +265,58 @@ impl Loop {
         }
     }
 
-    /// One pod seen (or looked at again): the pipeline of what a kubelet would do next.
+    /// One pod seen (or looked at again): the pipeline of what a kubelet would do next. The
+    /// lifecycle knobs are read each time, so a pool's change applies at once.
     fn on_pod(&mut self, pod: &Arc<SlimPod>) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let Some(node) = self.managed_node(pod) else {
             self.not_ours(pod, &uid);
             return;
         };
-        let node_name = node.name_any();
         let t = self.tracked.entry(uid.clone()).or_default();
-        t.node = node_name.clone();
+        t.node = node.name_any();
         if t.in_flight {
             return;
         }
-        if t.plan.is_none() {
-            t.plan = Some(self.sim.config.lifecycles.pod(pod, &node));
+        if !t.known {
             // After a restart the pod tells where its crash loop stands.
+            t.known = true;
             t.down = pod.crash_looping;
             t.restarts = pod.restart_count;
         }
+        let plan = self.sim.config.lifecycles.pod(pod, &node);
+        let away = self.away_until(&node);
         if pod.metadata.deletion_timestamp.is_some() {
-            self.schedule_removal(pod, &node, &uid);
+            self.schedule_removal(pod, &uid, &plan, away);
+        } else if let Some(until) = away {
+            // Its node's kubelet is "gone": nothing happens to the pod until the node is back.
+            self.look_again_at(pod, &uid, until);
         } else if matches!(pod_status::phase(pod), "Succeeded" | "Failed") {
             // A finished pod is not live: its address goes back, and may fit a waiting pod.
-            if self.ipam.release(&node_name, &uid) {
-                self.retry_waiting(&node_name);
+            if self.ipam.release(&node.name_any(), &uid) {
+                self.retry_waiting(&node.name_any());
             }
         } else if !pod_status::is_running(pod) {
-            self.start(pod, &node, &uid);
+            self.start(pod, &node, &uid, &plan);
         } else {
-            self.keep_running(pod, &node, &uid);
+            self.keep_running(pod, &node, &uid, &plan);
+        }
+    }
+
+    /// When the node's NotReady window (of a flapping NodePool) ends, if it is in one.
+    fn away_until(&self, node: &Node) -> Option<Instant> {
+        let now = super::nodes::epoch_now();
+        let until = self.sim.config.lifecycles.node(node)?.away_until(now)?;
+        Some(Instant::now() + until.saturating_sub(now))
+    }
+
+    /// Looks at the pod again at `when` (one timer per pod).
+    fn look_again_at(&mut self, pod: &Arc<SlimPod>, uid: &str, when: Instant) {
+        let Some(t) = self.tracked.get_mut(uid) else { return };
+        if t.start_key.is_none() {
+            let key = ObjectRef::from_obj(pod.as_ref());
+            let wait = super::timer_delay(when.saturating_duration_since(Instant::now()));
+            t.start_key = Some(self.queue.insert(Timer::Start(key, uid.to_string()), wait));
         }
     }
 
@@ -311,7 +336,8 @@ impl Loop {
 
     /// A deleted pod goes once its exit delay has passed: about a second for a process that
     /// honours SIGTERM, the whole grace period for one that ignores it, never past the grace.
-    fn schedule_removal(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str) {
+    /// On a node in a NotReady window nobody confirms the exit until the node is back.
+    fn schedule_removal(&mut self, pod: &Arc<SlimPod>, uid: &str, plan: &PodPlan, away: Option<Instant>) {
         let Some(t) = self.tracked.get_mut(uid) else { return };
         let Some(deleted_at) = pod.metadata.deletion_timestamp.as_ref() else { return };
         if t.remove_key.is_some() || t.removed {
@@ -319,47 +345,49 @@ impl Loop {
         }
         let grace = Duration::from_secs(pod.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64);
         let terminal = matches!(pod_status::phase(pod), "Succeeded" | "Failed");
-        // Decided now, not at start: a pool that learns to ignore SIGTERM applies to its
-        // running pods too.
-        let exit = self.sim.config.lifecycles.pod(pod, node).exit_delay;
-        let mut wait = if terminal { Duration::ZERO } else { exit.map_or(grace, |d| d.min(grace)) };
-        // On a node in a NotReady window nobody confirms the exit until the node is back.
-        let now = super::nodes::epoch_now();
-        if let Some(until) = self.sim.config.lifecycles.node(node).and_then(|f| f.away_until(now)) {
-            wait = wait.max(until.saturating_sub(now));
-        }
+        let wait = if terminal { Duration::ZERO } else { plan.exit_delay.map_or(grace, |d| d.min(grace)) };
         // Like a kubelet, wait from now; but never past the deletion timestamp (seconds
         // resolution, hence the extra second), which matters after a restart.
         let until_deadline =
             (deleted_at.0 - k8s_openapi::jiff::Timestamp::now()).total(k8s_openapi::jiff::Unit::Second).unwrap_or(0.0)
                 + 1.0;
-        let remaining = wait.min(Duration::from_secs_f64(until_deadline.max(0.0)));
+        let mut remaining = wait.min(Duration::from_secs_f64(until_deadline.clamp(0.0, 1e9)));
+        if let Some(back) = away {
+            remaining = remaining.max(back.saturating_duration_since(Instant::now()));
+        }
         let key = ObjectRef::from_obj(pod.as_ref());
         t.remove_key = Some(self.queue.insert(Timer::Remove(key, uid.to_string()), super::timer_delay(remaining)));
     }
 
-    /// A pod not running yet: after its start delay, addresses and one status write (Running,
-    /// or crashed, or Failed, as its fate says).
-    fn start(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str) {
+    /// A pod not running yet: acknowledged at once (Pending, its containers creating) when it
+    /// has a start delay; after the delay, addresses and one status write: Running, or
+    /// crashed, or Failed, as its fate says.
+    fn start(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str, plan: &PodPlan) {
         let node_name = node.name_any();
         let key = ObjectRef::from_obj(pod.as_ref());
         let Some(t) = self.tracked.get_mut(uid) else { return };
         if t.started || t.start_key.is_some() {
             return; // our write is on its way through the watch, or the start delay runs
         }
-        let plan = t.plan.clone().unwrap_or_else(|| self.sim.config.lifecycles.pod(pod, node));
-        let due = t.seen + plan.start_delay;
-        if due > Instant::now() {
-            t.start_key = Some(self.queue.insert(Timer::Start(key, uid.to_string()), due - Instant::now()));
-            return;
-        }
-        let never_restarts = pod.restart_policy.as_deref() == Some("Never");
         let host_ips = node_status::internal_ips(node);
         if host_ips.is_empty() {
             // The node has no address yet; its next update retries.
             self.waiting.entry(node_name).or_default().insert(key);
             return;
         }
+        let due = t.seen + plan.start_delay;
+        if due > Instant::now() {
+            t.start_key = Some(self.queue.insert(Timer::Start(key, uid.to_string()), due - Instant::now()));
+            if !t.acknowledged && pod.start_time.is_none() {
+                // As a kubelet does before it pulls images: startTime, host IPs, creating.
+                t.acknowledged = true;
+                t.in_flight = true;
+                let patch = pod_status::pending_patch(pod, &host_ips, &now_value());
+                self.spawn_status(pod.clone(), patch, "acknowledge");
+            }
+            return;
+        }
+        let never_restarts = pod.restart_policy.as_deref() == Some("Never");
         let now = now_value();
         let (patch, transition) = if plan.fate == Fate::FailsAtStart && never_restarts {
             (pod_status::failed_patch(pod, &host_ips, &now), "fail")
@@ -413,8 +441,9 @@ impl Loop {
     }
 
     /// A running pod: its addresses stay known, Ready follows its readiness gates, a crash
-    /// loop goes round, a Job's pod finishes.
-    fn keep_running(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str) {
+    /// loop goes round (a pod that is down always comes back after its back-off, whatever the
+    /// knobs say now), a Job's pod finishes.
+    fn keep_running(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str, plan: &PodPlan) {
         let node_name = node.name_any();
         let ips = pod_status::pod_ips(pod);
         if !pod_status::host_network(pod) && !ips.is_empty() {
@@ -428,9 +457,7 @@ impl Loop {
             self.spawn_status(pod.clone(), patch, "ready");
             return;
         }
-        let Some(plan) = t.plan.clone() else { return };
-        let looping = matches!(plan.fate, Fate::FailsAtStart | Fate::CrashLoops { .. });
-        if looping && t.crash_key.is_none() && t.restart_key.is_none() {
+        if t.crash_key.is_none() && t.restart_key.is_none() {
             if t.down {
                 let back_off = lifecycle::crash_back_off(t.restarts);
                 t.restart_key = Some(self.queue.insert(Timer::Restart(key.clone(), uid.to_string()), back_off));
@@ -438,6 +465,7 @@ impl Loop {
                 t.crash_key = Some(self.queue.insert(Timer::Crash(key.clone(), uid.to_string()), after));
             }
         }
+        let looping = t.down || plan.fate != Fate::Runs;
         if pod_status::owned_by_job(pod) && !looping && t.complete_key.is_none() {
             let ran = pod
                 .start_time
@@ -445,7 +473,7 @@ impl Loop {
                     (k8s_openapi::jiff::Timestamp::now() - s)
                         .total(k8s_openapi::jiff::Unit::Second)
                         .unwrap_or(0.0)
-                        .max(0.0)
+                        .clamp(0.0, 1e9)
                 })
                 .unwrap_or(0.0);
             let remaining = plan.job_run_time.saturating_sub(Duration::from_secs_f64(ran));
@@ -470,6 +498,11 @@ impl Loop {
                 t.complete_key = None;
                 let Some(pod) = self.sim.pods.get(&key) else { return };
                 if pod.metadata.deletion_timestamp.is_some() || pod_status::phase(&pod) != "Running" {
+                    return;
+                }
+                if t.in_flight {
+                    // Another write is on its way: finish a moment later.
+                    t.complete_key = Some(self.queue.insert(Timer::Complete(key, uid), Duration::from_secs(1)));
                     return;
                 }
                 t.in_flight = true;
@@ -499,30 +532,48 @@ impl Loop {
         }
     }
 
-    /// The live pod a loop timer is for, unless it is deleted, finished or replaced.
-    fn live(&self, key: &ObjectRef<SlimPod>, uid: &str) -> Option<Arc<SlimPod>> {
+    /// The live pod a loop timer is for, and its node, unless it is deleted, finished or
+    /// replaced, or its node is gone.
+    fn live(&self, key: &ObjectRef<SlimPod>, uid: &str) -> Option<(Arc<SlimPod>, Arc<Node>)> {
         let pod = self.sim.pods.get(key)?;
         let live = pod.metadata.uid.as_deref() == Some(uid)
             && pod.metadata.deletion_timestamp.is_none()
             && pod_status::phase(&pod) == "Running";
-        live.then_some(pod)
+        let node = self.managed_node(&pod)?;
+        live.then_some((pod, node))
+    }
+
+    /// When a loop timer cannot act now — a write in flight, or its node away — the time to
+    /// try again.
+    fn not_now(&self, uid: &str, node: &Node) -> Option<Duration> {
+        if self.tracked.get(uid).is_some_and(|t| t.in_flight) {
+            return Some(Duration::from_secs(1));
+        }
+        self.away_until(node).map(|until| until.saturating_duration_since(Instant::now()))
     }
 
     /// A crash-looping container exits 1: CrashLoopBackOff (or Failed, if never restarted).
     fn crash(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
         let Some(t) = self.tracked.get_mut(uid) else { return };
         t.crash_key = None;
-        let restarts = t.restarts + 1;
-        let Some(pod) = self.live(key, uid) else { return };
+        let Some((pod, node)) = self.live(key, uid) else { return };
+        if let Some(wait) = self.not_now(uid, &node) {
+            let timer = Timer::Crash(key.clone(), uid.to_string());
+            let k = self.queue.insert(timer, super::timer_delay(wait));
+            if let Some(t) = self.tracked.get_mut(uid) {
+                t.crash_key = Some(k);
+            }
+            return;
+        }
+        let Some(t) = self.tracked.get_mut(uid) else { return };
         let now = now_value();
         let patch = if pod.restart_policy.as_deref() == Some("Never") {
             pod_status::failed_patch(&pod, &[], &now)
         } else {
-            pod_status::crashed_patch(&pod, restarts, &now)
+            pod_status::crashed_patch(&pod, t.restarts + 1, &now)
         };
-        let Some(t) = self.tracked.get_mut(uid) else { return };
         t.down = true;
-        t.restarts = restarts;
+        t.restarts += 1;
         t.in_flight = true;
         self.sim.metrics.injected("crash");
         self.spawn_status(pod, patch, "crash");
@@ -532,10 +583,18 @@ impl Loop {
     fn restart(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
         let Some(t) = self.tracked.get_mut(uid) else { return };
         t.restart_key = None;
-        let fails_at_start = t.plan.as_ref().is_some_and(|p| p.fate == Fate::FailsAtStart);
-        let Some(pod) = self.live(key, uid) else { return };
-        let now = now_value();
+        let Some((pod, node)) = self.live(key, uid) else { return };
+        if let Some(wait) = self.not_now(uid, &node) {
+            let timer = Timer::Restart(key.clone(), uid.to_string());
+            let k = self.queue.insert(timer, super::timer_delay(wait));
+            if let Some(t) = self.tracked.get_mut(uid) {
+                t.restart_key = Some(k);
+            }
+            return;
+        }
+        let fails_at_start = self.sim.config.lifecycles.pod(&pod, &node).fate == Fate::FailsAtStart;
         let Some(t) = self.tracked.get_mut(uid) else { return };
+        let now = now_value();
         let patch = if fails_at_start {
             t.restarts += 1;
             pod_status::crashed_patch(&pod, t.restarts, &now)
