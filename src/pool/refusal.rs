@@ -19,7 +19,11 @@ pub fn is_refusal(status: &Status) -> bool {
 }
 
 fn is_about_the_namespace(message: &str) -> bool {
-    message.contains("exceeded quota") || message.contains("because it is being terminated")
+    // A full quota, a namespace being deleted, or one so new that its default ServiceAccount
+    // is not there yet (a Namespace and a PodPool applied together).
+    ["exceeded quota", "because it is being terminated", "error looking up service account"]
+        .iter()
+        .any(|m| message.contains(m))
 }
 
 fn is_authorization_denial(message: &str) -> bool {
@@ -115,6 +119,9 @@ mod tests {
         let terminating = status(serde_json::json!({"code": 403, "reason": "Forbidden",
             "message": "pods \"w-0\" is forbidden: unable to create new content in namespace d because it is being terminated"}));
         assert!(!is_refusal(&terminating));
+        let fresh = status(serde_json::json!({"code": 403, "reason": "Forbidden",
+            "message": "pods \"w-0\" is forbidden: error looking up service account d/default: serviceaccount \"default\" not found"}));
+        assert!(!is_refusal(&fresh), "a namespace applied together with its pool is not a bad template");
     }
 
     #[test]
