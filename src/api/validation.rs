@@ -273,20 +273,39 @@ fn pod_cidr_rule(range: &Option<SubnetRange>, ctx: &NodePoolRules, count: i32) -
         && let Ok(old_net) = parse_net(&old_range.cidr)
     {
         let live = (*children).min(count.max(0) as u32);
-        for i in 0..live {
-            let before = crate::simulator::ipam::nth_subnet(&old_net, old_range.mask_size, i);
-            let after = crate::simulator::ipam::nth_subnet(&net, range.mask_size, i);
-            if before != after {
-                out.push(format!(
-                    ": the change would move node {i} from {} to {}: a live pool's range may grow, but its nodes keep their subnets (keep the start and maskSize, or scale to 0 first)",
-                    before.map(|n| n.to_string()).unwrap_or_default(),
-                    after.map(|n| n.to_string()).unwrap_or_else(|| "nothing".into())
-                ));
-                break;
-            }
+        let subnets = |net: &IpNet, mask: u8| {
+            1u128.checked_shl(u32::from(mask.saturating_sub(net.prefix_len()))).unwrap_or(u128::MAX)
+        };
+        let before = |i| crate::simulator::ipam::nth_subnet(&old_net, old_range.mask_size, i);
+        let after = |i| crate::simulator::ipam::nth_subnet(&net, range.mask_size, i);
+        let lens = (subnets(&old_net, old_range.mask_size), subnets(&net, range.mask_size));
+        if let Some(i) = first_moved(live, before, after, lens) {
+            out.push(format!(
+                ": the change would move node {i} from {} to {}: a live pool's range may grow, but its nodes keep their subnets (keep the start and maskSize, or scale to 0 first)",
+                before(i).map(|n| n.to_string()).unwrap_or_default(),
+                after(i).map(|n| n.to_string()).unwrap_or_else(|| "nothing".into())
+            ));
         }
     }
     lines(out)
+}
+
+/// The first of the `live` nodes whose item (subnet, address) would move from `before(i)` to
+/// `after(i)`, in constant time whatever the count. Both are arithmetic sequences over their
+/// ranges (`lens` items each): equal at 0 and 1 means the same start and step, so they agree
+/// up to the end of the shorter range.
+fn first_moved<T: PartialEq>(
+    live: u32,
+    before: impl Fn(u32) -> Option<T>,
+    after: impl Fn(u32) -> Option<T>,
+    lens: (u128, u128),
+) -> Option<u32> {
+    let first = (0..live.min(2)).find(|&i| before(i) != after(i));
+    if first.is_some() {
+        return first;
+    }
+    let shorter = lens.0.min(lens.1);
+    (shorter < u128::from(live)).then_some(shorter as u32)
 }
 
 /// Rules on `spec.internalIPs`.
@@ -318,17 +337,15 @@ fn internal_ips_rule(range: &Option<String>, ctx: &NodePoolRules, count: i32) ->
         && let Ok(old_net) = parse_net(old_text)
     {
         let live = (*children).min(count.max(0) as u32);
-        for i in 0..live {
-            let before = crate::simulator::ipam::nth_host(&old_net, i);
-            let after = crate::simulator::ipam::nth_host(&net, i);
-            if before != after {
-                out.push(format!(
-                    ": the change would move node {i} from {} to {}: a live pool's range may grow, but its nodes keep their addresses",
-                    before.map(|a| a.to_string()).unwrap_or_default(),
-                    after.map(|a| a.to_string()).unwrap_or_else(|| "nothing".into())
-                ));
-                break;
-            }
+        let before = |i| crate::simulator::ipam::nth_host(&old_net, i);
+        let after = |i| crate::simulator::ipam::nth_host(&net, i);
+        let lens = (crate::simulator::ipam::host_count(&old_net), crate::simulator::ipam::host_count(&net));
+        if let Some(i) = first_moved(live, before, after, lens) {
+            out.push(format!(
+                ": the change would move node {i} from {} to {}: a live pool's range may grow, but its nodes keep their addresses",
+                before(i).map(|a| a.to_string()).unwrap_or_default(),
+                after(i).map(|a| a.to_string()).unwrap_or_else(|| "nothing".into())
+            ));
         }
     }
     lines(out)

@@ -223,3 +223,31 @@ fn the_reconciler_blames_only_the_newer_of_two_overlapping_pools() {
     assert!(validate_nodepool(&old, &all).is_ok(), "the older pool keeps working");
     assert!(validate_nodepool(&new, &all).unwrap_err().contains("NodePool old"));
 }
+
+#[test]
+fn range_moves_are_found_in_constant_time_whatever_the_count() {
+    // A crafted review may carry any count (the schema's bound does not reach the webhook's
+    // raw body): the check must not walk the nodes one by one.
+    let has = |errs: &[String], path: &str, node: u32| {
+        errs.iter().any(|e| e.starts_with(&format!("{path}:")) && e.contains(&format!("would move node {node} ")))
+    };
+    let old =
+        nodepool_spec("  podCIDR: {cidr: 10.0.0.0/8, maskSize: 30}\n  internalIPs: 10.0.0.0/8\n  nodeTemplate: {}\n");
+    let ctx = NodePoolRules { others: vec![], old: Some((old.spec.clone(), u32::MAX)) };
+    let mut moved =
+        nodepool_spec("  podCIDR: {cidr: 10.0.0.0/8, maskSize: 31}\n  internalIPs: 11.0.0.0/8\n  nodeTemplate: {}\n");
+    moved.spec.node_count = i32::MAX;
+    let errs = errors_of(&moved, &ctx);
+    assert!(has(&errs, "spec.podCIDR", 0) && has(&errs, "spec.internalIPs", 0), "{errs:?}");
+    // The same start and step, but a range that ends before the live nodes do.
+    let mut shrunk =
+        nodepool_spec("  podCIDR: {cidr: 10.0.0.0/9, maskSize: 30}\n  internalIPs: 10.0.0.0/9\n  nodeTemplate: {}\n");
+    shrunk.spec.node_count = i32::MAX;
+    let errs = errors_of(&shrunk, &ctx);
+    assert!(has(&errs, "spec.podCIDR", 1 << 21), "{errs:?}");
+    assert!(has(&errs, "spec.internalIPs", (1 << 23) - 2), "{errs:?}");
+    // Grown: nothing moves.
+    let few = NodePoolRules { others: vec![], old: Some((shrunk.spec.clone(), 1000)) };
+    let errs = errors_of(&old, &few);
+    assert!(errs.iter().all(|e| !e.contains("would move")), "{errs:?}");
+}
