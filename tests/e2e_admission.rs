@@ -369,6 +369,10 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
             ),
         ),
         (
+            "quantities written as floats",
+            np(&s, &n("ok14"), "  nodeCount: 0\n  nodeTemplate:\n    status: {capacity: {cpu: 1.5, pods: 110}}\n"),
+        ),
+        (
             "a nodeInfo with two fields, as kwok users write it",
             np(
                 &s,
@@ -469,6 +473,9 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
         let (ok, out) = apply_result(yaml);
         assert!(ok, "{what} was refused:\n{out}");
     }
+    // A float quantity is kept as the string it reads as (the mutating webhook's work).
+    let cpu = kubectl_ok(&["get", "nodepool", &n("ok14"), "-o", "jsonpath={.spec.nodeTemplate.status.capacity.cpu}"]);
+    assert_eq!(cpu, "1.5");
     // The API server takes a Node whose allocatable exceeds its capacity, so the pool does
     // too, with a warning kubectl shows.
     let (ok, out) = apply_result(&np(

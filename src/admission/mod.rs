@@ -1,6 +1,7 @@
 //! The validating admission webhook, served by `kwok-pools run` over TLS: AdmissionReview v1
 //! in, allow or deny out, with messages that name the field by its manifest path.
 
+pub mod mutate;
 pub mod register;
 pub mod review;
 pub mod tls;
@@ -62,11 +63,29 @@ async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
     }
 }
 
+/// Rewrites float quantities as strings (see [`mutate`]).
+async fn mutate(body: Bytes) -> Response {
+    let review =
+        match serde_json::from_slice::<kube::core::admission::AdmissionReview<kube::core::DynamicObject>>(&body) {
+            Ok(r) => r,
+            Err(e) => {
+                return (StatusCode::BAD_REQUEST, format!("the body is not an AdmissionReview: {e}\n")).into_response();
+            }
+        };
+    match mutate::answer(review) {
+        Ok(review) => axum::Json(review).into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, format!("the AdmissionReview has no request: {e}\n")).into_response(),
+    }
+}
+
 /// The webhook's routes. With a `client`, the API server judges each pool's rendered child by
 /// a server-side dry run.
 pub fn router(pools: Store<NodePool>, client: Option<kube::Client>, metrics: Arc<Metrics>) -> Router {
     let judge = review::Judge { pools, client };
-    Router::new().route(register::PATH, post(validate)).with_state(AppState { judge, metrics })
+    Router::new()
+        .route(register::PATH, post(validate))
+        .route(register::MUTATE_PATH, post(mutate))
+        .with_state(AppState { judge, metrics })
 }
 
 /// Starts the TLS server in the background and registers the webhook configuration.
@@ -108,9 +127,10 @@ pub async fn start(
     });
     let vwc =
         register::configuration(&config.configuration_name, &endpoint, &cert.ca_pem, config.object_selector.clone());
-    register::register(client, &vwc).await.map_err(|e| {
+    let mwc = register::mutating_configuration(&vwc);
+    register::register(client, &vwc, &mwc).await.map_err(|e| {
         anyhow::anyhow!(
-            "cannot register ValidatingWebhookConfiguration {}: {e}; the operator needs create/patch on validatingwebhookconfigurations (or run with --no-webhook)",
+            "cannot register the webhook configurations {}: {e}; the operator needs create/patch on validatingwebhookconfigurations and mutatingwebhookconfigurations (or run with --no-webhook)",
             config.configuration_name
         )
     })?;

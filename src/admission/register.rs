@@ -1,4 +1,5 @@
-//! The ValidatingWebhookConfiguration that points the API server at this webhook.
+//! The ValidatingWebhookConfiguration (and the MutatingWebhookConfiguration that turns float
+//! quantities into strings) that point the API server at this webhook.
 //!
 //! failurePolicy is Ignore: when the operator is down, pools can still be created and edited
 //! (the schema and CEL still refuse what they cover), and the reconciler validates again
@@ -8,13 +9,16 @@
 use crate::pool::FIELD_MANAGER;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference, ValidatingWebhook,
+    ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 
 pub const WEBHOOK_NAME: &str = "validate.pools.kwok.x-k8s.io";
 pub const PATH: &str = "/validate";
+pub const MUTATING_WEBHOOK_NAME: &str = "quantities.pools.kwok.x-k8s.io";
+pub const MUTATE_PATH: &str = "/mutate";
 
 /// Where the API server reaches the webhook.
 #[derive(Clone, Debug)]
@@ -69,9 +73,64 @@ pub fn configuration(
     }
 }
 
-/// Creates or updates the configuration (server-side apply with the operator's field manager).
-pub async fn register(client: kube::Client, config: &ValidatingWebhookConfiguration) -> kube::Result<()> {
-    let api: Api<ValidatingWebhookConfiguration> = Api::all(client);
-    let name = config.metadata.name.clone().unwrap_or_default();
-    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(config)).await.map(|_| ())
+/// The mutating twin of a validating configuration: same name, endpoint (at
+/// [`MUTATE_PATH`]), rules and selector. failurePolicy Ignore too: without it, a float
+/// quantity is refused by the schema, as it would be without this webhook.
+pub fn mutating_configuration(validating: &ValidatingWebhookConfiguration) -> MutatingWebhookConfiguration {
+    let webhooks = validating.webhooks.iter().flatten().map(|w| {
+        let mut client_config = w.client_config.clone();
+        if let Some(url) = client_config.url.as_mut() {
+            *url = url.replace(PATH, MUTATE_PATH);
+        }
+        if let Some(service) = client_config.service.as_mut() {
+            service.path = Some(MUTATE_PATH.into());
+        }
+        MutatingWebhook {
+            name: MUTATING_WEBHOOK_NAME.into(),
+            admission_review_versions: w.admission_review_versions.clone(),
+            side_effects: w.side_effects.clone(),
+            failure_policy: w.failure_policy.clone(),
+            timeout_seconds: w.timeout_seconds,
+            match_policy: w.match_policy.clone(),
+            object_selector: w.object_selector.clone(),
+            rules: w.rules.clone(),
+            reinvocation_policy: Some("Never".into()),
+            client_config,
+            ..Default::default()
+        }
+    });
+    MutatingWebhookConfiguration { metadata: validating.metadata.clone(), webhooks: Some(webhooks.collect()) }
+}
+
+/// Creates or updates both configurations (server-side apply with the operator's field
+/// manager).
+pub async fn register(
+    client: kube::Client,
+    validating: &ValidatingWebhookConfiguration,
+    mutating: &MutatingWebhookConfiguration,
+) -> kube::Result<()> {
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let name = validating.metadata.name.clone().unwrap_or_default();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone()).patch(&name, &pp, &Patch::Apply(validating)).await?;
+    Api::<MutatingWebhookConfiguration>::all(client).patch(&name, &pp, &Patch::Apply(mutating)).await.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mutating_twin_points_at_its_own_path() {
+        let by_url = configuration("x", &Endpoint::Url("https://127.0.0.1:9443/validate".into()), "CA", None);
+        let m = mutating_configuration(&by_url);
+        let hook = &m.webhooks.as_ref().unwrap()[0];
+        assert_eq!(hook.client_config.url.as_deref(), Some("https://127.0.0.1:9443/mutate"));
+        assert_eq!((hook.failure_policy.as_deref(), hook.side_effects.as_str()), (Some("Ignore"), "None"));
+        assert_eq!(hook.rules, by_url.webhooks.as_ref().unwrap()[0].rules);
+        let svc = Endpoint::Service { namespace: "n".into(), name: "s".into(), port: 443 };
+        let m = mutating_configuration(&configuration("x", &svc, "CA", None));
+        let hook = &m.webhooks.as_ref().unwrap()[0];
+        assert_eq!(hook.client_config.service.as_ref().unwrap().path.as_deref(), Some("/mutate"));
+        assert_eq!(m.metadata.name.as_deref(), Some("x"));
+    }
 }
