@@ -37,6 +37,13 @@ use serde::{Deserialize, Serialize};
         description = "nodes rendered from the current template"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Not-Ready",
+        type_ = "integer",
+        json_path = ".status.notReadyReplicas",
+        description = "nodes that exist but are not ready",
+        priority = 1
+    ),
     cel
 )]
 #[serde(rename_all = "camelCase")]

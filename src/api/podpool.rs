@@ -37,6 +37,20 @@ use serde::{Deserialize, Serialize};
         description = "pods rendered from the current template"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Not-Ready",
+        type_ = "integer",
+        json_path = ".status.notReadyReplicas",
+        description = "pods that exist but are not ready",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Failed",
+        type_ = "integer",
+        json_path = ".status.failedReplicas",
+        description = "pods that Failed or crash-loop",
+        priority = 1
+    ),
     cel
 )]
 #[serde(rename_all = "camelCase")]
