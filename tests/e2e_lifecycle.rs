@@ -231,6 +231,10 @@ spec:
         if s.failed_replicas == want && s.not_ready_replicas >= want { Ok(()) } else { Err(format!("{s:?}")) }
     })
     .await;
+    let wide = kubectl_ok(&["get", "podpool", pool, "-n", &ns.name, "-o", "wide"]);
+    assert!(wide.contains("NOT-READY") && wide.contains("FAILED"), "{wide}");
+    let row = wide.lines().find(|l| l.starts_with(pool)).unwrap_or_default().to_string();
+    assert!(row.split_whitespace().any(|c| c == predicted.len().to_string()), "{wide}");
     // The Deployment's pods follow their nodes' pool: all crash-loop.
     wait_for("the Deployment's pods crash-looping", T, || async {
         let pods = list_pods(&client, &ns.name, "app=plain").await;
