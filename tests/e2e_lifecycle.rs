@@ -148,19 +148,29 @@ async fn crash_loops_and_failures_show_as_a_kubelet_shows_them() {
     apply(&nodepool(&scope, &scope, 2, "10.221.0.0/16", node_knobs));
     wait_ready_nodes(&client, &scope, 2, T).await;
 
-    let knobs = "  lifecycle:\n    seed: 3\n    pods: {crashLoopPercent: 20, crashAfter: {fixed: 2s}, startDelay: {fixed: 2s}}\n";
+    // With a seed the crash-looping pods are a pure function of the seed and their names
+    // (namespace included). The namespace is random, so pick the first seed that makes about a
+    // fifth of these 30 crash-loop: every later check is then exact.
     let pool = "svc";
-    apply(&podpool(pool, &ns.name, &scope, 30, knobs, "      containers: [{name: app, image: nginx}]\n"));
-    // With a seed the crash-looping pods are a pure function of the seed and their names.
     let settings: PodLifecycle = serde_yaml::from_str("{crashLoopPercent: 20, crashAfter: {fixed: 2s}}").unwrap();
     let defaults = Defaults { exit_delay: None, job_run_time: Duration::from_secs(5) };
-    let predicted: BTreeSet<String> = (0..30)
-        .map(|i| format!("{pool}-{i}"))
-        .filter(|n| {
-            matches!(plan_pod(Some(&settings), Some(3), &slim(&ns.name, n), &defaults).fate, Fate::CrashLoops { .. })
-        })
-        .collect();
-    assert!((2..=12).contains(&predicted.len()), "about a fifth of 30: {predicted:?}");
+    let crash_looping = |seed: i64| -> BTreeSet<String> {
+        (0..30)
+            .map(|i| format!("{pool}-{i}"))
+            .filter(|n| {
+                matches!(
+                    plan_pod(Some(&settings), Some(seed), &slim(&ns.name, n), &defaults).fate,
+                    Fate::CrashLoops { .. }
+                )
+            })
+            .collect()
+    };
+    let seed = (1..1000).find(|s| (4..=8).contains(&crash_looping(*s).len())).unwrap();
+    let predicted = crash_looping(seed);
+    let knobs = format!(
+        "  lifecycle:\n    seed: {seed}\n    pods: {{crashLoopPercent: 20, crashAfter: {{fixed: 2s}}, startDelay: {{fixed: 2s}}}}\n"
+    );
+    apply(&podpool(pool, &ns.name, &scope, 30, &knobs, "      containers: [{name: app, image: nginx}]\n"));
 
     let deployment = format!(
         "apiVersion: apps/v1
@@ -277,6 +287,16 @@ spec:
 
 fn ready_status(n: &Node) -> String {
     ready_condition(n)
+}
+
+/// The lines of the test cluster's controller-manager log that match `pattern` (the log sits
+/// beside the kubeconfig of a cluster `kwok-pools cluster create` made).
+fn controller_manager_log(pattern: &str) -> String {
+    let log = kubeconfig().with_file_name("logs").join("kube-controller-manager.log");
+    let re = regex::Regex::new(pattern).unwrap();
+    let text = std::fs::read_to_string(&log).unwrap_or_else(|e| format!("({}: {e})", log.display()));
+    let lines: Vec<&str> = text.lines().filter(|l| re.is_match(l)).collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 fn unreachable_no_execute(n: &Node) -> bool {
@@ -401,7 +421,11 @@ spec:
     // Pods that sat on a node tainted unreachable:NoExecute were evicted (they tolerate it for
     // a second); the pods on steady nodes are still the same pods.
     eprintln!("  NoExecute-tainted: {no_execute:?}");
-    assert!(!no_execute.is_empty() && no_execute.is_subset(&predicted), "{no_execute:?}");
+    assert!(
+        !no_execute.is_empty() && no_execute.is_subset(&predicted),
+        "NoExecute-tainted {no_execute:?}; the controller manager said:\n{}",
+        controller_manager_log("isruption|zone|evict|taint")
+    );
     let now: BTreeSet<String> =
         list_pods(&client, &ns.name, "app=pinned").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
     let evictable: Vec<(&String, &String)> = placed.iter().filter(|(_, node)| no_execute.contains(*node)).collect();
