@@ -21,10 +21,6 @@ E2E_HOME    ?= $(CURDIR)/.state/e2e
 E2E_CLUSTER ?= e2e
 E2E_GRACE   ?= 20
 E2E_THREADS ?= 4
-# Taint-based eviction that does not depend on what other tests leave NotReady meanwhile: a
-# zone is never "partially disrupted" (which stops evictions in a small cluster), and the
-# controller taints a node a second rather than one every 10 s (the flapping-node test).
-E2E_EVICTION_FLAGS ?= --unhealthy-zone-threshold=1 --node-eviction-rate=1 --secondary-node-eviction-rate=1
 
 .PHONY: help
 help: ## Show the targets.
@@ -75,8 +71,7 @@ e2e: controlplane build ## End-to-end tests on a fresh local cluster (created, t
 	@export KWOK_POOLS_HOME=$(E2E_HOME); \
 	$(DEBUG_BIN) cluster delete --name $(E2E_CLUSTER) >/dev/null 2>&1 || true; \
 	$(DEBUG_BIN) cluster create --name $(E2E_CLUSTER) \
-	  --extra-arg kube-controller-manager=--node-monitor-grace-period=$(E2E_GRACE)s \
-	  $(foreach f,$(E2E_EVICTION_FLAGS),--extra-arg kube-controller-manager=$(f)); \
+	  --extra-arg kube-controller-manager=--node-monitor-grace-period=$(E2E_GRACE)s; \
 	status=0; \
 	KUBECONFIG=$(E2E_HOME)/clusters/$(E2E_CLUSTER)/kubeconfig E2E_NODE_GRACE_SECONDS=$(E2E_GRACE) \
 	  E2E_LOG_DIR=$(E2E_HOME)/logs RUST_TEST_THREADS=$(E2E_THREADS) \

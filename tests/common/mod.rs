@@ -339,3 +339,73 @@ where
 pub fn path_exists(p: &Path) -> bool {
     p.exists()
 }
+
+/// A local cluster of a test's own (for what is cluster-wide, such as the node lifecycle
+/// controller's view of a zone), deleted when dropped.
+pub struct OwnCluster {
+    home: tempfile::TempDir,
+    pub name: String,
+    pub kubeconfig: PathBuf,
+}
+
+impl OwnCluster {
+    /// Creates cluster `name`, passing `extra` as `--extra-arg COMPONENT=--flag` values.
+    pub fn create(name: &str, extra: &[&str]) -> Self {
+        let home = tempfile::tempdir().expect("a state home");
+        let mut args = vec!["cluster", "create", "--name", name];
+        for e in extra {
+            args.extend(["--extra-arg", e]);
+        }
+        eprintln!("  creating cluster {name} of the test's own");
+        let out = Command::new(kwok_pools_bin())
+            .args(&args)
+            .env("KWOK_POOLS_HOME", home.path())
+            .env("KWOK_POOLS_BIN_DIR", repo().join("bin"))
+            .output()
+            .expect("running kwok-pools cluster create");
+        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stderr));
+        let kubeconfig = home.path().join("clusters").join(name).join("kubeconfig");
+        Self { home, name: name.to_string(), kubeconfig }
+    }
+
+    pub async fn client(&self) -> kube::Client {
+        kwok_pools::telemetry::init_crypto();
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("reading the kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("loading it");
+        kube::Client::try_from(config).expect("building a client")
+    }
+
+    /// `kubectl apply -f -` of `yaml` against this cluster; must succeed.
+    pub fn apply(&self, yaml: &str) {
+        use std::io::Write;
+        let mut child = Command::new(kubectl_bin())
+            .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running kubectl");
+        child.stdin.take().expect("stdin").write_all(yaml.as_bytes()).expect("writing to kubectl");
+        let out = child.wait_with_output().expect("kubectl");
+        assert!(out.status.success(), "kubectl apply failed: {}\n---\n{yaml}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// The lines of a component's log that match `pattern` (the last 40).
+    pub fn log(&self, component: &str, pattern: &str) -> String {
+        let path = self.home.path().join("clusters").join(&self.name).join("logs").join(format!("{component}.log"));
+        let re = regex::Regex::new(pattern).expect("a pattern");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| format!("({}: {e})", path.display()));
+        let lines: Vec<&str> = text.lines().filter(|l| re.is_match(l)).collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(kwok_pools_bin())
+            .args(["cluster", "delete", "--name", &self.name])
+            .env("KWOK_POOLS_HOME", self.home.path())
+            .output();
+    }
+}
