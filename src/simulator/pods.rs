@@ -552,19 +552,32 @@ impl Loop {
         self.away_until(node).map(|until| until.saturating_duration_since(Instant::now()))
     }
 
+    /// The live pod and node a loop timer (`Crash`, `Restart`) is for, if it can act now;
+    /// otherwise the timer is armed again for when it can, and `None`.
+    fn ready_for(&mut self, timer: Timer, uid: &str) -> Option<(Arc<SlimPod>, Arc<Node>)> {
+        let key = match &timer {
+            Timer::Crash(k, _) | Timer::Restart(k, _) => k.clone(),
+            _ => return None,
+        };
+        let (pod, node) = self.live(&key, uid)?;
+        let Some(wait) = self.not_now(uid, &node) else { return Some((pod, node)) };
+        let crash = matches!(timer, Timer::Crash(..));
+        let armed = Some(self.queue.insert(timer, super::timer_delay(wait)));
+        if let Some(t) = self.tracked.get_mut(uid) {
+            if crash {
+                t.crash_key = armed;
+            } else {
+                t.restart_key = armed;
+            }
+        }
+        None
+    }
+
     /// A crash-looping container exits 1: CrashLoopBackOff (or Failed, if never restarted).
     fn crash(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
         let Some(t) = self.tracked.get_mut(uid) else { return };
         t.crash_key = None;
-        let Some((pod, node)) = self.live(key, uid) else { return };
-        if let Some(wait) = self.not_now(uid, &node) {
-            let timer = Timer::Crash(key.clone(), uid.to_string());
-            let k = self.queue.insert(timer, super::timer_delay(wait));
-            if let Some(t) = self.tracked.get_mut(uid) {
-                t.crash_key = Some(k);
-            }
-            return;
-        }
+        let Some((pod, _)) = self.ready_for(Timer::Crash(key.clone(), uid.to_string()), uid) else { return };
         let Some(t) = self.tracked.get_mut(uid) else { return };
         let now = now_value();
         let patch = if pod.restart_policy.as_deref() == Some("Never") {
@@ -583,15 +596,7 @@ impl Loop {
     fn restart(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
         let Some(t) = self.tracked.get_mut(uid) else { return };
         t.restart_key = None;
-        let Some((pod, node)) = self.live(key, uid) else { return };
-        if let Some(wait) = self.not_now(uid, &node) {
-            let timer = Timer::Restart(key.clone(), uid.to_string());
-            let k = self.queue.insert(timer, super::timer_delay(wait));
-            if let Some(t) = self.tracked.get_mut(uid) {
-                t.restart_key = Some(k);
-            }
-            return;
-        }
+        let Some((pod, node)) = self.ready_for(Timer::Restart(key.clone(), uid.to_string()), uid) else { return };
         let fails_at_start = self.sim.config.lifecycles.pod(&pod, &node).fate == Fate::FailsAtStart;
         let Some(t) = self.tracked.get_mut(uid) else { return };
         let now = now_value();
