@@ -43,7 +43,31 @@ struct AppState {
 }
 
 async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
-    match review::answer(&body, &state.judge).await {
+    // Judged in a task of its own: a panic (a bug met by one object) refuses that object with
+    // the reason, and the webhook goes on serving.
+    let judge = state.judge.clone();
+    let task_body = body.clone();
+    let judged = match tokio::spawn(async move { review::answer(&task_body, &judge).await }).await {
+        Ok(judged) => judged,
+        Err(e) => {
+            let message = if e.is_panic() {
+                crate::pool::reconcile::panic_message(e.into_panic().as_ref())
+            } else {
+                "the review was cancelled".to_string()
+            };
+            tracing::error!(panic = %message, "judging an AdmissionReview panicked; the object is refused");
+            state
+                .metrics
+                .admission_reviews
+                .get_or_create(&AdmissionLabels { kind: "panicked".into(), allowed: "false".into() })
+                .inc();
+            return match review::refused_after_panic(&body, &message) {
+                Some(review) => axum::Json(review).into_response(),
+                None => (StatusCode::INTERNAL_SERVER_ERROR, format!("{message}\n")).into_response(),
+            };
+        }
+    };
+    match judged {
         Ok((kind, allowed, review)) => {
             state
                 .metrics

@@ -94,6 +94,15 @@ pub enum BadReview {
     NoRequest(String),
 }
 
+/// The review that refuses the object whose judging panicked, with the reason (`None` when
+/// the body is no AdmissionReview at all).
+pub fn refused_after_panic(body: &[u8], message: &str) -> Option<AdmissionReview<DynamicObject>> {
+    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).ok()?;
+    let req: AdmissionRequest<DynamicObject> = review.try_into().ok()?;
+    let reason = format!("kwok-pools hit a bug judging this object ({message}); please report it with the manifest");
+    Some(AdmissionResponse::from(&req).deny(reason).into_review())
+}
+
 /// The metric label of a request's kind: one of a fixed set, whatever the caller sends.
 pub fn kind_label(kind: &str) -> &'static str {
     match kind {
@@ -299,6 +308,23 @@ mod tests {
         let judge = Judge { pools: store_with(vec![]), client: Some(client) };
         let (_, allowed, r) = answer(&review("PodPool", podpool(Some("nginx")), None), &judge).await.unwrap();
         assert!(allowed, "{}", message(&r));
+    }
+
+    #[test]
+    fn a_panic_refuses_the_object_with_the_reason() {
+        let body = review("NodePool", pool("a", "10.0.0.0/16", "4"), None);
+        let r = refused_after_panic(&body, "index out of bounds").unwrap();
+        let resp = r.response.unwrap();
+        assert!(!resp.allowed);
+        assert_eq!(resp.uid, "u-1");
+        assert!(resp.result.message.contains("index out of bounds"), "{}", resp.result.message);
+        assert!(refused_after_panic(b"garbage", "x").is_none());
+        let payload: Box<dyn std::any::Any + Send> = Box::new(String::from("boom"));
+        assert_eq!(crate::pool::reconcile::panic_message(payload.as_ref()), "boom");
+        let payload: Box<dyn std::any::Any + Send> = Box::new("static boom");
+        assert_eq!(crate::pool::reconcile::panic_message(payload.as_ref()), "static boom");
+        let payload: Box<dyn std::any::Any + Send> = Box::new(42);
+        assert_eq!(crate::pool::reconcile::panic_message(payload.as_ref()), "a panic without a message");
     }
 
     #[tokio::test]

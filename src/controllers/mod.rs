@@ -6,7 +6,7 @@ pub mod podpool;
 use crate::api::common::GROUP;
 use crate::informer::Change;
 use crate::pool::PoolKind;
-use crate::pool::reconcile::{PoolContext, error_policy, reconcile};
+use crate::pool::reconcile::{PoolContext, error_policy, reconcile_contained};
 use crate::telemetry::metrics::PoolLabels;
 use futures::StreamExt;
 use kube::runtime::controller::{Config, Controller};
@@ -69,7 +69,7 @@ pub async fn run<P>(
         .with_config(Config::default().debounce(Duration::from_millis(200)))
         .reconcile_on(wake)
         .shutdown_on_signal()
-        .run(reconcile::<P>, error_policy::<P>, ctx.clone())
+        .run(reconcile_contained::<P>, error_policy::<P>, ctx.clone())
         .for_each(|result| {
             if let Err(kube::runtime::controller::Error::ObjectNotFound(gone)) = &result {
                 // A pool that is gone (or never was): drop its per-pool metrics.

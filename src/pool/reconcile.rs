@@ -92,6 +92,10 @@ pub enum Error {
     Status(#[source] kube::Error),
     #[error("the {0} store has not synced yet")]
     NotSynced(&'static str),
+    /// A bug met this pool: the reconcile panicked. The operator goes on (the pool says so in
+    /// its Degraded condition); the message is what to report.
+    #[error("reconciling this pool panicked: {0}; please report it with the pool's manifest")]
+    Panicked(String),
 }
 
 impl Error {
@@ -100,6 +104,7 @@ impl Error {
         match self {
             Error::Status(_) => "status_write",
             Error::NotSynced(_) => "not_synced",
+            Error::Panicked(_) => "panicked",
         }
     }
 }
@@ -323,6 +328,42 @@ async fn write_status<P: PoolKind>(
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(Error::Status(e)),
     }
+}
+
+/// The text of a panic's payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// [`reconcile`], with a panic contained: kube-runtime would re-raise it and end the process
+/// (every fake node would then lose its heartbeat). The pool gets `Degraded` with reason
+/// `Panicked` and the message, and is retried after the usual back-off.
+pub async fn reconcile_contained<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> Result<Action, Error> {
+    use futures::FutureExt;
+    let run = std::panic::AssertUnwindSafe(reconcile(pool.clone(), ctx.clone())).catch_unwind().await;
+    let message = match run {
+        Ok(result) => return result,
+        Err(payload) => panic_message(payload.as_ref()),
+    };
+    tracing::error!(kind = %P::kind(&()), pool = %pool.name_any(), panic = %message, "reconcile panicked; the operator carries on");
+    let mut status = pool.pool_status().cloned().unwrap_or_default();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    status.conditions.retain(|c| c.type_ != crate::api::common::conditions::DEGRADED);
+    status.conditions.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        type_: crate::api::common::conditions::DEGRADED.into(),
+        status: "True".into(),
+        reason: "Panicked".into(),
+        message: format!("the operator hit a bug on this pool ({message}); nothing else is affected; please report it"),
+        last_transition_time: now,
+        observed_generation: pool.meta().generation,
+    });
+    // Best effort: the error below is counted and retried whatever happens here.
+    let _ = write_status(pool.as_ref(), &ctx, status).await;
+    Err(Error::Panicked(message))
 }
 
 pub fn error_policy<P: PoolKind>(pool: Arc<P>, error: &Error, ctx: Arc<PoolContext<P>>) -> Action {
