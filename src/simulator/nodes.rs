@@ -69,6 +69,10 @@ struct Tracked {
     status_in_flight: bool,
     /// In a NotReady window of its flapping schedule (lease and status stop).
     away: bool,
+    /// A renewal is on its way: never two at once for one node.
+    lease_in_flight: bool,
+    /// Renewals that failed in a row (for the back-off).
+    lease_failures: u32,
 }
 
 enum Done {
@@ -110,13 +114,18 @@ impl NodeSimulator {
                         }
                     }
                     Done::Lease { name, ok } => {
-                        if !ok
-                            && let Some(t) = tracked.get_mut(&name)
-                        {
-                            // Retry soon instead of waiting a whole interval.
-                            let retry = Duration::from_secs(1);
-                            queue.reset(&t.lease_key, retry);
-                            t.lease_due = Instant::now() + retry;
+                        if let Some(t) = tracked.get_mut(&name) {
+                            t.lease_in_flight = false;
+                            if ok {
+                                t.lease_failures = 0;
+                            } else {
+                                // Retry sooner than a whole interval, backing off while the
+                                // API server keeps failing.
+                                t.lease_failures += 1;
+                                let retry = super::retry_after(t.lease_failures, this.renew_interval());
+                                queue.reset(&t.lease_key, retry);
+                                t.lease_due = Instant::now() + retry;
+                            }
                         }
                     }
                 }
@@ -165,7 +174,16 @@ impl NodeSimulator {
                 queue.insert(Timer::Status(name.clone()), jittered(self.config.status_frequency, 0.5, 1.0));
             tracked.insert(
                 name.clone(),
-                Tracked { uid, lease_key, status_key, lease_due: Instant::now(), status_in_flight: false, away: false },
+                Tracked {
+                    uid,
+                    lease_key,
+                    status_key,
+                    lease_due: Instant::now(),
+                    status_in_flight: false,
+                    away: false,
+                    lease_in_flight: false,
+                    lease_failures: 0,
+                },
             );
         }
         let Some(t) = tracked.get_mut(&name) else { return };
@@ -231,6 +249,11 @@ impl NodeSimulator {
                         self.spawn_status(node.clone(), true, done.clone());
                     }
                 }
+                if t.lease_in_flight {
+                    // The last renewal has not come back: not a second one beside it.
+                    return;
+                }
+                t.lease_in_flight = true;
                 self.spawn_lease(node, due, done.clone());
             }
             Timer::Status(name) => {

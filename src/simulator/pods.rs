@@ -80,6 +80,8 @@ struct Tracked {
     /// The final delete went through (the object may linger for others' finalizers).
     removed: bool,
     exhausted_reported: bool,
+    /// Writes that failed in a row (for the back-off).
+    failures: u32,
 }
 
 impl Default for Tracked {
@@ -100,6 +102,7 @@ impl Default for Tracked {
             remove_key: None,
             removed: false,
             exhausted_reported: false,
+            failures: 0,
         }
     }
 }
@@ -178,11 +181,16 @@ impl PodSimulator {
                 },
                 Some(expired) = l.queue.next(), if !l.queue.is_empty() => l.on_timer(expired.into_inner()),
                 Some(Done::Write { uid, key, ok, removed }) = done_rx.recv() => {
+                    let mut failures = 0;
                     if let Some(t) = l.tracked.get_mut(&uid) {
                         t.in_flight = false;
                         t.removed |= removed;
-                        if !ok {
+                        if ok {
+                            t.failures = 0;
+                        } else {
                             t.started = false;
+                            t.failures += 1;
+                            failures = t.failures;
                         }
                     }
                     if ok {
@@ -191,7 +199,8 @@ impl PodSimulator {
                             l.on_pod(&pod);
                         }
                     } else {
-                        l.queue.insert(Timer::Retry(key), Duration::from_secs(1));
+                        let retry = super::retry_after(failures.max(1), Duration::from_secs(30));
+                        l.queue.insert(Timer::Retry(key), retry);
                     }
                 }
             }
