@@ -422,7 +422,14 @@ spec:
         cluster.log("kube-controller-manager", "isruption|Evict|evict|Deleting pod|NoExecute")
     );
     let now: BTreeSet<String> =
-        list_pods(&client, &ns.name, "app=pinned").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        // Evicted: deleted by the taint eviction controller. A pod on a node that is still
+        // away stays Terminating until the node is back (nobody confirms its exit).
+        list_pods(&client, &ns.name, "app=pinned")
+            .await
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
     let evictable: Vec<(&String, &String)> = placed.iter().filter(|(_, node)| no_execute.contains(*node)).collect();
     let elsewhere: Vec<&String> =
         placed.iter().filter(|(_, node)| !predicted.contains(*node)).map(|(uid, _)| uid).collect();
