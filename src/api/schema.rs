@@ -26,11 +26,9 @@ pub fn core_type<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
 /// defaults (every `nodeInfo` field, for one), so the schema leaves presence to the API
 /// server: the webhook and the reconciler have it validate the rendered child.
 pub fn template_type<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
-    let schema = generator.subschema_for::<T>();
-    let mut value = schema.to_value();
-    rewrite(&mut value);
+    let mut value = core_type::<T>(generator).to_value();
     drop_required(&mut value);
-    Schema::try_from(value).expect("a rewritten schema is still an object")
+    Schema::try_from(value).expect("a schema without `required` is still an object")
 }
 
 /// Calls `visit` on every schema object in `value`, top down. `visit` returns false to stop

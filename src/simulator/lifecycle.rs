@@ -5,7 +5,7 @@
 //! Decisions are pure functions of the settings, the seed and the object's identity.
 
 use crate::api::common::POOL_LABEL;
-use crate::api::lifecycle::{Delay, Distribution, Lifecycle, NodeLifecycle, PodLifecycle, parse_duration, unit};
+use crate::api::lifecycle::{Delay, Distribution, NodeLifecycle, PodLifecycle, parse_duration, unit};
 use crate::api::{GROUP_VERSION, NodePool, PodPool};
 use crate::informer::pod::SlimPod;
 use k8s_openapi::api::core::v1::Node;
@@ -50,12 +50,6 @@ pub struct PodPlan {
     pub job_run_time: Duration,
 }
 
-/// The settings and the seed that govern something, with where they come from.
-struct Governing<'a, T> {
-    settings: Option<&'a T>,
-    seed: Option<i64>,
-}
-
 fn sample(delay: Option<&Delay>, seed: i64, key: &[&str], salt: &str) -> Option<Duration> {
     let d = delay?.distribution().ok()?;
     let mut a: Vec<&str> = key.to_vec();
@@ -70,11 +64,6 @@ fn sample(delay: Option<&Delay>, seed: i64, key: &[&str], salt: &str) -> Option<
 /// the seeded choices (namespace and name with a seed, so a replacement repeats its fate; the
 /// UID without one, so each pod differs).
 pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPod, defaults: &Defaults) -> PodPlan {
-    let ns = pod.namespace().unwrap_or_default();
-    let (seed, key): (i64, Vec<&str>) = match seed {
-        Some(s) => (s, vec![ns.as_str(), pod.name()]),
-        None => (0, vec![pod.uid()]),
-    };
     let fallback_exit = defaults.exit_delay.unwrap_or(DEFAULT_EXIT_DELAY);
     let Some(s) = settings else {
         return PodPlan {
@@ -83,6 +72,11 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
             fate: Fate::Runs,
             job_run_time: defaults.job_run_time,
         };
+    };
+    let ns = pod.namespace().unwrap_or_default();
+    let (seed, key): (i64, Vec<&str>) = match seed {
+        Some(s) => (s, vec![ns.as_str(), pod.name()]),
+        None => (0, vec![pod.uid()]),
     };
     let roll = unit(seed, &[&key[..], &["fate"]].concat()) * 100.0;
     let fail = f64::from(s.fail_percent.unwrap_or(0).min(100));
@@ -112,6 +106,12 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
 pub fn crash_back_off(restarts: i32) -> Duration {
     let doublings = (restarts.max(1) - 1).min(5) as u32;
     Duration::from_secs(10u64 << doublings).min(Duration::from_secs(300))
+}
+
+/// Now as time since the Unix epoch (flapping windows are on the wall clock, so every
+/// process and every run agrees on them).
+pub fn epoch_now() -> Duration {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
 }
 
 /// When a flapping node is away: the window of cycle `n` is `[start, start + away)` in
@@ -198,20 +198,17 @@ impl Lifecycles {
         (found.metadata.uid.as_deref() == Some(owner.uid.as_str())).then_some(found)
     }
 
-    fn governing_pods<'a>(&self, lifecycle: Option<&'a Lifecycle>) -> Governing<'a, PodLifecycle> {
-        Governing { settings: lifecycle.and_then(|l| l.pods.as_ref()), seed: lifecycle.and_then(|l| l.seed) }
-    }
-
     /// The plan of `pod` on `node`: its PodPool's settings, else its node's NodePool's.
+    /// Borrowed from the stores: this runs on every look at a pod.
     pub fn pod(&self, pod: &SlimPod, node: &Node) -> PodPlan {
         let pod_pool = self.pod_pool_of(pod);
         let node_pool = if pod_pool.is_none() { self.node_pool_of(node) } else { None };
         let lifecycle = pod_pool
-            .as_ref()
-            .and_then(|p| p.spec.lifecycle.clone())
-            .or_else(|| node_pool.and_then(|p| p.spec.lifecycle.clone()));
-        let g = self.governing_pods(lifecycle.as_ref());
-        plan_pod(g.settings, g.seed, pod, &self.defaults)
+            .as_deref()
+            .map(|p| p.spec.lifecycle.as_ref())
+            .or_else(|| node_pool.as_deref().map(|p| p.spec.lifecycle.as_ref()))
+            .flatten();
+        plan_pod(lifecycle.and_then(|l| l.pods.as_ref()), lifecycle.and_then(|l| l.seed), pod, &self.defaults)
     }
 
     /// The flapping schedule of `node`, if its NodePool makes it flap.

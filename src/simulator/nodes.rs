@@ -6,7 +6,7 @@
 
 use super::ipam::HostAllocator;
 use super::leases;
-use super::lifecycle::Lifecycles;
+use super::lifecycle::{Lifecycles, epoch_now};
 use super::manage::Manage;
 use super::node_status::{self, NodeDefaults};
 use crate::informer::Change;
@@ -47,12 +47,6 @@ pub struct NodeSimulator {
     pub writes: Arc<Semaphore>,
     /// The pools' lifecycle knobs (flapping nodes).
     pub lifecycles: Lifecycles,
-}
-
-/// Now as time since the Unix epoch (flapping windows are on the wall clock, so every
-/// process and every run agrees on them).
-pub fn epoch_now() -> Duration {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -314,7 +314,7 @@ impl Loop {
 
     /// When the node's NotReady window (of a flapping NodePool) ends, if it is in one.
     fn away_until(&self, node: &Node) -> Option<Instant> {
-        let now = super::nodes::epoch_now();
+        let now = lifecycle::epoch_now();
         let until = self.sim.config.lifecycles.node(node)?.away_until(now)?;
         Some(Instant::now() + until.saturating_sub(now))
     }
