@@ -57,7 +57,7 @@ schema-tools: ## Install check-jsonschema into a cached virtualenv.
 .PHONY: lint
 lint: ## cargo fmt --check and clippy -D warnings.
 	cargo fmt --all -- --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
 
 .PHONY: unit
 unit: schema-tools ## Unit tests only (no cluster).

@@ -3,11 +3,15 @@
 
 pub mod admission;
 pub mod api;
+pub mod backoff;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
 pub mod controllers;
 pub mod informer;
+pub mod ipam;
+pub mod kinds;
+pub mod kubelet;
 pub mod operator;
 pub mod pool;
 pub mod simulator;

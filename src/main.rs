@@ -4,13 +4,14 @@ use kwok_pools::cli::{Cli, Command};
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
+    exit_with_parent_if_asked();
     kwok_pools::telemetry::init_crypto();
     let result = match cli.command {
         Command::Cluster(cmd) => kwok_pools::cli::cluster::run(cmd).await,
         Command::Run(args) => run(args, true).await,
         Command::Simulate(args) => run(args, false).await,
         Command::Crd => {
-            print!("{}", kwok_pools::api::crds_yaml());
+            print!("{}", kwok_pools::kinds::crds_yaml());
             Ok(())
         }
         Command::Schema { out } => write_schemas(&out),
@@ -25,6 +26,21 @@ async fn main() {
     }
 }
 
+/// With `KWOK_POOLS_EXIT_WITH_PARENT` set (test harnesses), the process is killed when the
+/// thread that started it ends, even on a panic or a kill of the harness.
+fn exit_with_parent_if_asked() {
+    if std::env::var_os("KWOK_POOLS_EXIT_WITH_PARENT").is_none() {
+        return;
+    }
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL) {
+        eprintln!("warning: cannot tie this process to its parent: {e}");
+    }
+    // The parent may have gone before the line above: then nobody waits for this process.
+    if nix::unistd::getppid() == nix::unistd::Pid::from_raw(1) {
+        std::process::exit(1);
+    }
+}
+
 async fn run(args: kwok_pools::cli::run::RunArgs, controllers: bool) -> anyhow::Result<()> {
     kwok_pools::telemetry::init_tracing(args.log_json);
     let config = args.config(controllers).map_err(|e| anyhow::anyhow!(e))?;
@@ -33,7 +49,7 @@ async fn run(args: kwok_pools::cli::run::RunArgs, controllers: bool) -> anyhow::
 
 fn write_schemas(out: &std::path::Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("creating {}: {e}", out.display()))?;
-    for (name, text) in kwok_pools::api::editor_schema::all() {
+    for (name, text) in kwok_pools::kinds::editor_schemas() {
         let path = out.join(&name);
         std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
         println!("wrote {}", path.display());

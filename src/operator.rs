@@ -1,30 +1,36 @@
 //! The operator process: starts the shared informers, the pool controllers, the simulator and
 //! the HTTP servers, all from one [`OperatorConfig`]. Nothing global.
 
+use crate::admission::review::Peers;
 use crate::api::{NodePool, PodPool};
-use crate::controllers::{self, nodepool::NodeEnv, podpool::PodEnv};
+use crate::controllers;
 use crate::informer::pod::SlimPod;
-use crate::informer::{Informer, trim_meta, trimmed};
+use crate::informer::{Change, Informers};
+use crate::ipam::HostAllocator;
+use crate::kinds::{self, Visitor};
+use crate::kubelet::node::{self as node_status, NodeDefaults};
 use crate::pool::reconcile::PoolContext;
-use crate::simulator::ipam::HostAllocator;
-use crate::simulator::leases::LEASE_NAMESPACE;
+use crate::pool::{PoolKind, Shared};
 use crate::simulator::lifecycle::{self, Lifecycles};
 use crate::simulator::manage::Manage;
-use crate::simulator::node_status::{self, NodeDefaults};
 use crate::simulator::nodes::{NodeSimConfig, NodeSimulator};
 use crate::simulator::pods::{PodSimConfig, PodSimulator};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::server::{self, Health};
 use ipnet::IpNet;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::task::JoinSet;
 
 #[derive(Clone, Debug)]
 pub struct OperatorConfig {
@@ -59,16 +65,6 @@ pub struct OperatorConfig {
     pub webhook: Option<crate::admission::WebhookConfig>,
 }
 
-fn trim_node(mut node: Node) -> Node {
-    trim_meta(&mut node);
-    if let Some(s) = node.status.as_mut() {
-        s.images = None;
-        s.volumes_attached = None;
-        s.volumes_in_use = None;
-    }
-    node
-}
-
 /// Waits for a store to sync, printing progress every few seconds.
 async fn wait_synced<K>(what: &str, store: &kube::runtime::reflector::Store<K>) -> anyhow::Result<()>
 where
@@ -90,6 +86,81 @@ where
     }
 }
 
+/// A wait for one store's first list.
+type SyncWait = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
+
+fn sync_wait<K>(what: String, store: Store<K>) -> SyncWait
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    Box::pin(async move { wait_synced(&what, &store).await })
+}
+
+/// What the per-kind wiring needs from the process.
+struct Wiring<'a> {
+    config: &'a OperatorConfig,
+    shared: &'a Shared,
+    metrics: Arc<Metrics>,
+    writes: Arc<Semaphore>,
+    pool_watch: watcher::Config,
+    tasks: &'a mut JoinSet<String>,
+    /// The pools of every kind, for the webhook's cross-pool rules.
+    peers: Peers,
+    /// Stores the operator waits for before it says ready.
+    syncs: Vec<SyncWait>,
+}
+
+impl Visitor for Wiring<'_> {
+    fn visit<P: PoolKind>(&mut self) {
+        // The controllers and the webhook need the pools; the simulator reads the lifecycle
+        // knobs of every kind (without the CRDs, nothing waits for these stores).
+        let pools = crate::informer::shared::pools::<P>(&self.shared.informers);
+        self.peers = std::mem::take(&mut self.peers).with(pools.store());
+        if !self.config.controllers {
+            return;
+        }
+        self.syncs.push(sync_wait(P::plural(&()).into_owned(), pools.store()));
+        let (shared, metrics, writes, watch) =
+            (self.shared, self.metrics.clone(), self.writes.clone(), self.pool_watch.clone());
+        let client = shared.client.clone();
+        let informers = shared.informers.clone();
+        let env = P::env(shared);
+        let config = self.config.clone();
+        let kind = P::kind(&()).into_owned();
+        let start = move |children: Arc<crate::informer::Informer<P::Stored>>| {
+            let changes = children.subscribe();
+            let mut ctx = PoolContext::<P>::new(client.clone(), children.store(), pools.store(), env, metrics);
+            ctx.writes = writes;
+            ctx.max_in_flight_per_pool = config.max_writes_per_pool;
+            ctx.max_creates = config.max_creates_per_round;
+            controllers::run(Api::<P>::all(client), watch, changes, Arc::new(ctx))
+        };
+        match P::CHILD_CRD {
+            None => {
+                let children = P::children(&informers);
+                self.syncs.push(sync_wait(P::NOUN.to_string() + "s", children.store()));
+                let run = start(children);
+                self.tasks.spawn(async move {
+                    run.await;
+                    format!("{kind} controller")
+                });
+            }
+            // A child kind that may not be installed: never holds up readiness or the other
+            // kinds; the controller starts when the CRD appears.
+            Some(crd) => {
+                let pools_store = crate::informer::shared::pools::<P>(&informers).store();
+                let client = shared.client.clone();
+                self.tasks.spawn(async move {
+                    controllers::await_child_crd::<P>(&client, crd, &pools_store, Duration::from_secs(10)).await;
+                    tracing::info!(kind, crd = crd.name, "child CRD installed; starting the controller");
+                    start(P::children(&informers)).await;
+                    format!("{kind} controller")
+                });
+            }
+        }
+    }
+}
+
 pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let client = Client::try_default().await.map_err(|e| {
         anyhow::anyhow!("cannot build a Kubernetes client: {e}; set KUBECONFIG (e.g. `export KUBECONFIG=$(kwok-pools cluster kubeconfig)`) or run in a cluster")
@@ -99,159 +170,161 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let bound = server::serve(config.metrics_addr, Health { metrics: metrics.clone(), ready: ready.clone() }).await?;
     tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
 
-    let writes = Arc::new(Semaphore::new(config.max_writes_in_flight));
-    let sim_writes = Arc::new(Semaphore::new(config.max_simulator_writes_in_flight));
-    // The default instance counts from the start of the range; others from a point of their own.
-    let addresses = Arc::new(Mutex::new(if config.instance == "kwok-pools" {
-        HostAllocator::new(config.node_ip_range)
-    } else {
-        HostAllocator::seeded(config.node_ip_range, &config.instance)
-    }));
+    let shared = Shared {
+        client: client.clone(),
+        informers: Informers::new(client.clone()),
+        simulate: config.simulate,
+        node_defaults: config.node_defaults.clone(),
+        // The default instance counts from the start of the range; others from a point of their own.
+        addresses: Arc::new(Mutex::new(if config.instance == "kwok-pools" {
+            HostAllocator::new(config.node_ip_range)
+        } else {
+            HostAllocator::seeded(config.node_ip_range, &config.instance)
+        })),
+    };
+    let mut tasks = JoinSet::new();
+    let (peers, syncs) = wire_kinds(&config, &shared, &metrics, &mut tasks);
+    let simulator = config.simulate.then(|| wire_simulator(&config, &shared, &metrics));
+    shared.informers.start_all();
+    for wait in syncs {
+        wait.await?;
+    }
+    if let Some(start) = simulator {
+        start.await?.spawn_into(&mut tasks);
+    }
+    if let (true, Some(webhook)) = (config.controllers, config.webhook.clone()) {
+        crate::admission::start(client.clone(), webhook, peers, metrics.clone()).await?;
+    }
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!(controllers = config.controllers, simulate = config.simulate, "kwok-pools running");
+    supervise(tasks).await
+}
 
-    // One watch per kind, shared by controllers and simulator.
-    let nodes = Informer::<Node>::new();
-    let node_changes_for_pools = config.controllers.then(|| nodes.subscribe());
-    let node_changes_for_sim = config.simulate.then(|| nodes.subscribe());
-    let node_changes_for_pods = config.simulate.then(|| nodes.subscribe());
-    let pods = Informer::<SlimPod>::new();
-    let pod_changes_for_pools = config.controllers.then(|| pods.subscribe());
-    let pod_changes_for_sim = config.simulate.then(|| pods.subscribe());
-    pods.start(Api::<Pod>::all(client.clone()), watcher::Config::default(), SlimPod::from);
-    nodes.start(Api::<Node>::all(client.clone()), watcher::Config::default(), trim_node);
-    let leases = Informer::<Lease>::new();
-    if config.simulate {
-        leases.start(Api::<Lease>::namespaced(client.clone(), LEASE_NAMESPACE), watcher::Config::default(), trimmed);
-    }
-    let node_pools = Informer::<NodePool>::new();
-    let pod_pools = Informer::<PodPool>::new();
+/// Wires every registered kind: its pools informer, and (with the controllers) its
+/// controller on its child informer.
+fn wire_kinds(
+    config: &OperatorConfig,
+    shared: &Shared,
+    metrics: &Arc<Metrics>,
+    tasks: &mut JoinSet<String>,
+) -> (Peers, Vec<SyncWait>) {
+    let pool_watch = match &config.pool_selector {
+        Some(s) => watcher::Config::default().labels(s),
+        None => watcher::Config::default(),
+    };
+    let mut wiring = Wiring {
+        config,
+        shared,
+        metrics: metrics.clone(),
+        writes: Arc::new(Semaphore::new(config.max_writes_in_flight)),
+        pool_watch,
+        tasks,
+        peers: Peers::default(),
+        syncs: Vec::new(),
+    };
     if config.controllers || config.simulate {
-        // The controllers and the webhook need the NodePools; the simulator reads the
-        // lifecycle knobs of both kinds. `simulate` runs without the CRDs too: then nothing
-        // waits for these stores, and every child gets the defaults.
-        node_pools.start(Api::<NodePool>::all(client.clone()), watcher::Config::default(), trimmed);
+        kinds::visit_all(&mut wiring);
     }
-    if config.simulate {
-        pod_pools.start(Api::<PodPool>::all(client.clone()), watcher::Config::default(), trimmed);
+    (wiring.peers, wiring.syncs)
+}
+
+/// The simulator, wired before the informers start (so it sees their first lists) and
+/// started once its stores have synced.
+struct Simulator {
+    nodes: NodeSimulator,
+    node_changes: UnboundedReceiver<Change<Node>>,
+    pods: PodSimulator,
+    pod_changes: UnboundedReceiver<Change<SlimPod>>,
+    node_changes_for_pods: UnboundedReceiver<Change<Node>>,
+}
+
+impl Simulator {
+    fn spawn_into(self, tasks: &mut JoinSet<String>) {
+        let Simulator { nodes, node_changes, pods, pod_changes, node_changes_for_pods } = self;
+        tasks.spawn(async move {
+            nodes.run(node_changes).await;
+            "node simulator".to_string()
+        });
+        tasks.spawn(async move {
+            pods.run(pod_changes, node_changes_for_pods).await;
+            "pod simulator".to_string()
+        });
     }
+}
+
+fn wire_simulator(
+    config: &OperatorConfig,
+    shared: &Shared,
+    metrics: &Arc<Metrics>,
+) -> impl Future<Output = anyhow::Result<Simulator>> + use<> {
+    use crate::informer::shared::{leases, nodes, pods, pools};
+    let informers = &shared.informers;
+    let (nodes, pods, leases) = (nodes(informers), pods(informers), leases(informers));
+    let node_changes = nodes.subscribe();
+    let node_changes_for_pods = nodes.subscribe();
+    let pod_changes = pods.subscribe();
     let lifecycles = Lifecycles {
-        node_pools: Some(node_pools.store()),
-        pod_pools: Some(pod_pools.store()),
+        node_pools: Some(pools::<NodePool>(informers).store()),
+        pod_pools: Some(pools::<PodPool>(informers).store()),
         defaults: lifecycle::Defaults { exit_delay: config.pod_termination_delay, job_run_time: config.job_run_time },
     };
-
-    wait_synced("nodes", &nodes.store()).await?;
-    if config.simulate {
+    let writes = Arc::new(Semaphore::new(config.max_simulator_writes_in_flight));
+    let node_sim = NodeSimulator {
+        client: shared.client.clone(),
+        config: NodeSimConfig {
+            manage: config.manage.clone(),
+            lease_duration: config.lease_duration,
+            status_frequency: config.status_frequency,
+            defaults: config.node_defaults.clone(),
+        },
+        nodes: nodes.store(),
+        leases: leases.store(),
+        addresses: shared.addresses.clone(),
+        metrics: metrics.clone(),
+        writes: writes.clone(),
+        lifecycles: lifecycles.clone(),
+    };
+    let pod_sim = PodSimulator {
+        client: shared.client.clone(),
+        config: PodSimConfig { manage: config.manage.clone(), lifecycles },
+        nodes: nodes.store(),
+        pods: pods.store(),
+        metrics: metrics.clone(),
+        writes,
+    };
+    let addresses = shared.addresses.clone();
+    async move {
+        wait_synced("nodes", &nodes.store()).await?;
         wait_synced("leases", &leases.store()).await?;
-    }
-    if config.controllers {
-        wait_synced("nodepools", &node_pools.store()).await?;
-    }
-    wait_synced("pods", &pods.store()).await?;
-    {
+        wait_synced("pods", &pods.store()).await?;
         // Rebuild the default address allocator from the nodes that exist.
-        let mut a = addresses.lock().expect("address allocator lock");
+        let mut a = addresses.lock().unwrap_or_else(|e| e.into_inner());
         for node in nodes.store().state() {
             for ip in node_status::internal_ips(&node) {
                 a.observe(&node.name_any(), ip);
             }
         }
+        drop(a);
+        Ok(Simulator { nodes: node_sim, node_changes, pods: pod_sim, pod_changes, node_changes_for_pods })
     }
-    if let (true, Some(webhook)) = (config.controllers, config.webhook.clone()) {
-        crate::admission::start(client.clone(), webhook, node_pools.store(), metrics.clone()).await?;
-    }
-    ready.store(true, Ordering::Relaxed);
+}
 
-    let mut tasks = tokio::task::JoinSet::new();
-    if let Some(changes) = node_changes_for_sim {
-        let sim = NodeSimulator {
-            client: client.clone(),
-            config: NodeSimConfig {
-                manage: config.manage.clone(),
-                lease_duration: config.lease_duration,
-                status_frequency: config.status_frequency,
-                defaults: config.node_defaults.clone(),
-            },
-            nodes: nodes.store(),
-            leases: leases.store(),
-            addresses: addresses.clone(),
-            metrics: metrics.clone(),
-            writes: sim_writes.clone(),
-            lifecycles: lifecycles.clone(),
-        };
-        tasks.spawn(async move {
-            sim.run(changes).await;
-            "node simulator"
-        });
-    }
-    if let (Some(pod_changes), Some(node_changes)) = (pod_changes_for_sim, node_changes_for_pods) {
-        let sim = PodSimulator {
-            client: client.clone(),
-            config: PodSimConfig { manage: config.manage.clone(), lifecycles: lifecycles.clone() },
-            nodes: nodes.store(),
-            pods: pods.store(),
-            metrics: metrics.clone(),
-            writes: sim_writes.clone(),
-        };
-        tasks.spawn(async move {
-            sim.run(pod_changes, node_changes).await;
-            "pod simulator"
-        });
-    }
-    let pool_watch = match &config.pool_selector {
-        Some(s) => watcher::Config::default().labels(s),
-        None => watcher::Config::default(),
-    };
-    if let Some(changes) = pod_changes_for_pools {
-        let ctx = Arc::new(PoolContext::<PodPool> {
-            client: client.clone(),
-            children: pods.store(),
-            env: PodEnv,
-            metrics: metrics.clone(),
-            writes: writes.clone(),
-            max_in_flight_per_pool: config.max_writes_per_pool,
-            max_creates: config.max_creates_per_round,
-            expectations: Default::default(),
-        });
-        let api: Api<PodPool> = Api::all(client.clone());
-        let watch = pool_watch.clone();
-        tasks.spawn(async move {
-            controllers::run(api, watch, changes, ctx).await;
-            "podpool controller"
-        });
-    }
-    if let Some(changes) = node_changes_for_pools {
-        let ctx = Arc::new(PoolContext::<NodePool> {
-            client: client.clone(),
-            children: nodes.store(),
-            env: NodeEnv {
-                simulate: config.simulate,
-                defaults: config.node_defaults.clone(),
-                addresses: addresses.clone(),
-                pools: Some(node_pools.store()),
-            },
-            metrics: metrics.clone(),
-            writes: writes.clone(),
-            max_in_flight_per_pool: config.max_writes_per_pool,
-            max_creates: config.max_creates_per_round,
-            expectations: Default::default(),
-        });
-        let api: Api<NodePool> = Api::all(client.clone());
-        tasks.spawn(async move {
-            controllers::run(api, pool_watch, changes, ctx).await;
-            "nodepool controller"
-        });
-    }
-    tracing::info!(controllers = config.controllers, simulate = config.simulate, "kwok-pools running");
-    let shutdown = tokio::signal::ctrl_c();
-    tokio::pin!(shutdown);
+/// Runs until a signal, or until a long-running task ends: a task that stops or dies is
+/// logged and the process exits non-zero rather than looking healthy.
+async fn supervise(mut tasks: JoinSet<String>) -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
-        _ = &mut shutdown => tracing::info!("shutting down"),
-        Some(done) = tasks.join_next() => {
-            match done {
-                Ok(name) => tracing::info!(task = name, "stopped"),
-                Err(e) => anyhow::bail!("a task failed: {e}"),
-            }
+        _ = tokio::signal::ctrl_c() => {
+            tracing::info!("interrupted; shutting down");
+            Ok(())
         }
+        _ = term.recv() => {
+            tracing::info!("terminated; shutting down");
+            Ok(())
+        }
+        Some(done) = tasks.join_next() => match done {
+            Ok(name) => anyhow::bail!("the {name} stopped; exiting so that a supervisor restarts the operator"),
+            Err(e) => anyhow::bail!("a task failed: {e}; exiting so that a supervisor restarts the operator"),
+        },
     }
-    Ok(())
 }

@@ -1,8 +1,9 @@
 //! Validation in three layers, end to end with kubectl: the CRD schema and CEL, the garde
 //! rules behind the admission webhook, and the reconciler's own check when the webhook is
 //! down.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
-mod common;
+use kwok_pools_test_support as common;
 
 use common::pools::*;
 use common::*;

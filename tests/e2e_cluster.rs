@@ -1,7 +1,8 @@
 //! The local control plane: `kwok-pools cluster create|delete|list|kubeconfig` against real
 //! etcd, kube-apiserver, kube-controller-manager and kube-scheduler.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
-mod common;
+use kwok_pools_test_support as common;
 
 use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};

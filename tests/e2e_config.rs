@@ -1,8 +1,9 @@
 //! The deployment manifests under config/: the API server accepts them, and the RBAC they
 //! grant is enough for the operator to do all its work (it runs here as that service
 //! account, through impersonation).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
-mod common;
+use kwok_pools_test_support as common;
 
 use common::pools::*;
 use common::*;

@@ -5,8 +5,9 @@
 //! generateName, namespace, ownerReferences, the labels the pool sets, a node's podCIDR): the
 //! pool refuses those with its own message naming the field, and the rest of the manifest
 //! must then agree. Generated cases drop each field of a full Node and a full Pod in turn.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
-mod common;
+use kwok_pools_test_support as common;
 
 use common::*;
 use serde_json::{Value, json};

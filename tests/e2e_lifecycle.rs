@@ -2,8 +2,9 @@
 //! Rolls with prompt and with SIGTERM-ignoring pods, crash loops and failures as kubectl shows
 //! them (also for a Deployment's pods on a pool's nodes), and nodes that flap so the node
 //! lifecycle controller marks them NotReady, taints them and evicts their pods.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
-mod common;
+use kwok_pools_test_support as common;
 
 use common::pools::*;
 use common::*;

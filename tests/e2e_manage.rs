@@ -1,7 +1,8 @@
 //! Which nodes the simulator manages. Alone in its own test binary: an operator started with
 //! `--manage-all-nodes` touches every node of the cluster.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
-mod common;
+use kwok_pools_test_support as common;
 
 use common::pools::*;
 use common::*;

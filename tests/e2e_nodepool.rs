@@ -1,7 +1,8 @@
 //! NodePool end to end: the sample, scaling, template edits, hand-deleted and foreign nodes,
 //! heartbeats across an operator outage. kubectl is the client where a user would use it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
-mod common;
+use kwok_pools_test_support as common;
 
 use common::pools::*;
 use common::*;

@@ -1,8 +1,9 @@
 //! Pods on fake nodes and PodPool, end to end: whoever creates a pod bound to a managed
 //! node, it runs with an address from the node's podCIDR, completes if a Job owns it, and
 //! goes away after its grace period when deleted.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
-mod common;
+use kwok_pools_test_support as common;
 
 use common::pools::*;
 use common::*;

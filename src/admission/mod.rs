@@ -6,7 +6,6 @@ pub mod register;
 pub mod review;
 pub mod tls;
 
-use crate::api::NodePool;
 use crate::telemetry::metrics::{AdmissionLabels, Metrics};
 use axum::Router;
 use axum::body::Bytes;
@@ -15,7 +14,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::runtime::reflector::Store;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -104,8 +102,8 @@ async fn mutate(body: Bytes) -> Response {
 
 /// The webhook's routes. With a `client`, the API server judges each pool's rendered child by
 /// a server-side dry run.
-pub fn router(pools: Store<NodePool>, client: Option<kube::Client>, metrics: Arc<Metrics>) -> Router {
-    let judge = review::Judge { pools, client };
+pub fn router(peers: review::Peers, client: Option<kube::Client>, metrics: Arc<Metrics>) -> Router {
+    let judge = review::Judge { peers, client };
     Router::new()
         .route(register::PATH, post(validate))
         .route(register::MUTATE_PATH, post(mutate))
@@ -117,7 +115,7 @@ pub fn router(pools: Store<NodePool>, client: Option<kube::Client>, metrics: Arc
 pub async fn start(
     client: kube::Client,
     config: WebhookConfig,
-    pools: Store<NodePool>,
+    peers: review::Peers,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind(config.addr).map_err(|e| {
@@ -138,7 +136,7 @@ pub async fn start(
     )
     .await
     .map_err(|e| anyhow::anyhow!("the webhook certificate is not usable: {e}"))?;
-    let app = router(pools, Some(client.clone()), metrics);
+    let app = router(peers, Some(client.clone()), metrics);
     let server = axum_server::from_tcp_rustls(listener, rustls)?;
     tokio::spawn(async move {
         if let Err(e) = server.serve(app.into_make_service()).await {

@@ -5,12 +5,11 @@
 //! the quantities are.
 
 use crate::api::schema::QUANTITY_PATTERN;
-use crate::api::{NodePool, PodPool};
 use json_patch::{Patch, PatchOperation, ReplaceOperation};
-use kube::CustomResourceExt;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::Value;
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 /// The openAPIV3Schema of a CRD's first version, as JSON.
@@ -25,8 +24,10 @@ fn schema_of(
         .unwrap_or(Value::Null)
 }
 
-static NODEPOOL_SCHEMA: LazyLock<Value> = LazyLock::new(|| schema_of(NodePool::crd()));
-static PODPOOL_SCHEMA: LazyLock<Value> = LazyLock::new(|| schema_of(PodPool::crd()));
+/// The schema of every registered kind, by kind name.
+static SCHEMAS: LazyLock<HashMap<String, Value>> = LazyLock::new(|| {
+    crate::kinds::crds().into_iter().map(|crd| (crd.spec.names.kind.clone(), schema_of(crd))).collect()
+});
 
 fn is_quantity(schema: &Value) -> bool {
     schema.get("pattern").and_then(Value::as_str) == Some(QUANTITY_PATTERN)
@@ -67,11 +68,7 @@ pub fn float_quantities(schema: &Value, object: &Value, pointer: &str, out: &mut
 
 /// The JSON patch that turns the float quantities of a pool into strings, if it has any.
 pub fn patch_for(kind: &str, object: &Value) -> Option<Patch> {
-    let schema = match kind {
-        "NodePool" => &*NODEPOOL_SCHEMA,
-        "PodPool" => &*PODPOOL_SCHEMA,
-        _ => return None,
-    };
+    let schema = SCHEMAS.get(kind)?;
     let mut found = Vec::new();
     float_quantities(schema, object, "", &mut found);
     if found.is_empty() {
@@ -141,7 +138,7 @@ mod tests {
         let node =
             json!({"spec": {"nodeCount": 1, "nodeTemplate": {"status": {"capacity": {"cpu": 1.5, "pods": 110}}}}});
         let mut found = Vec::new();
-        float_quantities(&NODEPOOL_SCHEMA, &node, "", &mut found);
+        float_quantities(&SCHEMAS["NodePool"], &node, "", &mut found);
         assert_eq!(found, vec![("/spec/nodeTemplate/status/capacity/cpu".to_string(), "1.5".to_string())]);
         // Integers, strings and non-quantities are left alone.
         let plain =

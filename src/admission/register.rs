@@ -6,7 +6,7 @@
 //! before it acts, reporting Degraded instead of doing damage. With Fail, a stopped operator
 //! would lock every pool, including the fix for a bad one.
 
-use crate::pool::FIELD_MANAGER;
+use crate::api::conventions::FIELD_MANAGER;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference, ValidatingWebhook,
@@ -64,7 +64,7 @@ pub fn configuration(
                 api_groups: Some(vec![crate::api::common::GROUP.into()]),
                 api_versions: Some(vec![crate::api::common::VERSION.into()]),
                 operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-                resources: Some(vec!["nodepools".into(), "podpools".into()]),
+                resources: Some(crate::kinds::names().into_iter().map(|n| n.plural).collect()),
                 scope: Some("*".into()),
             }]),
             client_config,

@@ -3,43 +3,44 @@
 //! with every message. The rules are pure apart from reading the NodePool store for
 //! cross-pool rules; the dry run is the one request to the API server.
 
-use crate::api::validation::{self, NodePoolRules};
-use crate::api::{NodePool, PodPool};
+use crate::kinds::{self, Visitor};
 use crate::pool::{PoolKind, dry_run};
-use kube::ResourceExt;
+use futures::future::BoxFuture;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::gvk::GroupVersionKind;
 use kube::runtime::reflector::Store;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-/// A spec that can be checked at admission (one impl per pool kind).
-pub trait Validate: Sized {
-    /// Every problem with `self`, given the object before an update.
-    fn problems(&self, old: Option<&Self>, pools: &[Arc<NodePool>]) -> Vec<String>;
-}
+/// The pools of each kind (for rules that compare a pool with its peers), by kind.
+#[derive(Clone, Default)]
+pub struct Peers(HashMap<TypeId, Arc<dyn Any + Send + Sync>>);
 
-impl Validate for NodePool {
-    fn problems(&self, old: Option<&Self>, pools: &[Arc<NodePool>]) -> Vec<String> {
-        // Children of a live pool: what its status last counted (all of them if unknown).
-        let old =
-            old.map(|o| (o, o.status.as_ref().map_or(o.spec.node_count.max(0) as u32, |s| s.replicas.max(0) as u32)));
-        let ctx = NodePoolRules::new(&self.name_any(), pools, old);
-        validation::check_nodepool(&self.spec, &ctx).err().unwrap_or_default()
+impl Peers {
+    pub fn with<P: PoolKind>(mut self, store: Store<P>) -> Self {
+        self.0.insert(TypeId::of::<P>(), Arc::new(store));
+        self
+    }
+
+    /// Every pool of kind `P` known (none when its store was not given).
+    pub fn of<P: PoolKind>(&self) -> Vec<Arc<P>> {
+        self.0.get(&TypeId::of::<P>()).and_then(|s| s.downcast_ref::<Store<P>>()).map(Store::state).unwrap_or_default()
     }
 }
 
-impl Validate for PodPool {
-    fn problems(&self, _old: Option<&Self>, _pools: &[Arc<NodePool>]) -> Vec<String> {
-        validation::check_podpool(&self.spec).err().unwrap_or_default()
-    }
-}
-
-/// What answering needs: the NodePools (for cross-pool rules) and, when the webhook runs
-/// beside an API server, a client for the dry run of the rendered child.
+/// What answering needs: the pools of every kind (for cross-pool rules) and, when the webhook
+/// runs beside an API server, a client for the dry run of the rendered child.
 #[derive(Clone)]
 pub struct Judge {
-    pub pools: Store<NodePool>,
+    pub peers: Peers,
     pub client: Option<kube::Client>,
+}
+
+/// Whether a request is about kind `P` (group and kind, as linkerd's `is_kind`).
+pub fn is_kind<P: PoolKind>(gvk: &GroupVersionKind) -> bool {
+    gvk.group == P::group(&()) && gvk.kind == P::kind(&())
 }
 
 /// Whether the API server must look at the children again: always on a create; on an update
@@ -51,10 +52,7 @@ fn needs_dry_run<K: PoolKind>(new: &K, old: Option<&K>) -> bool {
 }
 
 /// The verdict on one request: (allowed, response).
-async fn judge<K: Validate + PoolKind>(
-    req: &AdmissionRequest<DynamicObject>,
-    judge: &Judge,
-) -> (bool, AdmissionResponse) {
+async fn judge<K: PoolKind>(req: &AdmissionRequest<DynamicObject>, judge: &Judge) -> (bool, AdmissionResponse) {
     let mut resp = AdmissionResponse::from(req);
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return (true, resp);
@@ -66,7 +64,9 @@ async fn judge<K: Validate + PoolKind>(
         Err(e) => return (false, resp.deny(format!("the object does not decode as {}: {e}", req.kind.kind))),
     };
     let old = req.old_object.as_ref().and_then(|o| decode(o).ok());
-    let mut problems = new.problems(old.as_ref(), &judge.pools.state());
+    let mut peers = judge.peers.of::<K>();
+    peers.retain(|p| p.meta().name != new.meta().name || p.meta().namespace != new.meta().namespace);
+    let mut problems = new.problems(old.as_ref(), &peers);
     if problems.is_empty()
         && let Some(client) = &judge.client
         && needs_dry_run(&new, old.as_ref())
@@ -103,17 +103,8 @@ pub fn refused_after_panic(body: &[u8], message: &str) -> Option<AdmissionReview
     Some(AdmissionResponse::from(&req).deny(reason).into_review())
 }
 
-/// The metric label of a request's kind: one of a fixed set, whatever the caller sends.
-pub fn kind_label(kind: &str) -> &'static str {
-    match kind {
-        "NodePool" => "NodePool",
-        "PodPool" => "PodPool",
-        _ => "other",
-    }
-}
-
-/// Answers an AdmissionReview body. Returns the kind judged (a metric label), whether it was
-/// allowed, and the review to send back.
+/// Answers an AdmissionReview body. Returns the kind judged (a metric label from a fixed
+/// set: a registered kind or `other`), whether it was allowed, and the review to send back.
 pub async fn answer(
     body: &[u8],
     judge_with: &Judge,
@@ -122,18 +113,36 @@ pub async fn answer(
     let req: AdmissionRequest<DynamicObject> = review
         .try_into()
         .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| BadReview::NoRequest(e.to_string()))?;
-    let kind = kind_label(&req.kind.kind);
-    let (allowed, resp) = match kind {
-        "NodePool" => judge::<NodePool>(&req, judge_with).await,
-        "PodPool" => judge::<PodPool>(&req, judge_with).await,
-        _ => (
-            true,
-            AdmissionResponse::from(&req)
-                .deny(format!("kwok-pools does not validate {}", req.kind.kind))
-                .allow_anyway(),
+    let mut dispatch = Dispatch { req: &req, judge: judge_with, found: None };
+    kinds::visit_all(&mut dispatch);
+    let (kind, (allowed, resp)) = match dispatch.found {
+        Some((kind, verdict)) => (kind, verdict.await),
+        None => (
+            "other",
+            (
+                true,
+                AdmissionResponse::from(&req)
+                    .deny(format!("kwok-pools does not validate {}", req.kind.kind))
+                    .allow_anyway(),
+            ),
         ),
     };
     Ok((kind, allowed, resp.into_review()))
+}
+
+/// Finds the registered kind of a request and starts judging it.
+struct Dispatch<'a> {
+    req: &'a AdmissionRequest<DynamicObject>,
+    judge: &'a Judge,
+    found: Option<(&'static str, BoxFuture<'a, (bool, AdmissionResponse)>)>,
+}
+
+impl Visitor for Dispatch<'_> {
+    fn visit<P: PoolKind>(&mut self) {
+        if self.found.is_none() && is_kind::<P>(&self.req.kind) {
+            self.found = Some((kinds::kind_name::<P>(), Box::pin(judge::<P>(self.req, self.judge))));
+        }
+    }
 }
 
 trait AllowAnyway {
@@ -151,6 +160,7 @@ impl AllowAnyway for AdmissionResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::NodePool;
     use kube::runtime::reflector::store::Writer;
     use serde_json::json;
 
@@ -196,7 +206,7 @@ mod tests {
     }
 
     fn offline(store: Store<NodePool>) -> Judge {
-        Judge { pools: store, client: None }
+        Judge { peers: Peers::default().with(store), client: None }
     }
 
     /// A client whose API server answers every request with `code` and `body`, and records
@@ -276,7 +286,7 @@ mod tests {
                    "details": {"name": "w-11", "kind": "Pod", "causes": [
                        {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers[0].image"}]}}),
         );
-        let judge = Judge { pools: store_with(vec![]), client: Some(client) };
+        let judge = Judge { peers: Peers::default(), client: Some(client) };
         let (kind, allowed, r) = answer(&review("PodPool", podpool(None), None), &judge).await.unwrap();
         assert_eq!((kind, allowed), ("PodPool", false));
         assert_eq!(message(&r), "spec.podTemplate.spec.containers[0].image: Required value");
@@ -288,7 +298,7 @@ mod tests {
     #[tokio::test]
     async fn an_update_that_renders_the_same_children_is_not_sent_again() {
         let (client, seen) = api_server(500, json!({"code": 500, "message": "must not be called"}));
-        let judge = Judge { pools: store_with(vec![]), client: Some(client) };
+        let judge = Judge { peers: Peers::default(), client: Some(client) };
         let mut scaled = podpool(Some("nginx"));
         scaled["spec"]["podCount"] = json!(15);
         let (_, allowed, _) = answer(&review("PodPool", scaled, Some(podpool(Some("nginx")))), &judge).await.unwrap();
@@ -305,7 +315,7 @@ mod tests {
     #[tokio::test]
     async fn a_child_that_exists_already_passed_validation() {
         let (client, _) = api_server(409, json!({"code": 409, "reason": "AlreadyExists", "message": "exists"}));
-        let judge = Judge { pools: store_with(vec![]), client: Some(client) };
+        let judge = Judge { peers: Peers::default(), client: Some(client) };
         let (_, allowed, r) = answer(&review("PodPool", podpool(Some("nginx")), None), &judge).await.unwrap();
         assert!(allowed, "{}", message(&r));
     }

@@ -3,6 +3,7 @@
 
 use super::schema;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -14,14 +15,43 @@ pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` of every pool kind (as owner references carry it).
 pub const GROUP_VERSION: &str = "pools.kwok.x-k8s.io/v1alpha1";
 
-/// The label naming the pool a child belongs to.
-pub const POOL_LABEL: &str = "pools.kwok.x-k8s.io/pool";
-/// The label holding a child's index (0..count-1).
-pub const INDEX_LABEL: &str = "pools.kwok.x-k8s.io/index";
-/// The label holding the hash of the template a child was rendered from.
-pub const HASH_LABEL: &str = "pools.kwok.x-k8s.io/template-hash";
-/// Labels the pool sets itself; a template may not set them.
-pub const RESERVED_LABELS: [&str; 3] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL];
+/// `maxUnavailable` of a pool, parsed: a number of children, or a percentage of the count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MaxUnavailable {
+    Count(u32),
+    Percent(u32),
+}
+
+impl MaxUnavailable {
+    /// The one parser of `maxUnavailable`: an integer of at least 0, or a percentage from 0%
+    /// to 100%; the error says what is allowed.
+    pub fn parse(value: &IntOrString) -> Result<Self, String> {
+        let parsed = match value {
+            IntOrString::Int(n) => u32::try_from(*n).ok().map(Self::Count),
+            IntOrString::String(s) => {
+                s.strip_suffix('%').and_then(|p| p.parse::<u32>().ok()).filter(|p| *p <= 100).map(Self::Percent)
+            }
+        };
+        parsed.ok_or_else(|| {
+            let shown = match value {
+                IntOrString::Int(n) => n.to_string(),
+                IntOrString::String(s) => s.clone(),
+            };
+            format!("{shown:?} is not allowed: use a number of pods (0 or more) or a percentage such as 25%")
+        })
+    }
+
+    /// Resolved against the count: a number, or a percentage rounded down; at least 1 so a
+    /// rollout always progresses; a quarter of the count when unset.
+    pub fn resolve(value: Option<&Self>, count: u32) -> u32 {
+        let n = match value {
+            None => count / 4,
+            Some(Self::Count(n)) => *n,
+            Some(Self::Percent(p)) => (u64::from(count) * u64::from(*p) / 100) as u32,
+        };
+        n.max(1)
+    }
+}
 
 /// The largest count any pool accepts.
 pub const MAX_COUNT: i32 = 100_000;
@@ -208,7 +238,8 @@ fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Sch
     let mut value = schema::core_type::<Vec<Condition>>(generator).to_value();
     value["x-kubernetes-list-type"] = "map".into();
     value["x-kubernetes-list-map-keys"] = serde_json::json!(["type"]);
-    schemars::Schema::try_from(value).expect("object")
+    // A list schema with two keys added is still an object schema.
+    schemars::Schema::try_from(value).unwrap_or_default()
 }
 
 impl PoolStatus {

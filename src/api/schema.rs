@@ -16,9 +16,10 @@ const QUANTITY_DESCRIPTION_START: &str = "Quantity is a fixed-point representati
 /// The schema of core type `T` with descriptions removed and quantities tightened.
 pub fn core_type<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     let schema = generator.subschema_for::<T>();
-    let mut value = schema.to_value();
+    let mut value = schema.clone().to_value();
     rewrite(&mut value);
-    Schema::try_from(value).expect("a rewritten schema is still an object")
+    // Rewriting keeps an object an object; were it not, the schema stays as generated.
+    Schema::try_from(value).unwrap_or(schema)
 }
 
 /// The schema of core type `T` as a template embeds it: like [`core_type`], and with no
@@ -26,9 +27,10 @@ pub fn core_type<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
 /// defaults (every `nodeInfo` field, for one), so the schema leaves presence to the API
 /// server: the webhook and the reconciler have it validate the rendered child.
 pub fn template_type<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
-    let mut value = core_type::<T>(generator).to_value();
+    let schema = core_type::<T>(generator);
+    let mut value = schema.clone().to_value();
     drop_required(&mut value);
-    Schema::try_from(value).expect("a schema without `required` is still an object")
+    Schema::try_from(value).unwrap_or(schema)
 }
 
 /// Calls `visit` on every schema object in `value`, top down. `visit` returns false to stop

@@ -6,10 +6,12 @@
 //! rule that looks inside a field reports each problem on its own line, starting with the
 //! path below that field (`.status.allocatable.cpu: …`); [`messages`] joins the paths.
 
-use super::common::{HASH_LABEL, INDEX_LABEL, MAX_COUNT, POOL_LABEL, SubnetRange, TemplateMetadata};
+use super::common::{MAX_COUNT, MaxUnavailable, SubnetRange, TemplateMetadata};
+use super::conventions::{HOSTNAME_LABEL, RESERVED_LABELS};
 use super::lifecycle::{self, Lifecycle};
 use super::nodepool::{NodePoolSpec, NodeTemplate};
 use super::podpool::{PodPoolSpec, PodTemplate};
+use super::ranges;
 use crate::api::{NodePool, PodPool};
 use garde::Validate;
 use ipnet::IpNet;
@@ -18,8 +20,8 @@ use kube::ResourceExt;
 use std::sync::Arc;
 
 /// Labels a node template may not set: the pool sets them itself.
-const NODE_RESERVED_LABELS: [&str; 4] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL, "kubernetes.io/hostname"];
-const POD_RESERVED_LABELS: [&str; 3] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL];
+const NODE_RESERVED_LABELS: [&str; 4] = [RESERVED_LABELS[0], RESERVED_LABELS[1], RESERVED_LABELS[2], HOSTNAME_LABEL];
+const POD_RESERVED_LABELS: [&str; 3] = RESERVED_LABELS;
 
 /// What NodePool rules need beyond the spec.
 #[derive(Clone, Debug, Default)]
@@ -46,6 +48,11 @@ impl NodePoolRules {
             })
             .collect();
         Self { others, old: old.map(|(p, n)| (p.spec.clone(), n)) }
+    }
+
+    /// How many nodes the pool had before the update (0 on a create).
+    fn live(&self) -> u32 {
+        self.old.as_ref().map_or(0, |(_, n)| *n)
     }
 }
 
@@ -210,84 +217,69 @@ pub fn count<C>(n: &i32, _ctx: &C) -> garde::Result {
 
 /// `maxUnavailable`: an integer of at least 0, or a percentage from 0% to 100%.
 pub fn max_unavailable(value: &Option<IntOrString>, _ctx: &()) -> garde::Result {
-    match value {
-        None => Ok(()),
-        Some(IntOrString::Int(n)) if *n >= 0 => Ok(()),
-        Some(IntOrString::String(s))
-            if s.strip_suffix('%').and_then(|p| p.parse::<u32>().ok()).is_some_and(|p| p <= 100) =>
-        {
-            Ok(())
+    match value.as_ref().map(MaxUnavailable::parse) {
+        Some(Err(e)) => Err(garde::Error::new(e)),
+        _ => Ok(()),
+    }
+}
+
+/// The i-th item of a range (as text), and how many items a range holds.
+type Nth<'a> = &'a dyn Fn(&IpNet, u32) -> Option<String>;
+type Len<'a> = &'a dyn Fn(&IpNet) -> u128;
+
+/// One per-index identity range of a NodePool (`podCIDR` or `internalIPs`): what item `i` of
+/// the range is, so that size, overlap and moves are judged by one implementation.
+struct IdentityRange<'a> {
+    /// The manifest field (`podCIDR`, `internalIPs`), for messages naming other pools.
+    field: &'static str,
+    /// The sub-path of the CIDR under the field (`.cidr` or empty).
+    cidr_path: &'static str,
+    /// What the items are, in messages ("subnets of /24", "host addresses").
+    items: String,
+    net: IpNet,
+    nth: Nth<'a>,
+    len: Len<'a>,
+    /// The same range before an update, with its own arithmetic.
+    old: Option<(IpNet, Nth<'a>, Len<'a>)>,
+    /// What a live pool's nodes keep, for the message on a move.
+    keeps: &'static str,
+    /// What to do when the range is too small.
+    advice: &'static str,
+}
+
+impl IdentityRange<'_> {
+    fn problems(&self, count: i32, others: impl Iterator<Item = (String, Option<IpNet>)>, live: u32) -> Vec<String> {
+        let net = self.net;
+        let mut out = Vec::new();
+        let have = (self.len)(&net);
+        if have < u128::from(count.max(0) as u32) {
+            out.push(format!(": {net} has {have} {} but nodeCount is {count}: {}", self.items, self.advice));
         }
-        Some(other) => Err(garde::Error::new(format!(
-            "{:?} is not allowed: use a number of pods (0 or more) or a percentage such as 25%",
-            match other {
-                IntOrString::Int(n) => n.to_string(),
-                IntOrString::String(s) => s.clone(),
+        for (other, their) in others {
+            if let Some(their) = their
+                && (their.contains(&net.network()) || net.contains(&their.network()))
+            {
+                out.push(format!(
+                    "{}: {net} overlaps {their}, the {} of NodePool {other}: every pool needs a range of its own",
+                    self.cidr_path, self.field
+                ));
             }
-        ))),
-    }
-}
-
-/// Rules on `spec.podCIDR`: valid, big enough, not overlapping another pool, not moving the
-/// subnets of existing nodes.
-pub fn pod_cidr(count: i32) -> impl FnOnce(&Option<SubnetRange>, &NodePoolRules) -> garde::Result {
-    move |range, ctx| pod_cidr_rule(range, ctx, count)
-}
-
-fn pod_cidr_rule(range: &Option<SubnetRange>, ctx: &NodePoolRules, count: i32) -> garde::Result {
-    let Some(range) = range else { return Ok(()) };
-    let net = match parse_net(&range.cidr) {
-        Ok(n) => n,
-        Err(e) => return Err(garde::Error::new(format!(".cidr: {e}"))),
-    };
-    let max = if net.addr().is_ipv4() { 32 } else { 128 };
-    if range.mask_size <= net.prefix_len() || range.mask_size > max {
-        return Err(garde::Error::new(format!(
-            ".maskSize: {} must be longer than the prefix of {} (/{}) and at most {max}",
-            range.mask_size,
-            range.cidr,
-            net.prefix_len()
-        )));
-    }
-    let mut out = Vec::new();
-    let bits = u32::from(range.mask_size - net.prefix_len());
-    if bits < 32 && u64::from(count.max(0) as u32) > 1u64 << bits {
-        out.push(format!(
-            ": {} has {} subnets of /{} but nodeCount is {count}: use a larger cidr, a longer maskSize or fewer nodes",
-            range.cidr,
-            1u64 << bits,
-            range.mask_size
-        ));
-    }
-    for (other, their, _) in &ctx.others {
-        if let Some(their) = their
-            && (their.contains(&net.network()) || net.contains(&their.network()))
-        {
-            out.push(format!(
-                ".cidr: {net} overlaps {their}, the podCIDR of NodePool {other}: every pool needs a range of its own"
-            ));
         }
-    }
-    if let Some((old, children)) = &ctx.old
-        && let Some(old_range) = &old.pod_cidr
-        && let Ok(old_net) = parse_net(&old_range.cidr)
-    {
-        let live = (*children).min(count.max(0) as u32);
-        let subnets = |net: &IpNet, mask: u8| {
-            1u128.checked_shl(u32::from(mask.saturating_sub(net.prefix_len()))).unwrap_or(u128::MAX)
-        };
-        let before = |i| crate::simulator::ipam::nth_subnet(&old_net, old_range.mask_size, i);
-        let after = |i| crate::simulator::ipam::nth_subnet(&net, range.mask_size, i);
-        let lens = (subnets(&old_net, old_range.mask_size), subnets(&net, range.mask_size));
-        if let Some(i) = first_moved(live, before, after, lens) {
-            out.push(format!(
-                ": the change would move node {i} from {} to {}: a live pool's range may grow, but its nodes keep their subnets (keep the start and maskSize, or scale to 0 first)",
-                before(i).map(|n| n.to_string()).unwrap_or_default(),
-                after(i).map(|n| n.to_string()).unwrap_or_else(|| "nothing".into())
-            ));
+        if let Some((old_net, old_nth, old_len)) = &self.old {
+            let live = live.min(count.max(0) as u32);
+            let before = |i| old_nth(old_net, i);
+            let after = |i| (self.nth)(&net, i);
+            if let Some(i) = first_moved(live, before, after, (old_len(old_net), have)) {
+                out.push(format!(
+                    ": the change would move node {i} from {} to {}: a live pool's range may grow, but its nodes keep their {}",
+                    before(i).unwrap_or_default(),
+                    after(i).unwrap_or_else(|| "nothing".into()),
+                    self.keeps
+                ));
+            }
         }
+        out
     }
-    lines(out)
 }
 
 /// The first of the `live` nodes whose item (subnet, address) would move from `before(i)` to
@@ -308,7 +300,56 @@ fn first_moved<T: PartialEq>(
     (shorter < u128::from(live)).then_some(shorter as u32)
 }
 
-/// Rules on `spec.internalIPs`.
+/// How many `/mask` subnets `net` holds (saturating).
+fn subnet_count(net: &IpNet, mask: u8) -> u128 {
+    1u128.checked_shl(u32::from(mask.saturating_sub(net.prefix_len()))).unwrap_or(u128::MAX)
+}
+
+/// Rules on `spec.podCIDR`: valid, big enough, not overlapping another pool, not moving the
+/// subnets of existing nodes.
+pub fn pod_cidr(count: i32) -> impl FnOnce(&Option<SubnetRange>, &NodePoolRules) -> garde::Result {
+    move |range, ctx| pod_cidr_rule(range, ctx, count)
+}
+
+fn pod_cidr_rule(range: &Option<SubnetRange>, ctx: &NodePoolRules, count: i32) -> garde::Result {
+    let Some(range) = range else { return Ok(()) };
+    let net = parse_net(&range.cidr).map_err(|e| garde::Error::new(format!(".cidr: {e}")))?;
+    let max = if net.addr().is_ipv4() { 32 } else { 128 };
+    if range.mask_size <= net.prefix_len() || range.mask_size > max {
+        return Err(garde::Error::new(format!(
+            ".maskSize: {} must be longer than the prefix of {} (/{}) and at most {max}",
+            range.mask_size,
+            range.cidr,
+            net.prefix_len()
+        )));
+    }
+    let subnets_of = |mask: u8| move |n: &IpNet, i: u32| ranges::nth_subnet(n, mask, i).map(|s| s.to_string());
+    let (nth, len) = (subnets_of(range.mask_size), move |n: &IpNet| subnet_count(n, range.mask_size));
+    let old = ctx.old.as_ref().and_then(|(old, _)| {
+        let r = old.pod_cidr.as_ref()?;
+        Some((parse_net(&r.cidr).ok()?, r.mask_size))
+    });
+    let (old_nth, old_len) = match old {
+        Some((_, mask)) => (subnets_of(mask), mask),
+        None => (subnets_of(0), 0),
+    };
+    let old_len = move |n: &IpNet| subnet_count(n, old_len);
+    let rule = IdentityRange {
+        field: "podCIDR",
+        cidr_path: ".cidr",
+        items: format!("subnets of /{}", range.mask_size),
+        net,
+        nth: &nth,
+        len: &len,
+        old: old.map(|(n, _)| (n, &old_nth as Nth, &old_len as Len)),
+        keeps: "subnets (keep the start and maskSize, or scale to 0 first)",
+        advice: "use a larger cidr, a longer maskSize or fewer nodes",
+    };
+    let others = ctx.others.iter().map(|(name, cidr, _)| (name.clone(), *cidr));
+    lines(rule.problems(count, others, ctx.live()))
+}
+
+/// Rules on `spec.internalIPs`: the same rules as `podCIDR`, item by host address.
 pub fn internal_ips(count: i32) -> impl FnOnce(&Option<String>, &NodePoolRules) -> garde::Result {
     move |range, ctx| internal_ips_rule(range, ctx, count)
 }
@@ -316,39 +357,22 @@ pub fn internal_ips(count: i32) -> impl FnOnce(&Option<String>, &NodePoolRules) 
 fn internal_ips_rule(range: &Option<String>, ctx: &NodePoolRules, count: i32) -> garde::Result {
     let Some(text) = range else { return Ok(()) };
     let net = parse_net(text).map_err(|e| garde::Error::new(format!(": {e}")))?;
-    let mut out = Vec::new();
-    if crate::simulator::ipam::host_count(&net) < count.max(0) as u128 {
-        out.push(format!(
-            ": {net} has {} host addresses but nodeCount is {count}: use a larger range or fewer nodes",
-            crate::simulator::ipam::host_count(&net)
-        ));
-    }
-    for (other, _, their) in &ctx.others {
-        if let Some(their) = their
-            && (their.contains(&net.network()) || net.contains(&their.network()))
-        {
-            out.push(format!(
-                ": {net} overlaps {their}, the internalIPs of NodePool {other}: node addresses must be unique"
-            ));
-        }
-    }
-    if let Some((old, children)) = &ctx.old
-        && let Some(old_text) = &old.internal_ips
-        && let Ok(old_net) = parse_net(old_text)
-    {
-        let live = (*children).min(count.max(0) as u32);
-        let before = |i| crate::simulator::ipam::nth_host(&old_net, i);
-        let after = |i| crate::simulator::ipam::nth_host(&net, i);
-        let lens = (crate::simulator::ipam::host_count(&old_net), crate::simulator::ipam::host_count(&net));
-        if let Some(i) = first_moved(live, before, after, lens) {
-            out.push(format!(
-                ": the change would move node {i} from {} to {}: a live pool's range may grow, but its nodes keep their addresses",
-                before(i).map(|a| a.to_string()).unwrap_or_default(),
-                after(i).map(|a| a.to_string()).unwrap_or_else(|| "nothing".into())
-            ));
-        }
-    }
-    lines(out)
+    let nth = |n: &IpNet, i: u32| ranges::nth_host(n, i).map(|a| a.to_string());
+    let len = |n: &IpNet| ranges::host_count(n);
+    let old = ctx.old.as_ref().and_then(|(old, _)| parse_net(old.internal_ips.as_ref()?).ok());
+    let rule = IdentityRange {
+        field: "internalIPs",
+        cidr_path: "",
+        items: "host addresses".into(),
+        net,
+        nth: &nth,
+        len: &len,
+        old: old.map(|n| (n, &nth as Nth, &len as Len)),
+        keeps: "addresses (keep the start, or scale to 0 first)",
+        advice: "use a larger range or fewer nodes",
+    };
+    let others = ctx.others.iter().map(|(name, _, ips)| (name.clone(), *ips));
+    lines(rule.problems(count, others, ctx.live()))
 }
 
 /// Rules on a pod template: only what the pool owns (the API server judges the rendered pod,
@@ -382,18 +406,23 @@ pub fn check_podpool(spec: &PodPoolSpec) -> Result<(), Vec<String>> {
     spec.validate().map_err(|r| messages(&r))
 }
 
-/// The reconciler's check: every rule; one message. A range overlap is blamed on the newer
-/// of the two pools only (by creation time, then name), so a pool that slipped past the
-/// webhook never stalls the older one it overlaps.
-pub fn validate_nodepool(pool: &NodePool, all: &[Arc<NodePool>]) -> Result<(), String> {
-    let key = |p: &NodePool| (p.metadata.creation_timestamp.as_ref().map(|t| t.0), p.name_any());
-    let mine = key(pool);
-    let older: Vec<Arc<NodePool>> = all.iter().filter(|p| key(p) < mine).cloned().collect();
-    check_nodepool(&pool.spec, &NodePoolRules::new(&pool.name_any(), &older, None)).map_err(|m| m.join("; "))
+impl NodePool {
+    /// Every problem with this pool (messages with manifest paths): the one check the
+    /// webhook and the reconciler both run. `old` is the pool before an update (its nodes
+    /// keep their ranges); `peers` are the other NodePools (ranges must not overlap).
+    pub fn problems(&self, old: Option<&NodePool>, peers: &[Arc<NodePool>]) -> Vec<String> {
+        // Children of a live pool: what its status last counted (all of them if unknown).
+        let old =
+            old.map(|o| (o, o.status.as_ref().map_or(o.spec.node_count.max(0) as u32, |s| s.replicas.max(0) as u32)));
+        check_nodepool(&self.spec, &NodePoolRules::new(&self.name_any(), peers, old)).err().unwrap_or_default()
+    }
 }
 
-pub fn validate_podpool(pool: &PodPool) -> Result<(), String> {
-    check_podpool(&pool.spec).map_err(|m| m.join("; "))
+impl PodPool {
+    /// Every problem with this pool (messages with manifest paths).
+    pub fn problems(&self) -> Vec<String> {
+        check_podpool(&self.spec).err().unwrap_or_default()
+    }
 }
 
 pub mod quantity;

@@ -3,9 +3,9 @@
 use super::cluster::parse_duration;
 use crate::admission::WebhookConfig;
 use crate::admission::register::Endpoint;
+use crate::kubelet::node::NodeDefaults;
 use crate::operator::OperatorConfig;
 use crate::simulator::manage::Manage;
-use crate::simulator::node_status::NodeDefaults;
 use crate::simulator::selector::Selector;
 use clap::Args;
 use std::net::SocketAddr;

@@ -10,7 +10,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-pub const FIELD_MANAGER: &str = "kwok-pools";
+use crate::api::conventions::FIELD_MANAGER;
 
 /// A client for the kubeconfig at `path`.
 pub async fn client(path: &Path) -> Result<kube::Client, ClusterError> {
@@ -54,7 +54,7 @@ pub async fn wait_default_service_account(
 /// Installs (server-side apply, so size is no issue) every CRD of the project and waits until
 /// each is Established.
 pub async fn install(client: &kube::Client, deadline: Instant) -> Result<(), ClusterError> {
-    install_crds(client, crate::api::crds(), deadline).await
+    install_crds(client, crate::kinds::crds(), deadline).await
 }
 
 pub async fn install_crds(

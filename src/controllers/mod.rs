@@ -1,18 +1,27 @@
-//! One controller per pool kind, wiring its API type to the pool core.
+//! One controller per pool kind, wiring its API type to the pool core: the kinds' trait
+//! impls (`nodepool.rs`, `podpool.rs`), which pools a child event wakes, and the controller
+//! loop, which waits for a missing child CRD without holding up anything else.
 
 pub mod nodepool;
 pub mod podpool;
 
 use crate::api::common::GROUP;
+use crate::api::common::conditions::DEGRADED;
+use crate::api::conventions::FIELD_MANAGER;
+use crate::api::conventions::split_child_name;
 use crate::informer::Change;
-use crate::pool::PoolKind;
 use crate::pool::reconcile::{PoolContext, error_policy, reconcile_contained};
+use crate::pool::{ChildCrd, PoolKind};
 use crate::telemetry::metrics::PoolLabels;
 use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Config, Controller};
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use kube::{Api, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -35,11 +44,7 @@ pub fn pools_to_wake<P: PoolKind>(child: &P::Stored) -> Vec<ObjectRef<P>> {
         .map(|o| with_ns(ObjectRef::new(&o.name)))
         .collect();
     let name = child.name_any();
-    if let Some((pool, index)) = name.rsplit_once('-')
-        && !pool.is_empty()
-        && !index.is_empty()
-        && index.bytes().all(|b| b.is_ascii_digit())
-    {
+    if let Some((pool, _)) = split_child_name(&name) {
         let r = with_ns(ObjectRef::new(pool));
         if !out.contains(&r) {
             out.push(r);
@@ -68,7 +73,6 @@ pub async fn run<P>(
     Controller::new(pools, pool_watch)
         .with_config(Config::default().debounce(Duration::from_millis(200)))
         .reconcile_on(wake)
-        .shutdown_on_signal()
         .run(reconcile_contained::<P>, error_policy::<P>, ctx.clone())
         .for_each(|result| {
             if let Err(kube::runtime::controller::Error::ObjectNotFound(gone)) = &result {
@@ -87,4 +91,60 @@ pub async fn run<P>(
             futures::future::ready(())
         })
         .await;
+}
+
+/// Whether the CRD named `name` exists and is Established.
+pub async fn crd_established(client: &Client, name: &str) -> kube::Result<bool> {
+    let crd = Api::<CustomResourceDefinition>::all(client.clone()).get_opt(name).await?;
+    Ok(crd
+        .and_then(|c| c.status)
+        .and_then(|s| s.conditions)
+        .is_some_and(|conds| conds.iter().any(|c| c.type_ == "Established" && c.status == "True")))
+}
+
+/// The Degraded condition of a pool whose child CRD is missing.
+pub fn missing_crd_condition(crd: &ChildCrd, noun: &str, generation: Option<i64>) -> Condition {
+    Condition {
+        type_: DEGRADED.into(),
+        status: "True".into(),
+        reason: "ChildCRDMissing".into(),
+        message: format!(
+            "the {noun}s of this pool need the CRD {}, which is not installed: {}; the pool starts by itself once it is",
+            crd.name, crd.install
+        ),
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+        observed_generation: generation,
+    }
+}
+
+/// Waits until the child CRD of kind `P` is installed, telling every pool of the kind why it
+/// waits (a Degraded condition), checking every `every`. Returns once it is Established.
+pub async fn await_child_crd<P: PoolKind>(client: &Client, crd: ChildCrd, pools: &Store<P>, every: Duration) {
+    let mut told = std::collections::HashSet::new();
+    loop {
+        match crd_established(client, crd.name).await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(crd = crd.name, error = %e, "cannot read CRDs (the operator needs get on customresourcedefinitions); retrying")
+            }
+        }
+        for pool in pools.state() {
+            let key = (pool.meta().uid.clone(), pool.meta().generation);
+            if told.contains(&key) {
+                continue;
+            }
+            let condition = missing_crd_condition(&crd, P::NOUN, pool.meta().generation);
+            let patch = serde_json::json!({ "status": { "conditions": [condition] } });
+            let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            match P::pool_api(client.clone(), &pool).patch_status(&pool.name_any(), &pp, &Patch::Merge(&patch)).await {
+                Ok(_) => {
+                    told.insert(key);
+                }
+                Err(e) => tracing::warn!(pool = %pool.name_any(), error = %e, "cannot mark the pool Degraded"),
+            }
+        }
+        tracing::warn!(kind = %P::kind(&()), crd = crd.name, install = crd.install, "waiting for the child CRD");
+        tokio::time::sleep(every).await;
+    }
 }

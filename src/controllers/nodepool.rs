@@ -1,25 +1,23 @@
 //! NodePool on the pool core: how a Node child is rendered, judged ready and updated in place.
 
-use crate::api::common::{HASH_LABEL, INDEX_LABEL, POOL_LABEL};
+use crate::api::conventions::{
+    FAKE_NODE_ANNOTATION, FAKE_TAINT_KEY, FAKE_VALUE, HASH_LABEL, HOSTNAME_LABEL, INDEX_LABEL, POOL_LABEL, TYPE_LABEL,
+    TYPE_VALUE, child_name,
+};
+use crate::api::ranges::{nth_host, nth_subnet};
 use crate::api::{NodePool, PoolStatus};
-use crate::pool::plan::{UpdateMode, child_name};
+use crate::informer::{Informer, Informers};
+use crate::ipam::HostAllocator;
+use crate::kubelet::node::{self as node_status, NodeDefaults};
+use crate::pool::plan::UpdateMode;
 use crate::pool::status::Problem;
-use crate::pool::{PoolKind, Write, hash};
-use crate::simulator::ipam::{HostAllocator, nth_host, nth_subnet};
-use crate::simulator::manage::FAKE_NODE_ANNOTATION;
-use crate::simulator::node_status::{self, NodeDefaults};
+use crate::pool::{PoolKind, Shared, Write, hash};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
-use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use std::sync::{Arc, Mutex};
-
-pub const FAKE_TAINT_KEY: &str = "kwok.x-k8s.io/node";
-pub const FAKE_TAINT_VALUE: &str = "fake";
-pub const TYPE_LABEL: &str = "type";
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 /// What rendering a node needs beyond its pool.
 pub struct NodeEnv {
@@ -29,8 +27,6 @@ pub struct NodeEnv {
     pub defaults: NodeDefaults,
     /// InternalIPs for nodes whose pool sets no `internalIPs`; shared with the simulator.
     pub addresses: Arc<Mutex<HostAllocator>>,
-    /// Every NodePool, for the rules that compare pools (overlapping ranges).
-    pub pools: Option<Store<NodePool>>,
 }
 
 fn pool_net(text: &str, field: &str) -> Result<IpNet, Problem> {
@@ -41,12 +37,7 @@ fn pool_net(text: &str, field: &str) -> Result<IpNet, Problem> {
 }
 
 fn fake_taint() -> Taint {
-    Taint {
-        key: FAKE_TAINT_KEY.into(),
-        value: Some(FAKE_TAINT_VALUE.into()),
-        effect: "NoSchedule".into(),
-        time_added: None,
-    }
+    Taint { key: FAKE_TAINT_KEY.into(), value: Some(FAKE_VALUE.into()), effect: "NoSchedule".into(), time_added: None }
 }
 
 impl NodePool {
@@ -64,7 +55,7 @@ impl NodePool {
         if !env.simulate {
             return Ok(vec![]);
         }
-        let mut addresses = env.addresses.lock().expect("address allocator lock");
+        let mut addresses = env.addresses.lock().unwrap_or_else(|e| e.into_inner());
         let net = *addresses.net();
         addresses.allocate(name).map(|ip| vec![ip]).ok_or_else(|| Problem {
             reason: "RangeExhausted".into(),
@@ -88,7 +79,6 @@ impl PoolKind for NodePool {
             simulate: false,
             defaults: NodeDefaults::default(),
             addresses: Arc::new(Mutex::new(HostAllocator::new(scratch))),
-            pools: None,
         }
     }
 
@@ -112,9 +102,20 @@ impl PoolKind for NodePool {
         UpdateMode::InPlace
     }
 
-    fn validate(&self, env: &NodeEnv) -> Result<(), String> {
-        let others: Vec<Arc<NodePool>> = env.pools.as_ref().map(|s| s.state()).unwrap_or_default();
-        crate::api::validation::validate_nodepool(self, &others)
+    fn problems(&self, old: Option<&Self>, peers: &[Arc<Self>]) -> Vec<String> {
+        NodePool::problems(self, old, peers)
+    }
+
+    fn env(shared: &Shared) -> NodeEnv {
+        NodeEnv {
+            simulate: shared.simulate,
+            defaults: shared.node_defaults.clone(),
+            addresses: shared.addresses.clone(),
+        }
+    }
+
+    fn children(informers: &Informers) -> Arc<Informer<Node>> {
+        crate::informer::shared::nodes(informers)
     }
 
     fn render(&self, index: u32, hash: &str, env: &NodeEnv) -> Result<Node, Problem> {
@@ -124,13 +125,13 @@ impl PoolKind for NodePool {
         let tmeta = template.metadata.clone().unwrap_or_default();
 
         let mut labels = tmeta.labels.unwrap_or_default();
-        labels.entry(TYPE_LABEL.into()).or_insert_with(|| "kwok".into());
+        labels.entry(TYPE_LABEL.into()).or_insert_with(|| TYPE_VALUE.into());
         labels.insert(HOSTNAME_LABEL.into(), name.clone());
         labels.insert(POOL_LABEL.into(), pool.clone());
         labels.insert(INDEX_LABEL.into(), index.to_string());
         labels.insert(HASH_LABEL.into(), hash.into());
         let mut annotations = tmeta.annotations.unwrap_or_default();
-        annotations.insert(FAKE_NODE_ANNOTATION.into(), "fake".into());
+        annotations.insert(FAKE_NODE_ANNOTATION.into(), FAKE_VALUE.into());
 
         let mut spec: NodeSpec = template.spec.clone().unwrap_or_default();
         let mut taints = spec.taints.take().unwrap_or_default();

@@ -1,18 +1,21 @@
 //! PodPool on the pool core: how a Pod child is rendered (placed on fake nodes unless the
 //! template says otherwise), judged ready, and replaced on a template change.
 
-use super::nodepool::{FAKE_TAINT_KEY, TYPE_LABEL};
-use crate::api::common::{HASH_LABEL, INDEX_LABEL, POOL_LABEL};
+use crate::api::common::MaxUnavailable;
+use crate::api::conventions::{
+    FAKE_TAINT_KEY, HASH_LABEL, INDEX_LABEL, POOL_LABEL, TYPE_LABEL, TYPE_VALUE, child_name,
+};
 use crate::api::{PodPool, PoolStatus};
 use crate::informer::pod::SlimPod;
-use crate::pool::plan::{MaxUnavailable, UpdateMode, child_name, resolve_max_unavailable};
+use crate::informer::{Informer, Informers};
+use crate::kubelet::pod as pod_status;
+use crate::pool::plan::UpdateMode;
 use crate::pool::status::Problem;
-use crate::pool::{PoolKind, hash};
-use crate::simulator::pod_status;
+use crate::pool::{PoolKind, Shared, hash};
 use k8s_openapi::api::core::v1::{Pod, Toleration};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use kube::{Api, Client, Resource, ResourceExt};
+use std::sync::Arc;
 
 /// Nothing beyond the pool is needed to render a pod.
 #[derive(Default)]
@@ -28,17 +31,6 @@ fn tolerates_fake_nodes(tolerations: &[Toleration]) -> bool {
         };
         key_ok && effect_ok
     })
-}
-
-/// `maxUnavailable` of the spec in the planner's terms.
-pub fn max_unavailable(value: Option<&IntOrString>) -> Option<MaxUnavailable> {
-    match value? {
-        IntOrString::Int(n) => Some(MaxUnavailable::Count((*n).max(0) as u32)),
-        IntOrString::String(s) => {
-            let p = s.trim().strip_suffix('%')?.parse::<u32>().ok()?;
-            Some(MaxUnavailable::Percent(p.min(100)))
-        }
-    }
 }
 
 impl PoolKind for PodPool {
@@ -66,12 +58,22 @@ impl PoolKind for PodPool {
     }
 
     fn update_mode(&self) -> UpdateMode {
-        let mu = max_unavailable(self.spec.max_unavailable.as_ref());
-        UpdateMode::Replace { max_unavailable: resolve_max_unavailable(mu.as_ref(), self.count()) }
+        // Validated before any plan; an invalid value (a pool the reconciler will not act on)
+        // counts as unset.
+        let mu = self.spec.max_unavailable.as_ref().and_then(|v| MaxUnavailable::parse(v).ok());
+        UpdateMode::Replace { max_unavailable: MaxUnavailable::resolve(mu.as_ref(), self.count()) }
     }
 
-    fn validate(&self, _env: &PodEnv) -> Result<(), String> {
-        crate::api::validation::validate_podpool(self)
+    fn problems(&self, _old: Option<&Self>, _peers: &[Arc<Self>]) -> Vec<String> {
+        PodPool::problems(self)
+    }
+
+    fn env(_shared: &Shared) -> PodEnv {
+        PodEnv
+    }
+
+    fn children(informers: &Informers) -> Arc<Informer<SlimPod>> {
+        crate::informer::shared::pods(informers)
     }
 
     fn render(&self, index: u32, hash: &str, _env: &PodEnv) -> Result<Pod, Problem> {
@@ -99,7 +101,7 @@ impl PoolKind for PodPool {
             || spec.node_selector.as_ref().is_some_and(|s| !s.is_empty())
             || spec.affinity.is_some();
         if !placed {
-            spec.node_selector = Some([(TYPE_LABEL.to_string(), "kwok".to_string())].into());
+            spec.node_selector = Some([(TYPE_LABEL.to_string(), TYPE_VALUE.to_string())].into());
         }
 
         Ok(Pod {
@@ -143,6 +145,7 @@ mod tests {
     use super::*;
     use crate::api::{PodPoolSpec, PodTemplate};
     use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     fn pool(spec: PodSpec) -> PodPool {
         let mut p = PodPool::new(
@@ -198,13 +201,14 @@ mod tests {
     }
 
     #[test]
-    fn max_unavailable_forms() {
-        assert_eq!(max_unavailable(Some(&IntOrString::Int(3))), Some(MaxUnavailable::Count(3)));
-        assert_eq!(max_unavailable(Some(&IntOrString::String("50%".into()))), Some(MaxUnavailable::Percent(50)));
-        assert_eq!(max_unavailable(None), None);
+    fn max_unavailable_sets_the_replace_budget() {
         let mut p = pool(PodSpec { containers: container(), ..Default::default() });
         p.spec.pod_count = 10;
         p.spec.max_unavailable = Some(IntOrString::String("20%".into()));
         assert_eq!(p.update_mode(), UpdateMode::Replace { max_unavailable: 2 });
+        p.spec.max_unavailable = Some(IntOrString::Int(3));
+        assert_eq!(p.update_mode(), UpdateMode::Replace { max_unavailable: 3 });
+        p.spec.max_unavailable = None;
+        assert_eq!(p.update_mode(), UpdateMode::Replace { max_unavailable: 2 }, "a quarter of 10, rounded down");
     }
 }

@@ -5,6 +5,10 @@
 //! whole objects.
 
 pub mod pod;
+pub mod registry;
+pub mod shared;
+
+pub use registry::Informers;
 
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
@@ -51,7 +55,7 @@ where
     /// the first list.
     pub fn subscribe(&self) -> UnboundedReceiver<Change<K>> {
         let (tx, rx) = unbounded_channel();
-        self.subscribers.lock().expect("subscribers lock").push(tx);
+        self.subscribers.lock().unwrap_or_else(|e| e.into_inner()).push(tx);
         rx
     }
 
@@ -61,7 +65,7 @@ where
     where
         W: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     {
-        let Some(mut writer) = self.writer.lock().expect("writer lock").take() else {
+        let Some(mut writer) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             tracing::warn!(kind = %K::kind(&()), "informer started twice");
             return;
         };
@@ -124,7 +128,7 @@ where
     }
 
     fn send(&self, change: Change<K>) {
-        let mut subs = self.subscribers.lock().expect("subscribers lock");
+        let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
         subs.retain(|tx| tx.send(change.clone()).is_ok());
     }
 }

@@ -1,9 +1,11 @@
 //! The apply step: carry out a plan with server-side apply under one field manager, with a
 //! bound on writes in flight shared by every pool.
 
-use super::plan::{Plan, child_name};
+use super::plan::Plan;
 use super::status::Problem;
-use super::{FIELD_MANAGER, PoolKind, Write, refusal};
+use super::{PoolKind, Write, refusal};
+use crate::api::conventions::FIELD_MANAGER;
+use crate::api::conventions::child_name;
 use futures::StreamExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
@@ -39,15 +41,16 @@ enum Op<C> {
     Delete(String, Option<String>),
 }
 
-/// Executes `plan` for `pool`. Never fails as a whole: each write's error is collected.
-pub async fn execute<P: PoolKind>(
+/// The operations of `plan`: deletes first, then creates and in-place updates, each child
+/// rendered (render problems are collected in `outcome`).
+fn operations<P: PoolKind>(
     pool: &P,
     plan: &Plan,
     owned: &HashMap<String, Arc<P::Stored>>,
     hash: &str,
-    ctx: &PoolContext<P>,
-) -> Outcome {
-    let mut outcome = Outcome::default();
+    env: &P::Env,
+    outcome: &mut Outcome,
+) -> Vec<Op<P::Child>> {
     let pool_name = pool.name_any();
     let mut ops: Vec<Op<P::Child>> = Vec::new();
     for name in &plan.delete {
@@ -55,7 +58,7 @@ pub async fn execute<P: PoolKind>(
         ops.push(Op::Delete(name.clone(), uid));
     }
     for &i in &plan.create {
-        match pool.render(i, hash, &ctx.env) {
+        match pool.render(i, hash, env) {
             Ok(child) => ops.push(Op::Create(child_name(&pool_name, i), child)),
             Err(p) => outcome.render_problems.push(p),
         }
@@ -63,7 +66,7 @@ pub async fn execute<P: PoolKind>(
     for &i in &plan.update {
         let name = child_name(&pool_name, i);
         let Some(current) = owned.get(&name) else { continue };
-        match pool.render(i, hash, &ctx.env) {
+        match pool.render(i, hash, env) {
             Ok(mut desired) => {
                 // Guard: if the object was replaced by another with the same name, the API
                 // server refuses a write that carries the old UID.
@@ -74,92 +77,97 @@ pub async fn execute<P: PoolKind>(
         }
     }
     outcome.writes = ops.iter().map(|op| if let Op::Update(_, w) = op { w.len() } else { 1 }).sum();
-    if ops.is_empty() {
-        return outcome;
-    }
+    ops
+}
 
-    let api: Api<P::Child> = P::child_api(ctx.client.clone(), pool);
-    let resource = P::Child::plural(&()).to_string();
+/// Creates a child: a POST (never takes over an object of the same name) or a forced apply.
+async fn create<P: PoolKind>(api: &Api<P::Child>, name: &str, child: &P::Child) -> kube::Result<()> {
+    if !P::CREATE_WITH_POST {
+        let apply = PatchParams::apply(FIELD_MANAGER).force();
+        return api.patch(name, &apply, &Patch::Apply(child)).await.map(|_| ());
+    }
+    let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    match api.create(&pp, child).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(mut s)) if s.code == 409 => {
+            s.message = format!("{name} already exists and is not owned by this pool; it is left alone");
+            Err(kube::Error::Api(s))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The in-place writes to one child, in order; the first failure stops the rest.
+async fn update<C>(api: &Api<C>, name: &str, writes: Vec<Write<C>>) -> Vec<(&'static str, String, kube::Result<()>)>
+where
+    C: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let merge = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-    let results: Vec<Vec<WriteResult>> = futures::stream::iter(ops)
-        .map(|op| {
-            let api = api.clone();
-            let apply = apply.clone();
-            let merge = merge.clone();
-            let resource = resource.clone();
-            async move {
-                let _permit = ctx.writes.acquire().await.expect("write semaphore is never closed");
-                let mut done = Vec::new();
-                match op {
-                    Op::Create(name, child) if P::CREATE_WITH_POST => {
-                        let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-                        let r = match api.create(&pp, &child).await {
-                            Ok(_) => Ok(()),
-                            Err(kube::Error::Api(mut s)) if s.code == 409 => {
-                                s.message =
-                                    format!("{name} already exists and is not owned by this pool; it is left alone");
-                                Err(kube::Error::Api(s))
-                            }
-                            Err(e) => Err(e),
-                        };
-                        done.push(("create", name, r));
-                    }
-                    Op::Create(name, child) => {
-                        let r = api.patch(&name, &apply, &Patch::Apply(&child)).await.map(|_| ());
-                        done.push(("create", name, r));
-                    }
-                    Op::Update(name, writes) => {
-                        for w in writes {
-                            let (verb, r) = match w {
-                                Write::Apply(c) => {
-                                    ("apply", api.patch(&name, &apply, &Patch::Apply(&c)).await.map(|_| ()))
-                                }
-                                Write::MergeStatus(v) => (
-                                    "patch-status",
-                                    api.patch_status(&name, &merge, &Patch::Merge(&v)).await.map(|_| ()),
-                                ),
-                            };
-                            let failed = r.is_err();
-                            done.push((verb, name.clone(), r));
-                            if failed {
-                                break;
-                            }
-                        }
-                    }
-                    Op::Delete(name, uid) => {
-                        let dp = DeleteParams {
-                            preconditions: uid.map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
-                            ..Default::default()
-                        };
-                        let r = match api.delete(&name, &dp).await {
-                            Ok(_) => Ok(()),
-                            // Already gone, or replaced by another object: nothing to do.
-                            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-                            Err(e) => Err(e),
-                        };
-                        done.push(("delete", name, r));
-                    }
-                }
-                done.into_iter()
-                    .map(|(verb, name, result)| {
-                        ctx.metrics.write(&resource, verb, result.is_ok());
-                        let refused = match &result {
-                            Err(kube::Error::Api(s)) if refusal::is_refusal(s) => {
-                                refusal::messages(s, P::TEMPLATE_PATH, &name)
-                            }
-                            _ => vec![],
-                        };
-                        let error = result.err().map(|e| format!("{verb} {resource}/{name}: {}", describe(&e)));
-                        (verb, name, error, refused)
-                    })
-                    .collect()
+    let mut done = Vec::new();
+    for w in writes {
+        let (verb, r) = match w {
+            Write::Apply(c) => ("apply", api.patch(name, &apply, &Patch::Apply(&c)).await.map(|_| ())),
+            Write::MergeStatus(v) => {
+                ("patch-status", api.patch_status(name, &merge, &Patch::Merge(&v)).await.map(|_| ()))
             }
+        };
+        let failed = r.is_err();
+        done.push((verb, name.to_string(), r));
+        if failed {
+            break;
+        }
+    }
+    done
+}
+
+/// Deletes a child by UID: already gone, or replaced by another object, is nothing to do.
+async fn delete<C>(api: &Api<C>, name: &str, uid: Option<String>) -> kube::Result<()>
+where
+    C: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let dp = DeleteParams {
+        preconditions: uid.map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
+        ..Default::default()
+    };
+    match api.delete(name, &dp).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs one operation (holding a permit of the shared write budget) and reports each write:
+/// counted in the metrics, with its error and the API server's refusal at manifest paths.
+async fn run_op<P: PoolKind>(api: Api<P::Child>, op: Op<P::Child>, ctx: &PoolContext<P>) -> Vec<WriteResult> {
+    let _permit = ctx.writes.acquire().await.ok();
+    let done = match op {
+        Op::Create(name, child) => {
+            let r = create::<P>(&api, &name, &child).await;
+            vec![("create", name, r)]
+        }
+        Op::Update(name, writes) => update(&api, &name, writes).await,
+        Op::Delete(name, uid) => {
+            let r = delete(&api, &name, uid).await;
+            vec![("delete", name, r)]
+        }
+    };
+    let resource = P::Child::plural(&());
+    done.into_iter()
+        .map(|(verb, name, result)| {
+            ctx.metrics.write(&resource, verb, result.is_ok());
+            let refused = match &result {
+                Err(kube::Error::Api(s)) if refusal::is_refusal(s) => refusal::messages(s, P::TEMPLATE_PATH, &name),
+                _ => vec![],
+            };
+            let error = result.err().map(|e| format!("{verb} {resource}/{name}: {}", describe(&e)));
+            (verb, name, error, refused)
         })
-        .buffer_unordered(ctx.max_in_flight_per_pool)
         .collect()
-        .await;
-    let results = results.into_iter().flatten();
+}
+
+/// Adds the results of the writes to `outcome`.
+fn tally(outcome: &mut Outcome, results: impl IntoIterator<Item = WriteResult>) {
     for (verb, name, error, refused) in results {
         for line in refused {
             if !outcome.refused.contains(&line) {
@@ -173,6 +181,28 @@ pub async fn execute<P: PoolKind>(
             _ => {}
         }
     }
+}
+
+/// Executes `plan` for `pool`. Never fails as a whole: each write's error is collected.
+pub async fn execute<P: PoolKind>(
+    pool: &P,
+    plan: &Plan,
+    owned: &HashMap<String, Arc<P::Stored>>,
+    hash: &str,
+    ctx: &PoolContext<P>,
+) -> Outcome {
+    let mut outcome = Outcome::default();
+    let ops = operations(pool, plan, owned, hash, &ctx.env, &mut outcome);
+    if ops.is_empty() {
+        return outcome;
+    }
+    let api: Api<P::Child> = P::child_api(ctx.client.clone(), pool);
+    let results: Vec<Vec<WriteResult>> = futures::stream::iter(ops)
+        .map(|op| run_op(api.clone(), op, ctx))
+        .buffer_unordered(ctx.max_in_flight_per_pool)
+        .collect()
+        .await;
+    tally(&mut outcome, results.into_iter().flatten());
     outcome
 }
 

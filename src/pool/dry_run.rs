@@ -2,7 +2,8 @@
 //! longest name) and create it with a server-side dry run. Nothing is stored; the answer is
 //! exactly what the real create would get, told at the pool manifest's paths.
 
-use super::{FIELD_MANAGER, PoolKind, refusal};
+use super::{PoolKind, refusal};
+use crate::api::conventions::FIELD_MANAGER;
 use kube::api::PostParams;
 use kube::{Client, Resource, ResourceExt};
 

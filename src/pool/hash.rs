@@ -6,7 +6,9 @@ use sha2::{Digest, Sha256};
 /// The first 10 hex digits of the SHA-256 of the JSON form of `value` (struct fields and
 /// BTreeMaps serialize in a fixed order, so equal templates hash equal). A valid label value.
 pub fn of<T: Serialize>(value: &T) -> String {
-    let json = serde_json::to_vec(value).expect("templates serialize to JSON");
+    // Templates are structs and string-keyed maps: they always serialize (an error would
+    // hash as empty, and the next render would fail visibly at the API server).
+    let json = serde_json::to_vec(value).unwrap_or_default();
     let digest = Sha256::digest(&json);
     digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
 }

@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod dry_run;
+pub mod expectations;
 pub mod hash;
 pub mod plan;
 pub mod reconcile;
@@ -10,15 +11,16 @@ pub mod refusal;
 pub mod status;
 
 use crate::api::PoolStatus;
-use kube::{Api, Client, Resource};
+use crate::informer::{Informer, Informers};
+use crate::ipam::HostAllocator;
+use crate::kubelet::node::NodeDefaults;
+use kube::{Api, Client, CustomResourceExt, Resource};
 use plan::UpdateMode;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use status::Problem;
 use std::fmt::Debug;
-
-/// The field manager of every write the operator makes to children and status.
-pub const FIELD_MANAGER: &str = "kwok-pools";
+use std::sync::{Arc, Mutex};
 
 /// One write that brings an existing child to its rendered form.
 #[derive(Clone, Debug)]
@@ -29,9 +31,31 @@ pub enum Write<C> {
     MergeStatus(serde_json::Value),
 }
 
-/// What a pool kind tells the core.
+/// What every kind's environment is built from: the services the operator shares.
+pub struct Shared {
+    pub client: Client,
+    pub informers: Arc<Informers>,
+    /// This process simulates the children's kubelet (render them born in their final state).
+    pub simulate: bool,
+    pub node_defaults: NodeDefaults,
+    /// Node InternalIPs where a pool sets none; shared with the simulator.
+    pub addresses: Arc<Mutex<HostAllocator>>,
+}
+
+/// A child kind that is not built into Kubernetes: its CRD must be installed before pools of
+/// the kind can do anything.
+#[derive(Clone, Copy, Debug)]
+pub struct ChildCrd {
+    /// The CRD's name (`<plural>.<group>`).
+    pub name: &'static str,
+    /// What to run to install it (shown in the pools' Degraded condition).
+    pub install: &'static str,
+}
+
+/// What a pool kind tells the core: the one trait a kind implements (see
+/// docs/adding-a-kind.md). Everything per kind hangs off it; [`crate::kinds`] lists the kinds.
 pub trait PoolKind:
-    Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static
+    Resource<DynamicType = ()> + CustomResourceExt + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static
 {
     /// The child kind (Node, Pod).
     type Child: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static;
@@ -60,9 +84,20 @@ pub trait PoolKind:
     fn pool_status(&self) -> Option<&PoolStatus>;
     fn update_mode(&self) -> UpdateMode;
 
-    /// The same rules the admission webhook applies; the reconciler refuses to act on a pool
-    /// that fails them. The message names the field by its manifest path.
-    fn validate(&self, env: &Self::Env) -> Result<(), String>;
+    /// Where the children live when their CRD is not built in (checked at start; pools of
+    /// the kind are Degraded until it is installed).
+    const CHILD_CRD: Option<ChildCrd> = None;
+
+    /// Every problem with the pool, by manifest path: the one validation entry point, run by
+    /// the webhook (with `old` on an update and every other pool of the kind as `peers`) and
+    /// by the reconciler before it acts (with the older pools as `peers`).
+    fn problems(&self, old: Option<&Self>, peers: &[Arc<Self>]) -> Vec<String>;
+
+    /// What rendering needs beyond the pool, built from the shared services.
+    fn env(shared: &Shared) -> Self::Env;
+
+    /// The shared informer of the child kind (the simulator reads the same one).
+    fn children(informers: &Informers) -> Arc<Informer<Self::Stored>>;
 
     /// An environment to render children for validation only: it reserves nothing (no
     /// address is allocated) and shares nothing with the controllers.

@@ -137,41 +137,10 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     out
 }
 
-/// The name of child `index` of pool `pool`.
-pub fn child_name(pool: &str, index: u32) -> String {
-    format!("{pool}-{index}")
-}
-
-/// The index in a child name `<pool>-<index>`; `None` for any other name (leading zeros
-/// included: `pool-01` is not a name the pool would make).
-pub fn parse_index(pool: &str, name: &str) -> Option<u32> {
-    let rest = name.strip_prefix(pool)?.strip_prefix('-')?;
-    if rest.is_empty() || (rest.len() > 1 && rest.starts_with('0')) || !rest.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    rest.parse().ok()
-}
-
-/// `maxUnavailable` resolved against the count: an absolute number, or a percentage rounded
-/// down; at least 1 so a rollout always progresses.
-pub fn resolve_max_unavailable(value: Option<&MaxUnavailable>, count: u32) -> u32 {
-    let n = match value {
-        None => count / 4,
-        Some(MaxUnavailable::Count(n)) => *n,
-        Some(MaxUnavailable::Percent(p)) => (u64::from(count) * u64::from(*p) / 100) as u32,
-    };
-    n.max(1)
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MaxUnavailable {
-    Count(u32),
-    Percent(u32),
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::conventions::child_name;
 
     fn child(i: u32, hash: &str, ready: bool) -> Observed {
         Observed {
@@ -286,25 +255,5 @@ mod tests {
         });
         assert_eq!(p.create, vec![0, 1, 2, 3]);
         assert!(p.pending);
-    }
-
-    #[test]
-    fn parses_only_names_the_pool_makes() {
-        assert_eq!(parse_index("web", "web-0"), Some(0));
-        assert_eq!(parse_index("web", "web-12"), Some(12));
-        assert_eq!(parse_index("web", "web-01"), None);
-        assert_eq!(parse_index("web", "web-"), None);
-        assert_eq!(parse_index("web", "webx-1"), None);
-        assert_eq!(parse_index("web", "web-1-2"), None);
-        assert_eq!(parse_index("web-1", "web-1-2"), Some(2));
-    }
-
-    #[test]
-    fn max_unavailable_resolution() {
-        assert_eq!(resolve_max_unavailable(None, 100), 25);
-        assert_eq!(resolve_max_unavailable(None, 2), 1);
-        assert_eq!(resolve_max_unavailable(Some(&MaxUnavailable::Percent(10)), 50), 5);
-        assert_eq!(resolve_max_unavailable(Some(&MaxUnavailable::Count(0)), 50), 1);
-        assert_eq!(resolve_max_unavailable(Some(&MaxUnavailable::Count(7)), 50), 7);
     }
 }

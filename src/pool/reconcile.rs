@@ -1,12 +1,15 @@
-//! The reconcile loop of every pool kind, in stages: fetch from the stores, validate (pure),
-//! plan (pure), apply, update status. An invalid spec waits for a change; an API error
-//! requeues.
+//! The reconcile loop of every pool kind, as a pipeline of named stages: observe (stores and
+//! pending writes) → validate (pure) → plan (pure) → apply (writes) → status. An invalid spec
+//! waits for a change of the pool; API errors back off exponentially per pool.
 
-use super::apply;
-use super::plan::{self, Observed, PlanInput};
+use super::PoolKind;
+use super::apply::{self, Outcome};
+use super::expectations::{Expect, Expectations};
+use super::plan::{self, Observed, Plan, PlanInput};
 use super::status::{self, Problem, StatusInput};
-use super::{FIELD_MANAGER, PoolKind};
-use crate::api::common::{HASH_LABEL, POOL_LABEL};
+use crate::api::PoolStatus;
+use crate::api::conventions::{FIELD_MANAGER, HASH_LABEL, POOL_LABEL, child_index, child_name};
+use crate::backoff::Backoffs;
 use crate::telemetry::metrics::{Metrics, PoolLabels};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
@@ -17,12 +20,15 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
+use tracing::Instrument;
 
 /// Everything a pool reconciler gets: no globals.
 pub struct PoolContext<P: PoolKind> {
     pub client: Client,
     /// Every child object of this kind in the cluster (trimmed), from the shared informer.
     pub children: Store<P::Stored>,
+    /// Every pool of this kind (for rules that compare pools).
+    pub pools: Store<P>,
     pub env: P::Env,
     pub metrics: Arc<Metrics>,
     /// Writes in flight across every pool of every kind.
@@ -33,56 +39,30 @@ pub struct PoolContext<P: PoolKind> {
     pub max_creates: usize,
     /// Writes made but not yet seen in the store.
     pub expectations: Expectations,
+    /// Consecutive failed rounds per pool (by UID), for the retry delay.
+    pub backoff: Backoffs<String>,
 }
 
-/// Children this operator created or deleted that the store does not show yet, per pool, so
-/// a reconcile that runs before the watch catches up neither creates a child twice nor
-/// counts a deleted one as present. Entries expire after a while in case an event is lost.
-#[derive(Default)]
-pub struct Expectations {
-    /// pool UID → child name → (what, when)
-    inner: std::sync::Mutex<HashMap<String, PoolExpectations>>,
-}
-
-type PoolExpectations = HashMap<String, (Expect, std::time::Instant)>;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Expect {
-    Create,
-    Delete,
-}
-
-const EXPECTATION_TTL: Duration = Duration::from_secs(30);
-
-impl Expectations {
-    pub fn expect(&self, pool_uid: &str, names: &[String], what: Expect) {
-        if names.is_empty() {
-            return;
+impl<P: PoolKind> PoolContext<P> {
+    pub fn new(
+        client: Client,
+        children: Store<P::Stored>,
+        pools: Store<P>,
+        env: P::Env,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            client,
+            children,
+            pools,
+            env,
+            metrics,
+            writes: Arc::new(Semaphore::new(100)),
+            max_in_flight_per_pool: 50,
+            max_creates: 500,
+            expectations: Expectations::default(),
+            backoff: Backoffs::new(Duration::from_secs(300)),
         }
-        let now = std::time::Instant::now();
-        let mut inner = self.inner.lock().expect("expectations lock");
-        // Pools deleted meanwhile leave entries nobody asks about again: sweep them.
-        inner.retain(|_, e| e.values().any(|(_, at)| at.elapsed() < EXPECTATION_TTL));
-        let entry = inner.entry(pool_uid.to_string()).or_default();
-        for n in names {
-            entry.insert(n.clone(), (what, now));
-        }
-    }
-
-    /// Drops satisfied and expired entries and returns what is still pending.
-    pub fn pending(&self, pool_uid: &str, satisfied: impl Fn(&str, Expect) -> bool) -> Vec<(String, Expect)> {
-        let mut inner = self.inner.lock().expect("expectations lock");
-        let Some(entry) = inner.get_mut(pool_uid) else { return vec![] };
-        entry.retain(|name, (what, at)| at.elapsed() < EXPECTATION_TTL && !satisfied(name, *what));
-        let out = entry.iter().map(|(n, (w, _))| (n.clone(), *w)).collect();
-        if entry.is_empty() {
-            inner.remove(pool_uid);
-        }
-        out
-    }
-
-    pub fn forget(&self, pool_uid: &str) {
-        self.inner.lock().expect("expectations lock").remove(pool_uid);
     }
 }
 
@@ -109,23 +89,31 @@ impl Error {
     }
 }
 
+/// What the observe stage found: the pool's children as planner input, the objects by name,
+/// and the indexes whose names other objects hold.
+pub struct Observation<P: PoolKind> {
+    pub observed: Vec<Observed>,
+    pub owned: HashMap<String, Arc<P::Stored>>,
+    pub taken: BTreeSet<u32>,
+}
+
 /// The children of `pool` in the store: owned ones (by controller owner UID) as planner input.
-pub fn observe<P: PoolKind>(pool: &P, store: &Store<P::Stored>) -> (Vec<Observed>, HashMap<String, Arc<P::Stored>>) {
+pub fn owned_children<P: PoolKind>(
+    pool: &P,
+    store: &Store<P::Stored>,
+) -> (Vec<Observed>, HashMap<String, Arc<P::Stored>>) {
     let uid = pool.meta().uid.clone().unwrap_or_default();
     let name = pool.name_any();
     let mut observed = Vec::new();
     let mut objects = HashMap::new();
     for child in store.state() {
         let owned = child.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid);
-        if !owned {
+        if !owned || (pool.meta().namespace.is_some() && child.namespace() != pool.namespace()) {
             continue;
         }
         let child_name = child.name_any();
-        if pool.meta().namespace.is_some() && child.namespace() != pool.namespace() {
-            continue;
-        }
         observed.push(Observed {
-            index: plan::parse_index(&name, &child_name),
+            index: child_index(&name, &child_name),
             hash: child.labels().get(HASH_LABEL).cloned(),
             ready: P::is_ready(&child),
             terminating: child.meta().deletion_timestamp.is_some(),
@@ -138,52 +126,14 @@ pub fn observe<P: PoolKind>(pool: &P, store: &Store<P::Stored>) -> (Vec<Observed
     (observed, objects)
 }
 
-/// Indexes below the count whose name is held by an object this pool does not own.
-fn taken<P: PoolKind>(pool: &P, store: &Store<P::Stored>, owned: &HashMap<String, Arc<P::Stored>>) -> BTreeSet<u32> {
-    let name = pool.name_any();
-    let ns = pool.namespace();
-    (0..pool.count())
-        .filter(|i| {
-            let child = plan::child_name(&name, *i);
-            if owned.contains_key(&child) {
-                return false;
-            }
-            let mut r = ObjectRef::<P::Stored>::new(&child);
-            if let Some(ns) = &ns {
-                r = r.within(ns);
-            }
-            store.get(&r).is_some()
-        })
-        .collect()
-}
-
-pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> Result<Action, Error> {
-    let kind = P::kind(&()).to_string();
-    let _timer = ctx.metrics.reconcile_timer(&kind);
-    if pool.meta().deletion_timestamp.is_some() {
-        // Children go with the pool through their owner references (garbage collector).
-        ctx.expectations.forget(pool.meta().uid.as_deref().unwrap_or_default());
-        return Ok(Action::await_change());
-    }
-    if tokio::time::timeout(Duration::from_secs(30), ctx.children.wait_until_ready()).await.is_err() {
-        return Err(Error::NotSynced(P::NOUN));
-    }
-
-    let name = pool.name_any();
-    let uid = pool.meta().uid.clone().unwrap_or_default();
-    let hash = pool.template_hash();
-    let (mut observed, owned) = observe(pool.as_ref(), &ctx.children);
-    // Writes the store does not show yet: created children count as present (not ready),
-    // deleted ones as terminating.
-    let pending = ctx.expectations.pending(&uid, |child, what| match what {
-        Expect::Create => owned.contains_key(child),
-        Expect::Delete => owned.get(child).is_none_or(|c| c.meta().deletion_timestamp.is_some()),
-    });
+/// Writes the store does not show yet: created children count as present (not ready),
+/// deleted ones as terminating.
+pub fn add_pending(observed: &mut Vec<Observed>, pending: Vec<(String, Expect)>, pool: &str, hash: &str) {
     for (child, what) in pending {
         match what {
             Expect::Create => observed.push(Observed {
-                index: plan::parse_index(&name, &child),
-                hash: Some(hash.clone()),
+                index: child_index(pool, &child),
+                hash: Some(hash.to_string()),
                 ready: false,
                 terminating: false,
                 finished: false,
@@ -197,71 +147,91 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
             }
         }
     }
-    let selector = format!("{POOL_LABEL}={name}");
-    let mut status_input = StatusInput {
-        count: pool.count(),
-        hash: &hash,
-        generation: pool.meta().generation,
-        selector,
-        owned: &observed,
-        plan: None,
-        problem: None,
-        previous: pool.pool_status(),
-        now: Time(k8s_openapi::jiff::Timestamp::now()),
-        noun: P::NOUN,
-    };
+}
 
-    // Validate: an invalid pool is reported, never acted on.
-    if let Err(message) = pool.validate(&ctx.env) {
-        status_input.problem = Some(Problem {
-            reason: "InvalidSpec".into(),
-            message: format!("{message}; nothing is done to the {}s until the spec is fixed", P::NOUN),
-        });
-        write_status(pool.as_ref(), &ctx, status::build(&status_input)).await?;
-        // Rules that look at other pools can change their verdict without this pool changing.
-        return Ok(Action::requeue(Duration::from_secs(30)));
-    }
+/// Indexes below the count whose name is held by an object this pool does not own.
+fn taken<P: PoolKind>(pool: &P, store: &Store<P::Stored>, owned: &HashMap<String, Arc<P::Stored>>) -> BTreeSet<u32> {
+    let name = pool.name_any();
+    let ns = pool.namespace();
+    (0..pool.count())
+        .filter(|i| {
+            let child = child_name(&name, *i);
+            let mut r = ObjectRef::<P::Stored>::new(&child);
+            if let Some(ns) = &ns {
+                r = r.within(ns);
+            }
+            !owned.contains_key(&child) && store.get(&r).is_some()
+        })
+        .collect()
+}
 
-    let taken = taken(pool.as_ref(), &ctx.children, &owned);
-    let plan = plan::plan(&PlanInput {
-        count: pool.count(),
-        hash: &hash,
-        mode: pool.update_mode(),
-        owned: &observed,
-        taken: &taken,
-        max_creates: ctx.max_creates,
+/// Stage 1, observe: the pool's children from the store, with the writes it does not show yet.
+pub fn observe<P: PoolKind>(pool: &P, ctx: &PoolContext<P>, hash: &str) -> Observation<P> {
+    let uid = pool.meta().uid.clone().unwrap_or_default();
+    let (mut observed, owned) = owned_children(pool, &ctx.children);
+    let pending = ctx.expectations.pending(&uid, |child, what| match what {
+        Expect::Create => owned.contains_key(child),
+        Expect::Delete => owned.get(child).is_none_or(|c| c.meta().deletion_timestamp.is_some()),
     });
-    if !plan.create.is_empty() && !still_there(pool.as_ref(), &ctx).await {
-        // Deleted meanwhile: creating children now would only hand the garbage collector work.
-        return Ok(Action::await_change());
-    }
-    let outcome = apply::execute(pool.as_ref(), &plan, &owned, &hash, &ctx).await;
-    ctx.expectations.expect(&uid, &outcome.created, Expect::Create);
-    ctx.expectations.expect(&uid, &outcome.deleted, Expect::Delete);
-    if let Some(first) = outcome.failures.first() {
-        tracing::warn!(kind, pool = %name, failed = outcome.failures.len(), first = %first, "writes failed");
-    }
-    if outcome.writes > 0 {
-        tracing::info!(
-            kind, pool = %name, create = plan.create.len(), update = plan.update.len(),
-            delete = plan.delete.len(), failed = outcome.failures.len(), "applied plan"
-        );
-    }
+    add_pending(&mut observed, pending, &pool.name_any(), hash);
+    let taken = taken(pool, &ctx.children, &owned);
+    Observation { observed, owned, taken }
+}
 
-    let problem = if let Some(p) = outcome.render_problems.first() {
-        Some(p.clone())
-    } else if !outcome.refused.is_empty() {
-        Some(Problem {
+/// The pools a pool is compared with by the reconciler: the older ones (by creation time,
+/// then name), so that of two overlapping pools only the newer is blamed and the older one
+/// keeps working.
+pub fn older_peers<P: PoolKind>(pool: &P, all: &[Arc<P>]) -> Vec<Arc<P>> {
+    let key = |p: &P| (p.meta().creation_timestamp.as_ref().map(|t| t.0), p.name_any(), p.namespace());
+    let mine = key(pool);
+    all.iter().filter(|p| key(p) < mine).cloned().collect()
+}
+
+/// Stage 2, validate (pure): the problem that stops the pool, and when to look again — on a
+/// change of the pool, or (when only a comparison with other pools fails, which can change
+/// without this pool changing) in 30 s.
+pub fn validate<P: PoolKind>(pool: &P, all: &[Arc<P>]) -> Option<(Problem, Action)> {
+    let problems = pool.problems(None, &older_peers(pool, all));
+    if problems.is_empty() {
+        return None;
+    }
+    let alone = pool.problems(None, &[]).is_empty();
+    let problem = Problem {
+        reason: "InvalidSpec".into(),
+        message: format!("{}; nothing is done to the {}s until the spec is fixed", problems.join("; "), P::NOUN),
+    };
+    Some((problem, if alone { Action::requeue(Duration::from_secs(30)) } else { Action::await_change() }))
+}
+
+/// Stage 3, plan (pure).
+pub fn plan_for<P: PoolKind>(pool: &P, seen: &Observation<P>, hash: &str, max_creates: usize) -> Plan {
+    plan::plan(&PlanInput {
+        count: pool.count(),
+        hash,
+        mode: pool.update_mode(),
+        owned: &seen.observed,
+        taken: &seen.taken,
+        max_creates,
+    })
+}
+
+/// What the apply stage's outcome means for the Degraded condition (pure).
+pub fn problem_of(noun: &str, pool: &str, plan: &Plan, outcome: &Outcome) -> Option<Problem> {
+    if let Some(p) = outcome.render_problems.first() {
+        return Some(p.clone());
+    }
+    if !outcome.refused.is_empty() {
+        return Some(Problem {
             reason: "InvalidTemplate".into(),
             message: format!(
-                "the API server refuses the {}s this template renders: {}; fix the template (retrying every 30s)",
-                P::NOUN,
+                "the API server refuses the {noun}s this template renders: {}; fix the template (retrying every 30s)",
                 outcome.refused.join("; ")
             ),
-        })
-    } else if !outcome.failures.is_empty() {
+        });
+    }
+    if !outcome.failures.is_empty() {
         let shown: Vec<&str> = outcome.failures.iter().take(3).map(String::as_str).collect();
-        Some(Problem {
+        return Some(Problem {
             reason: "WriteFailed".into(),
             message: format!(
                 "{} of {} writes failed, retrying: {}",
@@ -269,34 +239,127 @@ pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> R
                 outcome.writes,
                 shown.join("; ")
             ),
-        })
-    } else {
-        status::conflict_problem(&name, &format!("{}s", P::NOUN), &plan.conflicts)
-    };
-    status_input.problem = problem;
-    status_input.plan = Some(&plan);
-    let new_status = status::build(&status_input);
-    let labels = PoolLabels { kind: kind.clone(), namespace: pool.namespace().unwrap_or_default(), name: name.clone() };
-    ctx.metrics.pool_desired.get_or_create(&labels).set(i64::from(pool.count()));
-    ctx.metrics.pool_ready.get_or_create(&labels).set(i64::from(new_status.ready_replicas));
-    ctx.metrics.pool_updated.get_or_create(&labels).set(i64::from(new_status.updated_replicas));
-    write_status(pool.as_ref(), &ctx, new_status).await?;
+        });
+    }
+    status::conflict_problem(pool, &format!("{noun}s"), &plan.conflicts)
+}
 
-    let busy = plan.pending || !outcome.failures.is_empty() || !outcome.render_problems.is_empty();
-    Ok(if !outcome.refused.is_empty() {
+/// When to reconcile again after a round that applied `plan` (pure); `retry` is the pool's
+/// back-off delay for failed writes.
+pub fn next_action(plan: &Plan, outcome: &Outcome, retry: impl FnOnce() -> Duration) -> Action {
+    if !outcome.refused.is_empty() {
         // The same writes would be refused again: wait for a change, or retry slowly (a
         // namespace policy that refused them may change without the pool changing).
         Action::requeue(Duration::from_secs(30))
     } else if !outcome.failures.is_empty() || !outcome.render_problems.is_empty() {
-        Action::requeue(Duration::from_secs(5))
+        Action::requeue(retry())
     } else if plan.pending {
         // More to create right away (the round was capped), or children still terminating.
         Action::requeue(Duration::from_millis(if plan.create.is_empty() { 1000 } else { 50 }))
-    } else if outcome.writes > 0 || busy {
+    } else if outcome.writes > 0 {
         Action::requeue(Duration::from_secs(1))
     } else {
         Action::requeue(Duration::from_secs(300))
-    })
+    }
+}
+
+/// The status input of `pool` before any plan.
+fn status_input<'a, P: PoolKind>(pool: &'a P, hash: &'a str, observed: &'a [Observed]) -> StatusInput<'a> {
+    StatusInput {
+        count: pool.count(),
+        hash,
+        generation: pool.meta().generation,
+        selector: format!("{POOL_LABEL}={}", pool.name_any()),
+        owned: observed,
+        plan: None,
+        problem: None,
+        previous: pool.pool_status(),
+        now: Time(k8s_openapi::jiff::Timestamp::now()),
+        noun: P::NOUN,
+    }
+}
+
+/// Stage 4, apply: carries out the plan and remembers what the store does not show yet.
+async fn apply_plan<P: PoolKind>(
+    pool: &P,
+    plan: &Plan,
+    seen: &Observation<P>,
+    hash: &str,
+    ctx: &PoolContext<P>,
+) -> Outcome {
+    let uid = pool.meta().uid.clone().unwrap_or_default();
+    let outcome = apply::execute(pool, plan, &seen.owned, hash, ctx).await;
+    ctx.expectations.expect(&uid, &outcome.created, Expect::Create);
+    ctx.expectations.expect(&uid, &outcome.deleted, Expect::Delete);
+    let kind = P::kind(&());
+    if let Some(first) = outcome.failures.first() {
+        ctx.metrics.reconcile_failed(&kind, "child_write");
+        tracing::warn!(failed = outcome.failures.len(), first = %first, "writes failed");
+    }
+    if outcome.writes > 0 {
+        tracing::info!(
+            create = plan.create.len(),
+            update = plan.update.len(),
+            delete = plan.delete.len(),
+            failed = outcome.failures.len(),
+            "applied plan"
+        );
+    }
+    outcome
+}
+
+/// Stage 5, status: the gauges and the one status write of the round.
+async fn publish<P: PoolKind>(pool: &P, ctx: &PoolContext<P>, status: PoolStatus) -> Result<(), Error> {
+    let labels = PoolLabels {
+        kind: P::kind(&()).to_string(),
+        namespace: pool.namespace().unwrap_or_default(),
+        name: pool.name_any(),
+    };
+    ctx.metrics.pool_desired.get_or_create(&labels).set(i64::from(pool.count()));
+    ctx.metrics.pool_ready.get_or_create(&labels).set(i64::from(status.ready_replicas));
+    ctx.metrics.pool_updated.get_or_create(&labels).set(i64::from(status.updated_replicas));
+    write_status(pool, ctx, status).await
+}
+
+/// One reconcile of `pool`, in a tracing span naming it.
+pub async fn reconcile<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> Result<Action, Error> {
+    let span = tracing::info_span!("reconcile", kind = %P::kind(&()), namespace = pool.namespace().unwrap_or_default(), name = %pool.name_any());
+    reconcile_stages(pool, ctx).instrument(span).await
+}
+
+async fn reconcile_stages<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -> Result<Action, Error> {
+    let _timer = ctx.metrics.reconcile_timer(&P::kind(&()));
+    let uid = pool.meta().uid.clone().unwrap_or_default();
+    if pool.meta().deletion_timestamp.is_some() {
+        // Children go with the pool through their owner references (garbage collector).
+        ctx.expectations.forget(&uid);
+        return Ok(Action::await_change());
+    }
+    if tokio::time::timeout(Duration::from_secs(30), ctx.children.wait_until_ready()).await.is_err() {
+        return Err(Error::NotSynced(P::NOUN));
+    }
+    let hash = pool.template_hash();
+    let seen = observe(pool.as_ref(), &ctx, &hash);
+    let mut input = status_input(pool.as_ref(), &hash, &seen.observed);
+    if let Some((problem, then)) = validate(pool.as_ref(), &ctx.pools.state()) {
+        input.problem = Some(problem);
+        write_status(pool.as_ref(), &ctx, status::build(&input)).await?;
+        return Ok(then);
+    }
+    let plan = plan_for(pool.as_ref(), &seen, &hash, ctx.max_creates);
+    if !plan.create.is_empty() && !still_there(pool.as_ref(), &ctx).await {
+        // Deleted meanwhile: creating children now would only hand the garbage collector work.
+        return Ok(Action::await_change());
+    }
+    let outcome = apply_plan(pool.as_ref(), &plan, &seen, &hash, &ctx).await;
+    input.problem = problem_of(P::NOUN, &pool.name_any(), &plan, &outcome);
+    input.plan = Some(&plan);
+    publish(pool.as_ref(), &ctx, status::build(&input)).await?;
+    let failed = !outcome.failures.is_empty() || !outcome.render_problems.is_empty();
+    if !failed {
+        ctx.backoff.succeeded(&uid);
+    }
+    Ok(next_action(&plan, &outcome, || ctx.backoff.failed(uid.clone())))
 }
 
 /// Whether the pool still exists, undeleted, with the same UID (one read before creating).
@@ -309,11 +372,7 @@ async fn still_there<P: PoolKind>(pool: &P, ctx: &PoolContext<P>) -> bool {
     }
 }
 
-async fn write_status<P: PoolKind>(
-    pool: &P,
-    ctx: &PoolContext<P>,
-    status: crate::api::PoolStatus,
-) -> Result<(), Error> {
+async fn write_status<P: PoolKind>(pool: &P, ctx: &PoolContext<P>, status: PoolStatus) -> Result<(), Error> {
     if pool.pool_status() == Some(&status) {
         return Ok(());
     }
@@ -366,8 +425,10 @@ pub async fn reconcile_contained<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext
     Err(Error::Panicked(message))
 }
 
+/// An error ends the round: counted, logged, retried after the pool's own back-off.
 pub fn error_policy<P: PoolKind>(pool: Arc<P>, error: &Error, ctx: Arc<PoolContext<P>>) -> Action {
-    tracing::warn!(kind = %P::kind(&()), pool = %pool.name_any(), %error, "reconcile failed; retrying in 5s");
+    let delay = ctx.backoff.failed(pool.meta().uid.clone().unwrap_or_default());
+    tracing::warn!(kind = %P::kind(&()), pool = %pool.name_any(), %error, retry_in = ?delay, "reconcile failed");
     ctx.metrics.reconcile_failed(&P::kind(&()), error.metric_label());
-    Action::requeue(Duration::from_secs(5))
+    Action::requeue(delay)
 }

@@ -117,7 +117,7 @@ pub fn conflict_problem(pool: &str, kind: &str, conflicts: &[u32]) -> Option<Pro
     if conflicts.is_empty() {
         return None;
     }
-    let names: Vec<String> = conflicts.iter().take(5).map(|i| super::plan::child_name(pool, *i)).collect();
+    let names: Vec<String> = conflicts.iter().take(5).map(|i| crate::api::conventions::child_name(pool, *i)).collect();
     let more = if conflicts.len() > 5 { format!(" and {} more", conflicts.len() - 5) } else { String::new() };
     Some(Problem {
         reason: "NameConflict".into(),

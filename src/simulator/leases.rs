@@ -1,6 +1,6 @@
 //! Node leases in `kube-node-lease`: the heartbeat the node lifecycle controller watches.
 
-use crate::pool::FIELD_MANAGER;
+use crate::api::conventions::FIELD_MANAGER;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
@@ -8,7 +8,7 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource};
 
-pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+pub use crate::informer::shared::LEASE_NAMESPACE;
 
 fn owner(node_name: &str, node_uid: &str) -> OwnerReference {
     OwnerReference {

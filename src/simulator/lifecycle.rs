@@ -4,7 +4,7 @@
 //! other pod on them; the operator's flags are the defaults for what neither says.
 //! Decisions are pure functions of the settings, the seed and the object's identity.
 
-use crate::api::common::POOL_LABEL;
+use crate::api::conventions::POOL_LABEL;
 use crate::api::lifecycle::{Delay, Distribution, NodeLifecycle, PodLifecycle, parse_duration, unit};
 use crate::api::{GROUP_VERSION, NodePool, PodPool};
 use crate::informer::pod::SlimPod;

@@ -4,8 +4,7 @@ use super::selector::Selector;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-/// The annotation (and value) kwok and kwok-pools put on fake nodes.
-pub const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+pub use crate::api::conventions::FAKE_NODE_ANNOTATION;
 pub const DEFAULT_ANNOTATION_SELECTOR: &str = "kwok.x-k8s.io/node=fake";
 
 #[derive(Clone, Debug, PartialEq, Eq)]

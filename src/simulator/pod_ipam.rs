@@ -1,7 +1,7 @@
 //! Pod addresses per node: one allocator per podCIDR of each node (IPv4 and IPv6 for
 //! dual-stack nodes), keyed by pod UID, rebuilt from existing pods after a restart.
 
-use super::ipam::HostAllocator;
+use crate::ipam::HostAllocator;
 use ipnet::IpNet;
 use std::collections::HashMap;
 use std::net::IpAddr;

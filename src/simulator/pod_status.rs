@@ -3,6 +3,7 @@
 //! controllers own, such as readiness gates, are kept).
 
 use crate::informer::pod::{SlimContainer, SlimPod};
+pub use crate::kubelet::pod::{gates_ready, host_network, is_ready, is_running, phase, pod_ips};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::net::IpAddr;
@@ -27,32 +28,6 @@ fn image_id(image: &str) -> String {
 
 fn container_id(pod_uid: &str, name: &str) -> String {
     format!("containerd://{}", sha(&[pod_uid, name]))
-}
-
-/// Whether every readiness gate of the pod has its condition True.
-pub fn gates_ready(pod: &SlimPod) -> bool {
-    pod.readiness_gates.iter().all(|g| pod.condition(g) == Some("True"))
-}
-
-pub fn phase(pod: &SlimPod) -> &str {
-    pod.phase()
-}
-
-pub fn is_ready(pod: &SlimPod) -> bool {
-    pod.condition("Ready") == Some("True")
-}
-
-pub fn host_network(pod: &SlimPod) -> bool {
-    pod.host_network
-}
-
-pub fn pod_ips(pod: &SlimPod) -> Vec<IpAddr> {
-    pod.pod_ips.clone()
-}
-
-/// Whether the pod already looks the way the simulator makes running pods look.
-pub fn is_running(pod: &SlimPod) -> bool {
-    pod.phase() == "Running" && (pod.host_network || !pod.pod_ips.is_empty()) && pod.condition("Initialized").is_some()
 }
 
 /// A container's status: `state` is the JSON of its state (`{"running": …}`, …).

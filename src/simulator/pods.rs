@@ -5,15 +5,15 @@
 //! crash-loop, and set how long it takes to exit.
 
 use super::lifecycle::{self, Fate, Lifecycles, PodPlan};
+use super::machinery::{Attempts, Timers, Writes};
 use super::manage::Manage;
-use super::node_status;
 use super::pod_ipam::{Allocation, PodIpam};
 use super::pod_status;
+use crate::api::conventions::FIELD_MANAGER;
 use crate::informer::Change;
 use crate::informer::pod::SlimPod;
-use crate::pool::FIELD_MANAGER;
+use crate::kubelet;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
-use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -25,8 +25,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
-use tokio_util::time::{DelayQueue, delay_queue};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 #[derive(Clone)]
 pub struct PodSimConfig {
@@ -60,7 +59,8 @@ enum Timer {
 
 struct Tracked {
     node: String,
-    in_flight: bool,
+    /// The pod's status or delete write (one at a time; failures in a row for the back-off).
+    write: Attempts,
     /// We wrote Running; the store may not show it yet.
     started: bool,
     /// When the simulator first saw the pod on its node (start delays count from here).
@@ -72,37 +72,24 @@ struct Tracked {
     /// Its containers are down (crashed, in back-off), as last written or seen.
     down: bool,
     restarts: i32,
-    start_key: Option<delay_queue::Key>,
-    crash_key: Option<delay_queue::Key>,
-    restart_key: Option<delay_queue::Key>,
-    complete_key: Option<delay_queue::Key>,
-    remove_key: Option<delay_queue::Key>,
     /// The final delete went through (the object may linger for others' finalizers).
     removed: bool,
     exhausted_reported: bool,
-    /// Writes that failed in a row (for the back-off).
-    failures: u32,
 }
 
 impl Default for Tracked {
     fn default() -> Self {
         Self {
             node: String::new(),
-            in_flight: false,
+            write: Attempts::default(),
             started: false,
             seen: Instant::now(),
             known: false,
             acknowledged: false,
             down: false,
             restarts: 0,
-            start_key: None,
-            crash_key: None,
-            restart_key: None,
-            complete_key: None,
-            remove_key: None,
             removed: false,
             exhausted_reported: false,
-            failures: 0,
         }
     }
 }
@@ -144,8 +131,8 @@ struct Loop {
     tracked: HashMap<String, Tracked>,
     /// Pods waiting for their node to get a podCIDR or a free address, by node.
     waiting: HashMap<String, HashSet<ObjectRef<SlimPod>>>,
-    queue: DelayQueue<Timer>,
-    done: UnboundedSender<Done>,
+    timers: Timers<Timer>,
+    writes: Writes<Done>,
     recorder: Recorder,
 }
 
@@ -155,13 +142,14 @@ impl PodSimulator {
         let _ = self.nodes.wait_until_ready().await;
         let recorder = Recorder::new(self.client.clone(), Reporter { controller: "kwok-pools".into(), instance: None });
         let (done_tx, mut done_rx) = unbounded_channel();
+        let writes = Writes { permits: self.writes.clone(), done: done_tx };
         let mut l = Loop {
             sim: Arc::new(self),
             ipam: PodIpam::default(),
             tracked: HashMap::new(),
             waiting: HashMap::new(),
-            queue: DelayQueue::new(),
-            done: done_tx,
+            timers: Timers::default(),
+            writes,
             recorder,
         };
         l.rebuild();
@@ -179,30 +167,8 @@ impl PodSimulator {
                     Some(Change::Synced) => {}
                     None => return,
                 },
-                Some(expired) = l.queue.next(), if !l.queue.is_empty() => l.on_timer(expired.into_inner()),
-                Some(Done::Write { uid, key, ok, removed }) = done_rx.recv() => {
-                    let mut failures = 0;
-                    if let Some(t) = l.tracked.get_mut(&uid) {
-                        t.in_flight = false;
-                        t.removed |= removed;
-                        if ok {
-                            t.failures = 0;
-                        } else {
-                            t.started = false;
-                            t.failures += 1;
-                            failures = t.failures;
-                        }
-                    }
-                    if ok {
-                        // Look again: the pod may have changed while the write was in flight.
-                        if let Some(pod) = l.sim.pods.get(&key) {
-                            l.on_pod(&pod);
-                        }
-                    } else {
-                        let retry = super::retry_after(failures.max(1), Duration::from_secs(30));
-                        l.queue.insert(Timer::Retry(key), retry);
-                    }
-                }
+                Some(timer) = l.timers.next(), if !l.timers.is_empty() => l.on_timer(timer),
+                Some(done) = done_rx.recv() => l.on_done(done),
             }
             l.sim.metrics.managed_pods.set(l.tracked.len() as i64);
         }
@@ -210,6 +176,24 @@ impl PodSimulator {
 }
 
 impl Loop {
+    fn on_done(&mut self, Done::Write { uid, key, ok, removed }: Done) {
+        let mut failures = None;
+        if let Some(t) = self.tracked.get_mut(&uid) {
+            t.removed |= removed;
+            failures = t.write.finish(ok);
+            if failures.is_some() {
+                t.started = false;
+            }
+        }
+        if ok {
+            // Look again: the pod may have changed while the write was in flight.
+            self.look_again(&key);
+        } else {
+            let retry = super::retry_after(failures.unwrap_or(1), Duration::from_secs(30));
+            self.timers.set(Timer::Retry(key), retry);
+        }
+    }
+
     /// Addresses of live pods survive a restart: record them before anything is allocated.
     fn rebuild(&mut self) {
         let mut conflicts = 0;
@@ -237,18 +221,16 @@ impl Loop {
         self.sim.config.manage.manages(&node).then_some(node)
     }
 
-    fn untrack(&mut self, uid: &str) {
+    fn untrack(&mut self, pod: &SlimPod, uid: &str) {
         if let Some(t) = self.tracked.remove(uid) {
-            for k in [t.start_key, t.crash_key, t.restart_key, t.complete_key, t.remove_key].into_iter().flatten() {
-                self.queue.try_remove(&k);
-            }
+            self.cancel_timers(&ObjectRef::from_obj(pod), uid);
             let _ = self.ipam.release(&t.node, uid);
         }
     }
 
     fn on_deleted(&mut self, pod: &SlimPod) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        self.untrack(&uid);
+        self.untrack(pod, &uid);
         if let Some(node) = pod.node_name.as_ref() {
             let _ = self.ipam.release(node, &uid);
             if let Some(w) = self.waiting.get_mut(node) {
@@ -260,7 +242,7 @@ impl Loop {
     }
 
     fn on_node(&mut self, node: &Node) {
-        if !node_cidrs(node).is_empty() || !node_status::internal_ips(node).is_empty() {
+        if !node_cidrs(node).is_empty() || !kubelet::node::internal_ips(node).is_empty() {
             self.retry_waiting(&node.name_any());
         }
     }
@@ -284,7 +266,7 @@ impl Loop {
         };
         let t = self.tracked.entry(uid.clone()).or_default();
         t.node = node.name_any();
-        if t.in_flight {
+        if t.write.in_flight {
             return;
         }
         if !t.known {
@@ -321,18 +303,16 @@ impl Loop {
 
     /// Looks at the pod again at `when` (one timer per pod).
     fn look_again_at(&mut self, pod: &Arc<SlimPod>, uid: &str, when: Instant) {
-        let Some(t) = self.tracked.get_mut(uid) else { return };
-        if t.start_key.is_none() {
-            let key = ObjectRef::from_obj(pod.as_ref());
-            let wait = super::timer_delay(when.saturating_duration_since(Instant::now()));
-            t.start_key = Some(self.queue.insert(Timer::Start(key, uid.to_string()), wait));
+        if self.tracked.contains_key(uid) {
+            let timer = Timer::Start(ObjectRef::from_obj(pod.as_ref()), uid.to_string());
+            self.timers.set_once(timer, when.saturating_duration_since(Instant::now()));
         }
     }
 
     /// A pod on no managed node: forget it; if its node is not in the store yet, wait for it.
     fn not_ours(&mut self, pod: &Arc<SlimPod>, uid: &str) {
         if self.tracked.contains_key(uid) {
-            self.untrack(uid);
+            self.untrack(pod, uid);
         }
         // Bound to a node the store does not show yet (a re-list holds new nodes back): look
         // again when that node appears.
@@ -349,7 +329,8 @@ impl Loop {
     fn schedule_removal(&mut self, pod: &Arc<SlimPod>, uid: &str, plan: &PodPlan, away: Option<Instant>) {
         let Some(t) = self.tracked.get_mut(uid) else { return };
         let Some(deleted_at) = pod.metadata.deletion_timestamp.as_ref() else { return };
-        if t.remove_key.is_some() || t.removed {
+        let timer = Timer::Remove(ObjectRef::from_obj(pod.as_ref()), uid.to_string());
+        if self.timers.is_set(&timer) || t.removed {
             return;
         }
         let grace = Duration::from_secs(pod.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64);
@@ -364,8 +345,7 @@ impl Loop {
         if let Some(back) = away {
             remaining = remaining.max(back.saturating_duration_since(Instant::now()));
         }
-        let key = ObjectRef::from_obj(pod.as_ref());
-        t.remove_key = Some(self.queue.insert(Timer::Remove(key, uid.to_string()), super::timer_delay(remaining)));
+        self.timers.set(timer, remaining);
     }
 
     /// A pod not running yet: acknowledged at once (Pending, its containers creating) when it
@@ -375,10 +355,11 @@ impl Loop {
         let node_name = node.name_any();
         let key = ObjectRef::from_obj(pod.as_ref());
         let Some(t) = self.tracked.get_mut(uid) else { return };
-        if t.started || t.start_key.is_some() {
+        let start_timer = Timer::Start(key.clone(), uid.to_string());
+        if t.started || self.timers.is_set(&start_timer) {
             return; // our write is on its way through the watch, or the start delay runs
         }
-        let host_ips = node_status::internal_ips(node);
+        let host_ips = kubelet::node::internal_ips(node);
         if host_ips.is_empty() {
             // The node has no address yet; its next update retries.
             self.waiting.entry(node_name).or_default().insert(key);
@@ -386,11 +367,11 @@ impl Loop {
         }
         let due = t.seen + plan.start_delay;
         if due > Instant::now() {
-            t.start_key = Some(self.queue.insert(Timer::Start(key, uid.to_string()), due - Instant::now()));
+            self.timers.set(start_timer, due - Instant::now());
             if !t.acknowledged && pod.start_time.is_none() {
                 // As a kubelet does before it pulls images: startTime, host IPs, creating.
                 t.acknowledged = true;
-                t.in_flight = true;
+                t.write.in_flight = true;
                 let patch = pod_status::pending_patch(pod, &host_ips, &now_value());
                 self.spawn_status(pod.clone(), patch, "acknowledge");
             }
@@ -418,7 +399,7 @@ impl Loop {
             self.sim.metrics.injected(transition);
         }
         t.started = true;
-        t.in_flight = true;
+        t.write.in_flight = true;
         self.spawn_status(pod.clone(), patch, transition);
     }
 
@@ -426,7 +407,7 @@ impl Loop {
     /// `None` when it has to wait: no range yet, or the range is full (reported once).
     fn addresses(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str) -> Option<Vec<std::net::IpAddr>> {
         if pod_status::host_network(pod) {
-            return Some(node_status::internal_ips(node));
+            return Some(kubelet::node::internal_ips(node));
         }
         let node_name = node.name_any();
         let key = ObjectRef::from_obj(pod.as_ref());
@@ -462,20 +443,22 @@ impl Loop {
         let Some(t) = self.tracked.get_mut(uid) else { return };
         t.started = true;
         if let Some(patch) = pod_status::ready_fix(pod, &now_value()) {
-            t.in_flight = true;
+            t.write.in_flight = true;
             self.spawn_status(pod.clone(), patch, "ready");
             return;
         }
-        if t.crash_key.is_none() && t.restart_key.is_none() {
+        let (crash, restart) =
+            (Timer::Crash(key.clone(), uid.to_string()), Timer::Restart(key.clone(), uid.to_string()));
+        if !self.timers.is_set(&crash) && !self.timers.is_set(&restart) {
             if t.down {
-                let back_off = lifecycle::crash_back_off(t.restarts);
-                t.restart_key = Some(self.queue.insert(Timer::Restart(key.clone(), uid.to_string()), back_off));
+                self.timers.set(restart, lifecycle::crash_back_off(t.restarts));
             } else if let Fate::CrashLoops { after } = plan.fate {
-                t.crash_key = Some(self.queue.insert(Timer::Crash(key.clone(), uid.to_string()), after));
+                self.timers.set(crash, after);
             }
         }
         let looping = t.down || plan.fate != Fate::Runs;
-        if pod_status::owned_by_job(pod) && !looping && t.complete_key.is_none() {
+        let complete = Timer::Complete(key, uid.to_string());
+        if pod_status::owned_by_job(pod) && !looping && !self.timers.is_set(&complete) {
             let ran = pod
                 .start_time
                 .map(|s| {
@@ -485,53 +468,54 @@ impl Loop {
                         .clamp(0.0, 1e9)
                 })
                 .unwrap_or(0.0);
-            let remaining = plan.job_run_time.saturating_sub(Duration::from_secs_f64(ran));
-            t.complete_key =
-                Some(self.queue.insert(Timer::Complete(key, uid.to_string()), super::timer_delay(remaining)));
+            self.timers.set(complete, plan.job_run_time.saturating_sub(Duration::from_secs_f64(ran)));
         }
     }
 
     fn on_timer(&mut self, timer: Timer) {
         match timer {
-            Timer::Start(key, uid) => {
-                if let Some(t) = self.tracked.get_mut(&uid) {
-                    t.start_key = None;
-                }
-                self.look_again(&key);
-            }
+            Timer::Start(key, _) => self.look_again(&key),
             Timer::Crash(key, uid) => self.crash(&key, &uid),
             Timer::Restart(key, uid) => self.restart(&key, &uid),
             Timer::Complete(key, uid) => {
-                // The key is spent whatever happens next.
                 let Some(t) = self.tracked.get_mut(&uid) else { return };
-                t.complete_key = None;
                 let Some(pod) = self.sim.pods.get(&key) else { return };
                 if pod.metadata.deletion_timestamp.is_some() || pod_status::phase(&pod) != "Running" {
                     return;
                 }
-                if t.in_flight {
+                if !t.write.begin() {
                     // Another write is on its way: finish a moment later.
-                    t.complete_key = Some(self.queue.insert(Timer::Complete(key, uid), Duration::from_secs(1)));
+                    self.timers.set(Timer::Complete(key, uid), Duration::from_secs(1));
                     return;
                 }
-                t.in_flight = true;
                 let patch = pod_status::completed_patch(&pod, &now_value());
                 self.spawn_status(pod, patch, "complete");
             }
             Timer::Retry(key) => self.look_again(&key),
             Timer::Remove(key, uid) => {
-                if let Some(t) = self.tracked.get_mut(&uid) {
-                    t.remove_key = None;
-                }
                 let Some(pod) = self.sim.pods.get(&key) else { return };
                 if pod.metadata.uid.as_deref() != Some(uid.as_str()) {
                     return;
                 }
                 if let Some(t) = self.tracked.get_mut(&uid) {
-                    t.in_flight = true;
+                    t.write.in_flight = true;
                 }
                 self.spawn_remove(pod);
             }
+        }
+    }
+
+    /// Cancels every timer of the pod.
+    fn cancel_timers(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
+        let u = || uid.to_string();
+        for t in [
+            Timer::Start(key.clone(), u()),
+            Timer::Crash(key.clone(), u()),
+            Timer::Restart(key.clone(), u()),
+            Timer::Complete(key.clone(), u()),
+            Timer::Remove(key.clone(), u()),
+        ] {
+            self.timers.cancel(&t);
         }
     }
 
@@ -555,7 +539,7 @@ impl Loop {
     /// When a loop timer cannot act now — a write in flight, or its node away — the time to
     /// try again.
     fn not_now(&self, uid: &str, node: &Node) -> Option<Duration> {
-        if self.tracked.get(uid).is_some_and(|t| t.in_flight) {
+        if self.tracked.get(uid).is_some_and(|t| t.write.in_flight) {
             return Some(Duration::from_secs(1));
         }
         self.away_until(node).map(|until| until.saturating_duration_since(Instant::now()))
@@ -570,22 +554,12 @@ impl Loop {
         };
         let (pod, node) = self.live(&key, uid)?;
         let Some(wait) = self.not_now(uid, &node) else { return Some((pod, node)) };
-        let crash = matches!(timer, Timer::Crash(..));
-        let armed = Some(self.queue.insert(timer, super::timer_delay(wait)));
-        if let Some(t) = self.tracked.get_mut(uid) {
-            if crash {
-                t.crash_key = armed;
-            } else {
-                t.restart_key = armed;
-            }
-        }
+        self.timers.set(timer, wait);
         None
     }
 
     /// A crash-looping container exits 1: CrashLoopBackOff (or Failed, if never restarted).
     fn crash(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
-        let Some(t) = self.tracked.get_mut(uid) else { return };
-        t.crash_key = None;
         let Some((pod, _)) = self.ready_for(Timer::Crash(key.clone(), uid.to_string()), uid) else { return };
         let Some(t) = self.tracked.get_mut(uid) else { return };
         let now = now_value();
@@ -596,15 +570,13 @@ impl Loop {
         };
         t.down = true;
         t.restarts += 1;
-        t.in_flight = true;
+        t.write.in_flight = true;
         self.sim.metrics.injected("crash");
         self.spawn_status(pod, patch, "crash");
     }
 
     /// The back-off is over: the container runs again, or fails again if it fails at start.
     fn restart(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
-        let Some(t) = self.tracked.get_mut(uid) else { return };
-        t.restart_key = None;
         let Some((pod, node)) = self.ready_for(Timer::Restart(key.clone(), uid.to_string()), uid) else { return };
         let fails_at_start = self.sim.config.lifecycles.pod(&pod, &node).fate == Fate::FailsAtStart;
         let Some(t) = self.tracked.get_mut(uid) else { return };
@@ -616,7 +588,7 @@ impl Loop {
             t.down = false;
             pod_status::restarted_patch(&pod, t.restarts, &now)
         };
-        t.in_flight = true;
+        t.write.in_flight = true;
         if fails_at_start {
             self.sim.metrics.injected("crash");
         }
@@ -646,9 +618,7 @@ impl Loop {
 
     fn spawn_status(&self, pod: Arc<SlimPod>, patch: serde_json::Value, transition: &'static str) {
         let sim = self.sim.clone();
-        let done = self.done.clone();
-        tokio::spawn(async move {
-            let _permit = sim.writes.acquire().await.expect("write semaphore is never closed");
+        self.writes.spawn(async move {
             let ns = pod.namespace().unwrap_or_default();
             let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
             let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
@@ -667,15 +637,13 @@ impl Loop {
             {
                 tracing::warn!(pod = %pod.name_any(), namespace = %ns, error = %e, "pod status write failed; will retry");
             }
-            let _ = done.send(Done::after(&pod, ok || gone, false));
+            Done::after(&pod, ok || gone, false)
         });
     }
 
     fn spawn_remove(&self, pod: Arc<SlimPod>) {
         let sim = self.sim.clone();
-        let done = self.done.clone();
-        tokio::spawn(async move {
-            let _permit = sim.writes.acquire().await.expect("write semaphore is never closed");
+        self.writes.spawn(async move {
             let ns = pod.namespace().unwrap_or_default();
             let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
             let dp = DeleteParams {
@@ -693,7 +661,7 @@ impl Loop {
                 }
             };
             sim.metrics.write("pods", "delete", ok);
-            let _ = done.send(Done::after(&pod, ok, ok));
+            Done::after(&pod, ok, ok)
         });
     }
 }

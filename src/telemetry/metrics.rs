@@ -168,7 +168,10 @@ impl Metrics {
     /// The text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
+        // Writing to a String cannot fail; a failure would show as a truncated scrape.
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(error = %e, "encoding the metrics failed");
+        }
         out
     }
 }

@@ -34,7 +34,7 @@ async fn ready_count(client: &kube::Client, name: &str) -> i32 {
 async fn listed_ready(client: &kube::Client, name: &str) -> (usize, usize) {
     let lp = ListParams::default().labels(&format!("pools.kwok.x-k8s.io/pool={name}"));
     let nodes = Api::<Node>::all(client.clone()).list(&lp).await.map(|l| l.items).unwrap_or_default();
-    let ready = nodes.iter().filter(|n| kwok_pools::simulator::node_status::is_ready(n)).count();
+    let ready = nodes.iter().filter(|n| kwok_pools::kubelet::node::is_ready(n)).count();
     (nodes.len(), ready)
 }
 

@@ -1,5 +1,6 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
 //! Usage: cargo bench --bench scale -- [nodes] [pods] [webhook] [--quick]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 mod harness;
 mod nodes;

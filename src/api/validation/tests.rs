@@ -1,7 +1,7 @@
 //! garde rules: each bad input is refused with a message that names its manifest path.
 
 use super::*;
-use crate::api::{NodePool, NodePoolSpec, PodPool, PodPoolSpec};
+use crate::api::{NodePool, PodPool};
 
 fn nodepool(yaml: &str) -> NodePool {
     serde_yaml::from_str(yaml).unwrap()
@@ -188,15 +188,29 @@ fn max_unavailable_is_a_count_or_a_percentage() {
 }
 
 #[test]
-fn the_reconciler_check_joins_every_message() {
+fn every_problem_is_reported_at_once() {
     let p = nodepool_spec("  nodeTemplate:\n    metadata: {labels: {pools.kwok.x-k8s.io/pool: x}, generateName: g-}\n");
-    let msg = validate_nodepool(&p, &[]).unwrap_err();
-    assert!(
-        msg.contains("spec.nodeTemplate.metadata.labels.pools.kwok.x-k8s.io/pool")
-            && msg.contains("spec.nodeTemplate.metadata.generateName"),
-        "{msg}"
-    );
-    let _ = (NodePoolSpec::clone, PodPoolSpec::clone);
+    let problems = p.problems(None, &[]);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems.iter().any(|m| m.starts_with("spec.nodeTemplate.metadata.labels.pools.kwok.x-k8s.io/pool")));
+    assert!(problems.iter().any(|m| m.starts_with("spec.nodeTemplate.metadata.generateName")));
+}
+
+#[test]
+fn max_unavailable_is_parsed_once_and_resolved_against_the_count() {
+    use crate::api::common::MaxUnavailable;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let parse = |v: IntOrString| MaxUnavailable::parse(&v);
+    assert_eq!(parse(IntOrString::Int(3)), Ok(MaxUnavailable::Count(3)));
+    assert_eq!(parse(IntOrString::String("50%".into())), Ok(MaxUnavailable::Percent(50)));
+    for bad in [IntOrString::Int(-1), IntOrString::String("101%".into()), IntOrString::String("5".into())] {
+        assert!(parse(bad).unwrap_err().contains("is not allowed"));
+    }
+    assert_eq!(MaxUnavailable::resolve(None, 100), 25);
+    assert_eq!(MaxUnavailable::resolve(None, 2), 1);
+    assert_eq!(MaxUnavailable::resolve(Some(&MaxUnavailable::Percent(10)), 50), 5);
+    assert_eq!(MaxUnavailable::resolve(Some(&MaxUnavailable::Count(0)), 50), 1);
+    assert_eq!(MaxUnavailable::resolve(Some(&MaxUnavailable::Count(7)), 50), 7);
 }
 
 #[test]
@@ -205,23 +219,6 @@ fn rust_names_become_manifest_names() {
     assert_eq!(super::manifest_name("pod_cidr"), "podCIDR");
     assert_eq!(super::manifest_name("internal_ips"), "internalIPs");
     assert_eq!(super::manifest_name("max_unavailable"), "maxUnavailable");
-}
-
-#[test]
-fn the_reconciler_blames_only_the_newer_of_two_overlapping_pools() {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    let at = |p: &mut NodePool, s: i64| {
-        p.metadata.creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap()))
-    };
-    let mut old = nodepool_spec("  podCIDR: {cidr: 10.0.0.0/16, maskSize: 24}\n  nodeTemplate: {}\n");
-    old.metadata.name = Some("old".into());
-    at(&mut old, 100);
-    let mut new = nodepool_spec("  podCIDR: {cidr: 10.0.0.0/17, maskSize: 24}\n  nodeTemplate: {}\n");
-    new.metadata.name = Some("new".into());
-    at(&mut new, 200);
-    let all = vec![std::sync::Arc::new(old.clone()), std::sync::Arc::new(new.clone())];
-    assert!(validate_nodepool(&old, &all).is_ok(), "the older pool keeps working");
-    assert!(validate_nodepool(&new, &all).unwrap_err().contains("NodePool old"));
 }
 
 #[test]

@@ -1,5 +1,4 @@
 //! Helpers for pools and their nodes in end-to-end tests.
-#![allow(dead_code)]
 
 use super::{SCOPE_LABEL, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -59,7 +58,7 @@ pub async fn pool_nodes(client: &kube::Client, pool: &str) -> Vec<Node> {
 }
 
 pub fn is_ready(node: &Node) -> bool {
-    kwok_pools::simulator::node_status::is_ready(node)
+    kwok_pools::kubelet::node::is_ready(node)
 }
 
 pub fn ready_condition(node: &Node) -> String {

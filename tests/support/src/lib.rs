@@ -3,11 +3,10 @@
 //! own namespace and scope: pools and nodes carry the label `kwok-pools.test/scope=<scope>`,
 //! and the test starts its own operator that handles only that scope, so tests run in
 //! parallel without touching each other.
-#![allow(dead_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -16,12 +15,17 @@ pub mod pools;
 
 pub const SCOPE_LABEL: &str = "kwok-pools.test/scope";
 
+/// The repository root.
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
+/// The `kwok-pools` binary cargo built beside the running test (`target/<profile>/`).
 pub fn kwok_pools_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_kwok-pools"))
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // target/<profile>/deps/<test>-<hash> → target/<profile>/kwok-pools
+    let profile_dir = exe.parent().and_then(Path::parent).expect("a test binary under target/<profile>/deps");
+    profile_dir.join("kwok-pools")
 }
 
 pub fn kubectl_bin() -> PathBuf {
@@ -233,11 +237,7 @@ impl Operator {
             .stdout(log.try_clone().unwrap())
             .stderr(log);
         // The operator dies with the test thread that started it, even on a panic or a kill.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)
-            });
-        }
+        cmd.env("KWOK_POOLS_EXIT_WITH_PARENT", "1");
         eprintln!("  started operator for scope {} (log {})", self.scope, self.log.display());
         self.child = Some(cmd.spawn().expect("starting kwok-pools run"));
     }
@@ -311,8 +311,9 @@ impl Drop for Operator {
         }
         // Whatever the test did, its pools (and through them their children) go.
         let selector = format!("{SCOPE_LABEL}={}", self.scope);
+        let every_kind: Vec<String> = kwok_pools::kinds::names().into_iter().map(|n| n.plural).collect();
         let _ = Command::new(kubectl_bin())
-            .args(["delete", "nodepools,podpools", "--all-namespaces", "-l", &selector, "--wait=false"])
+            .args(["delete", &every_kind.join(","), "--all-namespaces", "-l", &selector, "--wait=false"])
             .env("KUBECONFIG", &self.kubeconfig)
             .output();
         self.stop();

@@ -1,0 +1,67 @@
+//! The conventions every child follows, written once: the labels and owner a pool puts on its
+//! children, how children are named, what marks a node as fake (kwok's annotation, label and
+//! taint, which other tools rely on), and the field manager of every write.
+
+/// The field manager of every write the operator makes (children, status, CRDs, webhooks).
+pub const FIELD_MANAGER: &str = "kwok-pools";
+
+/// The label naming the pool a child belongs to.
+pub const POOL_LABEL: &str = "pools.kwok.x-k8s.io/pool";
+/// The label holding a child's index (0..count-1).
+pub const INDEX_LABEL: &str = "pools.kwok.x-k8s.io/index";
+/// The label holding the hash of the template a child was rendered from.
+pub const HASH_LABEL: &str = "pools.kwok.x-k8s.io/template-hash";
+/// Labels the pool sets itself; a template may not set them.
+pub const RESERVED_LABELS: [&str; 3] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL];
+
+/// The annotation (value [`FAKE_VALUE`]) kwok and kwok-pools put on fake nodes.
+pub const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// The key of the taint that keeps real workloads off fake nodes (effect NoSchedule).
+pub const FAKE_TAINT_KEY: &str = "kwok.x-k8s.io/node";
+/// The value of the fake-node annotation and taint.
+pub const FAKE_VALUE: &str = "fake";
+/// The label (value `kwok`) that pods select fake nodes by.
+pub const TYPE_LABEL: &str = "type";
+pub const TYPE_VALUE: &str = "kwok";
+/// The node label kube-scheduler's topology rules read; a node's own name.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// The name of child `index` of `pool`.
+pub fn child_name(pool: &str, index: u32) -> String {
+    format!("{pool}-{index}")
+}
+
+/// Splits a child name `<pool>-<index>` into pool and index; `None` for any other name,
+/// leading zeros included (`web-01` is not a name a pool would make).
+pub fn split_child_name(name: &str) -> Option<(&str, u32)> {
+    let (pool, index) = name.rsplit_once('-')?;
+    let canonical =
+        !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) && (index.len() == 1 || !index.starts_with('0'));
+    if pool.is_empty() || !canonical {
+        return None;
+    }
+    Some((pool, index.parse().ok()?))
+}
+
+/// The index of `name` as a child of `pool`, if it is one of its names.
+pub fn child_index(pool: &str, name: &str) -> Option<u32> {
+    split_child_name(name).filter(|(p, _)| *p == pool).map(|(_, i)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_names_round_trip_and_nothing_else_parses() {
+        for (pool, i) in [("web", 0), ("web", 12), ("web-1", 2), ("a", u32::MAX)] {
+            assert_eq!(split_child_name(&child_name(pool, i)), Some((pool, i)));
+            assert_eq!(child_index(pool, &child_name(pool, i)), Some(i));
+        }
+        for name in ["web-01", "web-", "-1", "web", "web-1x", "web-+1", "web-99999999999"] {
+            assert_eq!(split_child_name(name), None, "{name}");
+        }
+        assert_eq!(child_index("web", "webx-1"), None);
+        assert_eq!(child_index("web", "web-1-2"), None);
+    }
+}

@@ -1,0 +1,56 @@
+//! The informers every part of the operator shares, each asked for by type from
+//! [`Informers`]: nodes (trimmed), pods (as [`SlimPod`]), leases of the node-lease namespace,
+//! and the pools of a kind.
+
+use super::pod::SlimPod;
+use super::{Informer, Informers, trim_meta, trimmed};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::watcher;
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+/// The namespace of node leases (as kubelets use).
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// A node less what nobody here reads (images and volumes can be most of a node).
+pub fn trim_node(mut node: Node) -> Node {
+    trim_meta(&mut node);
+    if let Some(s) = node.status.as_mut() {
+        s.images = None;
+        s.volumes_attached = None;
+        s.volumes_in_use = None;
+    }
+    node
+}
+
+/// Every node of the cluster.
+pub fn nodes(informers: &Informers) -> Arc<Informer<Node>> {
+    informers.shared(|i: &Arc<Informer<Node>>, client| {
+        i.start(Api::<Node>::all(client), watcher::Config::default(), trim_node)
+    })
+}
+
+/// Every pod of the cluster, compact.
+pub fn pods(informers: &Informers) -> Arc<Informer<SlimPod>> {
+    informers.shared(|i: &Arc<Informer<SlimPod>>, client| {
+        i.start(Api::<Pod>::all(client), watcher::Config::default(), SlimPod::from)
+    })
+}
+
+/// The node leases.
+pub fn leases(informers: &Informers) -> Arc<Informer<Lease>> {
+    informers.shared(|i: &Arc<Informer<Lease>>, client| {
+        i.start(Api::<Lease>::namespaced(client, LEASE_NAMESPACE), watcher::Config::default(), trimmed)
+    })
+}
+
+/// Every pool of kind `P`, in every namespace.
+pub fn pools<P>(informers: &Informers) -> Arc<Informer<P>>
+where
+    P: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    informers.shared(|i: &Arc<Informer<P>>, client| i.start(Api::<P>::all(client), watcher::Config::default(), trimmed))
+}

@@ -1,0 +1,31 @@
+//! What a kubelet's pod status says: readiness, phase and addresses, as the pool controllers
+//! and the simulator both read them. Pure.
+
+use crate::informer::pod::SlimPod;
+use std::net::IpAddr;
+
+/// Whether every readiness gate of the pod has its condition True.
+pub fn gates_ready(pod: &SlimPod) -> bool {
+    pod.readiness_gates.iter().all(|g| pod.condition(g) == Some("True"))
+}
+
+pub fn phase(pod: &SlimPod) -> &str {
+    pod.phase()
+}
+
+pub fn is_ready(pod: &SlimPod) -> bool {
+    pod.condition("Ready") == Some("True")
+}
+
+pub fn host_network(pod: &SlimPod) -> bool {
+    pod.host_network
+}
+
+pub fn pod_ips(pod: &SlimPod) -> Vec<IpAddr> {
+    pod.pod_ips.clone()
+}
+
+/// Whether the pod already looks the way the simulator makes running pods look.
+pub fn is_running(pod: &SlimPod) -> bool {
+    pod.phase() == "Running" && (pod.host_network || !pod.pod_ips.is_empty()) && pod.condition("Initialized").is_some()
+}
