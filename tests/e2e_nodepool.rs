@@ -219,7 +219,8 @@ async fn a_foreign_node_with_a_child_name_is_never_adopted() {
         },
         ..Default::default()
     };
-    nodes.create(&PostParams::default(), &foreign).await.unwrap();
+    let foreign_uid = nodes.create(&PostParams::default(), &foreign).await.unwrap().metadata.uid;
+    assert!(foreign_uid.is_some());
     apply(&nodepool_yaml(&pool, &scope, 3, ""));
 
     let p = wait_for("a NameConflict condition", T, || async {
@@ -244,7 +245,7 @@ async fn a_foreign_node_with_a_child_name_is_never_adopted() {
     })
     .await;
     let still = nodes.get(&format!("{pool}-1")).await.unwrap();
-    assert_eq!(still.metadata.uid, nodes.get(&format!("{pool}-1")).await.unwrap().metadata.uid);
+    assert_eq!(still.metadata.uid, foreign_uid, "the very node created by someone else, not a replacement");
     assert!(still.metadata.owner_references.unwrap_or_default().is_empty(), "not adopted");
     let labels = still.metadata.labels.unwrap();
     assert_eq!(labels.get("owner").map(String::as_str), Some("someone-else"));

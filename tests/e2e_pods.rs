@@ -145,15 +145,6 @@ async fn a_podpool_spreads_over_nodes_and_respects_the_pods_limit() {
     assert_eq!(used.len(), 3, "the scheduler spreads them over the 3 nodes");
     let names: HashSet<String> = ps.iter().filter_map(|p| p.metadata.name.clone()).collect();
     assert!((0..50).all(|i| names.contains(&format!("web-{i}"))));
-    let pool = kubectl_ok(&[
-        "get",
-        "podpool",
-        "web",
-        "-n",
-        &ns.name,
-        "-o",
-        "jsonpath={.status.readyReplicas}/{.status.replicas}",
-    ]);
     wait_for("PodPool status 50/50", T, || async {
         let out = kubectl_ok(&[
             "get",
@@ -167,7 +158,6 @@ async fn a_podpool_spreads_over_nodes_and_respects_the_pods_limit() {
         if out == "50/50" { Ok(()) } else { Err(out) }
     })
     .await;
-    let _ = pool;
 
     // Nodes that take 2 pods each: 4 of 5 pods run, one waits with the scheduler's reason.
     let small = format!("{scope}-small");

@@ -104,11 +104,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn own_process_is_alive_and_recognised_by_name() {
-        let me = std::process::id() as i32;
-        assert!(is_alive(me));
-        // Our own command line does not mention a cluster state dir.
-        assert!(!is_ours(me, "etcd", Path::new("/nonexistent/state")));
+    fn a_process_is_ours_only_by_binary_name_and_state_dir() {
+        // argv: sh -c "sleep 30" sh /tmp/kwok-state/clusters/dev/etcd.conf
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 30", "sh", "/tmp/kwok-state/clusters/dev/etcd.conf"])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let dev = Path::new("/tmp/kwok-state/clusters/dev");
+        // Between fork and exec the child still shows the test's command line.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !is_ours(pid, "sh", dev) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(is_ours(pid, "sh", dev));
+        assert!(is_ours(pid, "sh", Path::new("/tmp/kwok-state/clusters/dev/")), "a trailing slash is the same dir");
+        assert!(!is_ours(pid, "etcd", dev), "another binary");
+        assert!(!is_ours(pid, "sh", Path::new("/tmp/kwok-state/clusters/de")), "a prefix of the dir is not the dir");
+        assert!(!is_ours(pid, "sh", Path::new("/tmp/kwok-state/clusters/dev2")));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!is_ours(pid, "sh", dev), "a dead process is nobody's");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The compact pod kept in the store: what the PodPool controller and the pod simulator read,
-//! a tenth of the memory of a k8s-openapi `Pod` (whose structs alone are ~5 KB with one
-//! container, almost all of it empty optional fields).
+//! instead of a k8s-openapi `Pod` (almost all of it optional fields nobody here reads). What
+//! it costs per pod is measured by `make bench` (operator RSS with 10,000 pods held).
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -167,6 +167,5 @@ mod tests {
         assert_eq!(s.pod_ips.len(), 2);
         assert!(s.metadata.annotations.is_none());
         assert_eq!(s.metadata.owner_references.unwrap()[0].kind, "Job");
-        assert!(std::mem::size_of::<SlimPod>() < std::mem::size_of::<Pod>() / 3);
     }
 }

@@ -3,6 +3,10 @@
 
 pub mod apply;
 pub mod dry_run;
+#[cfg(test)]
+pub mod fixtures;
+#[cfg(test)]
+mod glue_tests;
 pub mod expectations;
 pub mod hash;
 pub mod plan;

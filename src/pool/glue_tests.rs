@@ -1,0 +1,240 @@
+//! The glue between the pool core and the API server, driven through a mock API server (no
+//! cluster): what reconcile writes and in what form, expectations, status writes, errors and
+//! back-off, wake mapping, and the informer's re-list.
+
+use super::fixtures::{Reply, Seen, echo, mock_api, store};
+use super::reconcile::{PoolContext, reconcile, validate};
+use super::{PoolKind, Shared};
+use crate::api::NodePool;
+use crate::controllers::pools_to_wake;
+use crate::informer::{Change, Informer, Informers};
+use crate::ipam::HostAllocator;
+use crate::telemetry::metrics::Metrics;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn nodepool(yaml: &str) -> NodePool {
+    let mut p: NodePool = serde_yaml::from_str(yaml).unwrap();
+    p.metadata.uid = Some("uid-np".into());
+    p.metadata.generation = Some(1);
+    p
+}
+
+fn plain_pool() -> NodePool {
+    nodepool(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {name: np}\nspec:\n  nodeCount: 2\n  podCIDR: {cidr: 10.0.0.0/16, maskSize: 24}\n",
+    )
+}
+
+/// The pool's metadata for the one read before creating; everything else echoed.
+fn scenario(seen: &Seen) -> Reply {
+    if seen.is("GET", "/apis/pools.kwok.x-k8s.io/v1alpha1/nodepools/np") {
+        return Reply::json(
+            200,
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": "np", "uid": "uid-np"}}),
+        );
+    }
+    if seen.path.ends_with("/nodepools/np/status") {
+        let mut pool = serde_json::to_value(plain_pool()).unwrap();
+        pool["status"] = seen.body["status"].clone();
+        return Reply::json(200, pool);
+    }
+    echo(seen)
+}
+
+fn context(client: kube::Client, children: Vec<Node>, pools: Vec<NodePool>) -> Arc<PoolContext<NodePool>> {
+    let shared = Shared {
+        client: client.clone(),
+        informers: Informers::new(client.clone()),
+        simulate: false,
+        node_defaults: Default::default(),
+        addresses: Arc::new(Mutex::new(HostAllocator::new("100.64.0.0/16".parse().unwrap()))),
+    };
+    let env = NodePool::env(&shared);
+    Arc::new(PoolContext::new(client, store(children), store(pools), env, Arc::new(Metrics::default())))
+}
+
+fn node_writes(log: &[Seen]) -> Vec<&Seen> {
+    log.iter().filter(|s| s.path.starts_with("/api/v1/nodes/")).collect()
+}
+
+fn status_writes(log: &[Seen]) -> Vec<&Seen> {
+    log.iter().filter(|s| s.path.ends_with("/nodepools/np/status")).collect()
+}
+
+#[tokio::test]
+async fn missing_children_are_applied_with_the_conventions_and_the_status_is_written_once() {
+    let (client, log) = mock_api(scenario);
+    let ctx = context(client, vec![], vec![]);
+    reconcile(Arc::new(plain_pool()), ctx).await.unwrap();
+    let log = log.lock().unwrap().clone();
+    let nodes = node_writes(&log);
+    assert_eq!(nodes.len(), 2, "{log:?}");
+    let np1 = nodes.iter().find(|s| s.path.ends_with("/np-1")).expect("np-1 applied");
+    assert_eq!(np1.method, "PATCH");
+    assert!(np1.query.contains("fieldManager=kwok-pools") && np1.query.contains("force=true"), "{}", np1.query);
+    let body = &np1.body;
+    let fake_taint = json!({"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"});
+    assert!(body["spec"]["taints"].as_array().unwrap().contains(&fake_taint), "{body}");
+    assert_eq!(body["metadata"]["labels"]["type"], "kwok");
+    assert_eq!(body["metadata"]["labels"]["kubernetes.io/hostname"], "np-1");
+    assert_eq!(body["metadata"]["labels"]["pools.kwok.x-k8s.io/index"], "1");
+    assert_eq!(body["metadata"]["annotations"]["kwok.x-k8s.io/node"], "fake");
+    assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "uid-np");
+    assert_eq!(body["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(body["spec"]["podCIDR"], "10.0.1.0/24");
+    let status = status_writes(&log);
+    assert_eq!(status.len(), 1, "one status write per reconcile");
+    assert_eq!(status[0].body["status"]["replicas"], 0, "the store showed none");
+    assert_eq!(status[0].body["status"]["selector"], "pools.kwok.x-k8s.io/pool=np");
+}
+
+#[tokio::test]
+async fn children_created_but_not_yet_seen_are_not_created_again() {
+    let (client, log) = mock_api(scenario);
+    let ctx = context(client, vec![], vec![]);
+    reconcile(Arc::new(plain_pool()), ctx.clone()).await.unwrap();
+    assert_eq!(node_writes(&log.lock().unwrap()).len(), 2);
+    // The store still shows nothing (the watch has not caught up).
+    reconcile(Arc::new(plain_pool()), ctx).await.unwrap();
+    let log = log.lock().unwrap().clone();
+    assert_eq!(node_writes(&log).len(), 2, "no second create");
+    let status = status_writes(&log);
+    assert_eq!(status.last().unwrap().body["status"]["replicas"], 2, "created children count as present");
+    assert_eq!(status.last().unwrap().body["status"]["readyReplicas"], 0);
+}
+
+#[tokio::test]
+async fn an_invalid_pool_is_reported_and_waits_for_a_change_without_touching_children() {
+    let (client, log) = mock_api(scenario);
+    let ctx = context(client, vec![], vec![]);
+    let bad = nodepool(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {name: np}\nspec:\n  nodeCount: 2\n  nodeTemplate: {metadata: {labels: {pools.kwok.x-k8s.io/pool: x}}}\n",
+    );
+    let action = reconcile(Arc::new(bad), ctx).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    let log = log.lock().unwrap().clone();
+    assert!(node_writes(&log).is_empty());
+    let status = status_writes(&log);
+    let degraded = status[0].body["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Degraded").cloned();
+    let degraded = degraded.expect("a Degraded condition");
+    assert_eq!((degraded["status"].clone(), degraded["reason"].clone()), (json!("True"), json!("InvalidSpec")));
+    assert!(degraded["message"].as_str().unwrap().contains("spec.nodeTemplate.metadata.labels"), "{degraded}");
+}
+
+#[tokio::test]
+async fn failed_child_writes_are_counted_reported_and_retried_with_backoff() {
+    let (client, _) = mock_api(|seen: &Seen| {
+        if seen.path.starts_with("/api/v1/nodes/") {
+            return Reply::json(500, json!({"kind": "Status", "apiVersion": "v1", "code": 500, "message": "etcd is sad"}));
+        }
+        scenario(seen)
+    });
+    let ctx = context(client, vec![], vec![]);
+    let first = reconcile(Arc::new(plain_pool()), ctx.clone()).await.unwrap();
+    let metrics = ctx.metrics.encode();
+    assert!(metrics.contains(r#"error="child_write""#), "{metrics}");
+    for _ in 0..4 {
+        reconcile(Arc::new(plain_pool()), ctx.clone()).await.unwrap();
+    }
+    let later = reconcile(Arc::new(plain_pool()), ctx.clone()).await.unwrap();
+    let delay = |a: &Action| format!("{a:?}");
+    assert!(first == Action::requeue(Duration::from_secs(1)) || delay(&first).contains("ms") || delay(&first).contains('s'));
+    assert_eq!(ctx.backoff.failures(&"uid-np".to_string()), 6, "each failed round counts");
+    assert_ne!(later, first, "the retry delay grows: {} then {}", delay(&first), delay(&later));
+}
+
+#[test]
+fn an_in_place_update_keeps_the_podcidr_the_node_has() {
+    let pool = plain_pool();
+    let env = NodePool::validation_env();
+    let mut current = pool.render(1, "old", &env).unwrap();
+    current.spec.as_mut().unwrap().pod_cidr = Some("10.9.0.0/24".into());
+    current.spec.as_mut().unwrap().pod_cidrs = Some(vec!["10.9.0.0/24".into()]);
+    let desired = pool.render(1, "new", &env).unwrap();
+    let writes = NodePool::in_place(&current, desired);
+    let applied = writes.iter().find_map(|w| if let super::Write::Apply(n) = w { Some(n) } else { None }).unwrap();
+    let spec = applied.spec.as_ref().unwrap();
+    assert_eq!(spec.pod_cidr.as_deref(), Some("10.9.0.0/24"));
+    assert_eq!(spec.pod_cidrs.as_deref(), Some(&["10.9.0.0/24".to_string()][..]));
+    assert!(matches!(writes.last(), Some(super::Write::Apply(_))), "the apply (new hash) goes last");
+}
+
+#[test]
+fn a_child_event_wakes_its_owner_and_the_pool_its_name_belongs_to() {
+    let mut node = Node::default();
+    node.metadata.name = Some("other-3".into());
+    node.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "pools.kwok.x-k8s.io/v1alpha1".into(),
+        kind: "NodePool".into(),
+        name: "owner".into(),
+        uid: "u".into(),
+        controller: Some(true),
+        ..Default::default()
+    }]);
+    let woken = pools_to_wake::<NodePool>(&node);
+    assert_eq!(woken, vec![ObjectRef::new("owner"), ObjectRef::new("other")]);
+    node.metadata.owner_references = None;
+    node.metadata.name = Some("other-03".into());
+    assert!(pools_to_wake::<NodePool>(&node).is_empty(), "not a name a pool makes");
+}
+
+#[test]
+fn only_the_newer_of_two_overlapping_pools_is_blamed() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let at = |yaml: &str, name: &str, s: i64| {
+        let mut p = nodepool(yaml);
+        p.metadata.name = Some(name.into());
+        p.metadata.creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap()));
+        Arc::new(p)
+    };
+    let spec = |cidr: &str| format!("apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: x}}\nspec:\n  nodeCount: 1\n  podCIDR: {{cidr: {cidr}, maskSize: 24}}\n");
+    let old = at(&spec("10.0.0.0/16"), "old", 100);
+    let new = at(&spec("10.0.0.0/17"), "new", 200);
+    let all = vec![old.clone(), new.clone()];
+    assert!(validate(old.as_ref(), &all).is_none(), "the older pool keeps working");
+    let (problem, then) = validate(new.as_ref(), &all).expect("the newer one is blamed");
+    assert!(problem.message.contains("NodePool old"), "{}", problem.message);
+    // Only the comparison fails: it can change without this pool changing.
+    assert_eq!(then, Action::requeue(Duration::from_secs(30)));
+}
+
+/// A list, then a watch that expires at once, so the watcher lists again.
+fn relisting_scenario(lists: Arc<Mutex<Vec<Value>>>) -> impl Fn(&Seen) -> Reply + Send + Sync + 'static {
+    move |seen: &Seen| {
+        if seen.query.contains("watch=true") {
+            let expired = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "code": 410, "reason": "Expired", "message": "too old"}});
+            return Reply(200, format!("{expired}\n"));
+        }
+        let mut lists = lists.lock().unwrap();
+        let items = if lists.len() > 1 { lists.remove(0) } else { lists[0].clone() };
+        Reply::json(200, json!({"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}))
+    }
+}
+
+#[tokio::test]
+async fn a_relist_reports_what_disappeared_as_deleted() {
+    let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "d", "uid": format!("u-{name}")}});
+    let lists = Arc::new(Mutex::new(vec![json!([cm("a"), cm("b")]), json!([cm("a")])]));
+    let (client, _) = mock_api(relisting_scenario(lists));
+    let informer = Informer::<ConfigMap>::new();
+    let mut changes = informer.subscribe();
+    informer.start(kube::Api::<ConfigMap>::all(client), Default::default(), crate::informer::trimmed);
+    let deleted = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(change) = changes.recv().await {
+            if let Change::Deleted(c) = change {
+                return c.metadata.name.clone();
+            }
+        }
+        None
+    })
+    .await
+    .expect("a deletion within 20 s");
+    assert_eq!(deleted.as_deref(), Some("b"));
+    assert!(informer.store().get(&ObjectRef::new("b").within("d")).is_none());
+    assert!(informer.store().get(&ObjectRef::new("a").within("d")).is_some());
+}
