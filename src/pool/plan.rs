@@ -27,6 +27,19 @@ pub struct Observed {
     pub failing: bool,
 }
 
+impl Observed {
+    /// A child that exists, neither terminating nor finished nor failing.
+    pub fn new(name: String, index: Option<u32>, hash: Option<String>, ready: bool) -> Self {
+        Self { name, index, hash, ready, terminating: false, finished: false, failing: false }
+    }
+
+    /// Child `i` of pool `p` with template `hash` (tests).
+    #[cfg(test)]
+    pub fn fixture(i: u32, hash: &str, ready: bool) -> Self {
+        Self::new(crate::api::conventions::child_name("p", i), Some(i), Some(hash.into()), ready)
+    }
+}
+
 /// The planner's input.
 #[derive(Clone, Debug)]
 pub struct PlanInput<'a> {
@@ -143,15 +156,8 @@ mod tests {
     use crate::api::conventions::child_name;
 
     fn child(i: u32, hash: &str, ready: bool) -> Observed {
-        Observed {
-            name: child_name("p", i),
-            index: Some(i),
-            hash: Some(hash.into()),
-            ready,
-            terminating: false,
-            finished: false,
-            failing: false,
-        }
+        Observed::fixture(i, hash, ready)
+    }
     }
 
     fn run(count: u32, mode: UpdateMode, owned: &[Observed], taken: &[u32]) -> Plan {

@@ -131,15 +131,7 @@ pub fn owned_children<P: PoolKind>(
 pub fn add_pending(observed: &mut Vec<Observed>, pending: Vec<(String, Expect)>, pool: &str, hash: &str) {
     for (child, what) in pending {
         match what {
-            Expect::Create => observed.push(Observed {
-                index: child_index(pool, &child),
-                hash: Some(hash.to_string()),
-                ready: false,
-                terminating: false,
-                finished: false,
-                failing: false,
-                name: child,
-            }),
+            Expect::Create => observed.push(Observed::new(child.clone(), child_index(pool, &child), Some(hash.to_string()), false)),
             Expect::Delete => {
                 if let Some(o) = observed.iter_mut().find(|o| o.name == child) {
                     o.terminating = true;

@@ -134,15 +134,8 @@ mod tests {
     use super::*;
 
     fn obs(i: u32, hash: &str, ready: bool) -> Observed {
-        Observed {
-            name: format!("p-{i}"),
-            index: Some(i),
-            hash: Some(hash.into()),
-            ready,
-            terminating: false,
-            finished: false,
-            failing: false,
-        }
+        Observed::fixture(i, hash, ready)
+    }
     }
 
     fn input<'a>(count: u32, owned: &'a [Observed], previous: Option<&'a PoolStatus>) -> StatusInput<'a> {
