@@ -73,7 +73,10 @@ pub fn echo(seen: &Seen) -> Reply {
             Reply::json(200, body)
         }
         "DELETE" => Reply::json(200, json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})),
-        _ => Reply::json(404, json!({"kind": "Status", "apiVersion": "v1", "code": 404, "reason": "NotFound", "message": "not found"})),
+        _ => Reply::json(
+            404,
+            json!({"kind": "Status", "apiVersion": "v1", "code": 404, "reason": "NotFound", "message": "not found"}),
+        ),
     }
 }
 

@@ -120,7 +120,8 @@ async fn an_invalid_pool_is_reported_and_waits_for_a_change_without_touching_chi
     let log = log.lock().unwrap().clone();
     assert!(node_writes(&log).is_empty());
     let status = status_writes(&log);
-    let degraded = status[0].body["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Degraded").cloned();
+    let degraded =
+        status[0].body["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Degraded").cloned();
     let degraded = degraded.expect("a Degraded condition");
     assert_eq!((degraded["status"].clone(), degraded["reason"].clone()), (json!("True"), json!("InvalidSpec")));
     assert!(degraded["message"].as_str().unwrap().contains("spec.nodeTemplate.metadata.labels"), "{degraded}");
@@ -130,7 +131,10 @@ async fn an_invalid_pool_is_reported_and_waits_for_a_change_without_touching_chi
 async fn failed_child_writes_are_counted_reported_and_retried_with_backoff() {
     let (client, _) = mock_api(|seen: &Seen| {
         if seen.path.starts_with("/api/v1/nodes/") {
-            return Reply::json(500, json!({"kind": "Status", "apiVersion": "v1", "code": 500, "message": "etcd is sad"}));
+            return Reply::json(
+                500,
+                json!({"kind": "Status", "apiVersion": "v1", "code": 500, "message": "etcd is sad"}),
+            );
         }
         scenario(seen)
     });
@@ -143,7 +147,9 @@ async fn failed_child_writes_are_counted_reported_and_retried_with_backoff() {
     }
     let later = reconcile(Arc::new(plain_pool()), ctx.clone()).await.unwrap();
     let delay = |a: &Action| format!("{a:?}");
-    assert!(first == Action::requeue(Duration::from_secs(1)) || delay(&first).contains("ms") || delay(&first).contains('s'));
+    assert!(
+        first == Action::requeue(Duration::from_secs(1)) || delay(&first).contains("ms") || delay(&first).contains('s')
+    );
     assert_eq!(ctx.backoff.failures(&"uid-np".to_string()), 6, "each failed round counts");
     assert_ne!(later, first, "the retry delay grows: {} then {}", delay(&first), delay(&later));
 }
@@ -192,7 +198,11 @@ fn only_the_newer_of_two_overlapping_pools_is_blamed() {
         p.metadata.creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap()));
         Arc::new(p)
     };
-    let spec = |cidr: &str| format!("apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: x}}\nspec:\n  nodeCount: 1\n  podCIDR: {{cidr: {cidr}, maskSize: 24}}\n");
+    let spec = |cidr: &str| {
+        format!(
+            "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: x}}\nspec:\n  nodeCount: 1\n  podCIDR: {{cidr: {cidr}, maskSize: 24}}\n"
+        )
+    };
     let old = at(&spec("10.0.0.0/16"), "old", 100);
     let new = at(&spec("10.0.0.0/17"), "new", 200);
     let all = vec![old.clone(), new.clone()];
@@ -212,7 +222,10 @@ fn relisting_scenario(lists: Arc<Mutex<Vec<Value>>>) -> impl Fn(&Seen) -> Reply 
         }
         let mut lists = lists.lock().unwrap();
         let items = if lists.len() > 1 { lists.remove(0) } else { lists[0].clone() };
-        Reply::json(200, json!({"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}))
+        Reply::json(
+            200,
+            json!({"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}),
+        )
     }
 }
 

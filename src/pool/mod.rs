@@ -3,11 +3,11 @@
 
 pub mod apply;
 pub mod dry_run;
+pub mod expectations;
 #[cfg(test)]
 pub mod fixtures;
 #[cfg(test)]
 mod glue_tests;
-pub mod expectations;
 pub mod hash;
 pub mod plan;
 pub mod reconcile;

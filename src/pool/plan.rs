@@ -158,7 +158,6 @@ mod tests {
     fn child(i: u32, hash: &str, ready: bool) -> Observed {
         Observed::fixture(i, hash, ready)
     }
-    }
 
     fn run(count: u32, mode: UpdateMode, owned: &[Observed], taken: &[u32]) -> Plan {
         let taken: BTreeSet<u32> = taken.iter().copied().collect();

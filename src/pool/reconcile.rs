@@ -131,7 +131,9 @@ pub fn owned_children<P: PoolKind>(
 pub fn add_pending(observed: &mut Vec<Observed>, pending: Vec<(String, Expect)>, pool: &str, hash: &str) {
     for (child, what) in pending {
         match what {
-            Expect::Create => observed.push(Observed::new(child.clone(), child_index(pool, &child), Some(hash.to_string()), false)),
+            Expect::Create => {
+                observed.push(Observed::new(child.clone(), child_index(pool, &child), Some(hash.to_string()), false))
+            }
             Expect::Delete => {
                 if let Some(o) = observed.iter_mut().find(|o| o.name == child) {
                     o.terminating = true;

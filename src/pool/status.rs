@@ -136,7 +136,6 @@ mod tests {
     fn obs(i: u32, hash: &str, ready: bool) -> Observed {
         Observed::fixture(i, hash, ready)
     }
-    }
 
     fn input<'a>(count: u32, owned: &'a [Observed], previous: Option<&'a PoolStatus>) -> StatusInput<'a> {
         StatusInput {
