@@ -153,7 +153,6 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::conventions::child_name;
 
     fn child(i: u32, hash: &str, ready: bool) -> Observed {
         Observed::fixture(i, hash, ready)
