@@ -61,7 +61,7 @@ lint: ## cargo fmt --check and clippy -D warnings.
 
 .PHONY: unit
 unit: schema-tools ## Unit tests only (no cluster).
-	cargo test --lib --bins --test crds --test schemas
+	cargo test --lib --bins --test crds --test schemas --test rbac
 
 .PHONY: test
 test: controlplane build unit e2e ## Unit and end-to-end tests; builds what it needs first.
@@ -70,7 +70,7 @@ test: controlplane build unit e2e ## Unit and end-to-end tests; builds what it n
 e2e: controlplane build ## End-to-end tests on a fresh local cluster (created, then deleted).
 	@export KWOK_POOLS_HOME=$(E2E_HOME); \
 	$(DEBUG_BIN) cluster delete --name $(E2E_CLUSTER) >/dev/null 2>&1 || true; \
-	$(DEBUG_BIN) cluster create --name $(E2E_CLUSTER) \
+	$(DEBUG_BIN) cluster create --name $(E2E_CLUSTER) --kubevirt \
 	  --extra-arg kube-controller-manager=--node-monitor-grace-period=$(E2E_GRACE)s; \
 	status=0; \
 	KUBECONFIG=$(E2E_HOME)/clusters/$(E2E_CLUSTER)/kubeconfig E2E_NODE_GRACE_SECONDS=$(E2E_GRACE) \
@@ -83,7 +83,7 @@ e2e: controlplane build ## End-to-end tests on a fresh local cluster (created, t
 .PHONY: run
 run: controlplane release ## Start (or reuse) the local cluster, apply the sample pool, run the operator.
 	@if ! $(RELEASE_BIN) cluster kubeconfig --name $(RUN_CLUSTER) >/dev/null 2>&1; then \
-	  $(RELEASE_BIN) cluster create --name $(RUN_CLUSTER); \
+	  $(RELEASE_BIN) cluster create --name $(RUN_CLUSTER) --kubevirt; \
 	elif ! $(RELEASE_BIN) cluster list | grep -E "^$(RUN_CLUSTER) +running" >/dev/null; then \
 	  echo "cluster $(RUN_CLUSTER) exists but is not running: starting it"; \
 	  $(RELEASE_BIN) cluster start --name $(RUN_CLUSTER); \

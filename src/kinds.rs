@@ -3,7 +3,7 @@
 //! RBAC checks and the test harness's cleanup. Adding a kind is its own files plus one line
 //! in [`visit_all`] (see docs/adding-a-kind.md).
 
-use crate::api::{NodePool, PodPool};
+use crate::api::{NodePool, PodPool, VMIPool};
 use crate::pool::PoolKind;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use std::borrow::Cow;
@@ -17,6 +17,7 @@ pub trait Visitor {
 pub fn visit_all(visitor: &mut impl Visitor) {
     visitor.visit::<NodePool>();
     visitor.visit::<PodPool>();
+    visitor.visit::<VMIPool>();
 }
 
 /// The kind's name as a `'static` string (a fixed set: safe as a metric label).
@@ -87,7 +88,7 @@ mod tests {
     fn every_kind_is_listed_once_with_its_names() {
         let names = names();
         let kinds: Vec<&str> = names.iter().map(|n| n.kind).collect();
-        assert_eq!(kinds, ["NodePool", "PodPool"]);
+        assert_eq!(kinds, ["NodePool", "PodPool", "VMIPool"]);
         assert_eq!(
             (names[0].plural.as_str(), names[0].child_plural.as_str(), names[0].namespaced),
             ("nodepools", "nodes", false)
@@ -96,6 +97,8 @@ mod tests {
             (names[1].plural.as_str(), names[1].child_plural.as_str(), names[1].namespaced),
             ("podpools", "pods", true)
         );
+        let vmi = (names[2].plural.as_str(), names[2].child_group.as_str(), names[2].child_plural.as_str());
+        assert_eq!(vmi, ("vmipools", "kubevirt.io", "virtualmachineinstances"));
         assert_eq!(crds().len(), names.len());
         assert!(crds_yaml().contains("name: podpools.pools.kwok.x-k8s.io"));
     }

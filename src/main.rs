@@ -10,8 +10,12 @@ async fn main() {
         Command::Cluster(cmd) => kwok_pools::cli::cluster::run(cmd).await,
         Command::Run(args) => run(args, true).await,
         Command::Simulate(args) => run(args, false).await,
-        Command::Crd => {
+        Command::Crd { kubevirt: false } => {
             print!("{}", kwok_pools::kinds::crds_yaml());
+            Ok(())
+        }
+        Command::Crd { kubevirt: true } => {
+            print!("{}", serde_yaml::to_string(&kwok_pools::api::kubevirt_crd::crd()).unwrap_or_default());
             Ok(())
         }
         Command::Schema { out } => write_schemas(&out),

@@ -61,6 +61,12 @@ pub struct OperatorConfig {
     pub pod_termination_delay: Option<Duration>,
     /// How long pods owned by a Job run before they complete.
     pub job_run_time: Duration,
+    /// Which part of KubeVirt to play for VMIs (`None`: decide from what is installed).
+    pub kubevirt_role: Option<crate::simulator::vmis::KubevirtRole>,
+    /// The account VMI writes impersonate beside a real KubeVirt.
+    pub kubevirt_handler_user: String,
+    /// Which VMIs are simulated (by label; empty: all).
+    pub vmi_selector: crate::simulator::selector::Selector,
     /// The admission webhook (with the controllers only).
     pub webhook: Option<crate::admission::WebhookConfig>,
 }
@@ -191,6 +197,11 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     }
     if let Some(start) = simulator {
         start.await?.spawn_into(&mut tasks);
+        let (config, informers, metrics) = (config.clone(), shared.informers.clone(), metrics.clone());
+        tasks.spawn(async move {
+            run_vmi_simulator(&config, &informers, metrics).await;
+            "VMI simulator".to_string()
+        });
     }
     if let (true, Some(webhook)) = (config.controllers, config.webhook.clone()) {
         crate::admission::start(client.clone(), webhook, peers, metrics.clone()).await?;
@@ -307,6 +318,69 @@ fn wire_simulator(
         drop(a);
         Ok(Simulator { nodes: node_sim, node_changes, pods: pod_sim, pod_changes, node_changes_for_pods })
     }
+}
+
+/// The VMI simulator: waits (without holding anything up) until KubeVirt's VMI CRD is
+/// installed, decides which part of KubeVirt to play, and runs.
+async fn run_vmi_simulator(config: &OperatorConfig, informers: &Arc<Informers>, metrics: Arc<Metrics>) {
+    use crate::simulator::vmis::{KubevirtRole, VmiSimulator};
+    let client = informers.client().clone();
+    let mut told = false;
+    while !controllers::crd_established(&client, crate::api::kubevirt_crd::NAME).await.unwrap_or(false) {
+        if !std::mem::replace(&mut told, true) {
+            tracing::info!(
+                "no VirtualMachineInstance CRD yet: VMIs are simulated once KubeVirt or `kwok-pools crd --kubevirt` is installed"
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+    let kubevirt_installed = controllers::crd_established(&client, "kubevirts.kubevirt.io").await.unwrap_or(false);
+    let role = config.kubevirt_role.unwrap_or(if kubevirt_installed {
+        KubevirtRole::Handler
+    } else {
+        KubevirtRole::Controller
+    });
+    let vmi_client = match role {
+        KubevirtRole::Controller => client.clone(),
+        KubevirtRole::Handler => match impersonating(&config.kubevirt_handler_user).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, user = %config.kubevirt_handler_user, "cannot build a client that impersonates KubeVirt's handler; VMIs are not simulated");
+                return std::future::pending().await;
+            }
+        },
+    };
+    tracing::info!(?role, "simulating VMIs");
+    let (vmis, pods, nodes) = (
+        crate::informer::shared::vmis(informers),
+        crate::informer::shared::pods(informers),
+        crate::informer::shared::nodes(informers),
+    );
+    let (vmi_changes, pod_changes) = (vmis.subscribe(), pods.subscribe());
+    if let Err(e) = wait_synced("virtualmachineinstances", &vmis.store()).await {
+        tracing::error!(error = %e, "the VMI store did not sync; VMIs are not simulated");
+        return std::future::pending().await;
+    }
+    let sim = VmiSimulator {
+        client: vmi_client,
+        pod_client: client,
+        role,
+        manage: config.manage.clone(),
+        selector: config.vmi_selector.clone(),
+        nodes: nodes.store(),
+        pods: pods.store(),
+        vmis: vmis.store(),
+        metrics,
+        writes: Arc::new(Semaphore::new(config.max_simulator_writes_in_flight)),
+    };
+    sim.run(vmi_changes, pod_changes).await;
+}
+
+/// A client for the same cluster that acts as `user`.
+async fn impersonating(user: &str) -> anyhow::Result<Client> {
+    let mut config = kube::Config::infer().await?;
+    config.auth_info.impersonate = Some(user.to_string());
+    Ok(Client::try_from(config)?)
 }
 
 /// Runs until a signal, or until a long-running task ends: a task that stops or dies is

@@ -4,12 +4,15 @@
 pub mod common;
 pub mod conventions;
 pub mod editor_schema;
+pub mod kubevirt;
+pub mod kubevirt_crd;
 pub mod lifecycle;
 pub mod nodepool;
 pub mod podpool;
 pub mod ranges;
 pub mod schema;
 pub mod validation;
+pub mod vmipool;
 
 #[cfg(test)]
 mod cel_tests;
@@ -17,3 +20,4 @@ mod cel_tests;
 pub use common::{GROUP_VERSION, PoolStatus, SubnetRange, TemplateMetadata};
 pub use nodepool::{NodePool, NodePoolSpec, NodeTemplate};
 pub use podpool::{PodPool, PodPoolSpec, PodTemplate};
+pub use vmipool::{VMIPool, VMIPoolSpec, VmiTemplate};

@@ -40,6 +40,9 @@ pub enum ClusterCommand {
         /// Do not install the kwok-pools CRDs.
         #[arg(long)]
         no_crds: bool,
+        /// Also install KubeVirt's VirtualMachineInstance CRD (for VMIPools without KubeVirt).
+        #[arg(long)]
+        kubevirt: bool,
     },
     /// Start the components of an existing cluster that do not run (keeps its data).
     Start {
@@ -90,7 +93,7 @@ fn parse_extra_arg(s: &str) -> Result<(Component, String), String> {
 
 pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
     match cmd {
-        ClusterCommand::Create { common, bin_dir, timeout, extra_args, no_crds } => {
+        ClusterCommand::Create { common, bin_dir, timeout, extra_args, no_crds, kubevirt } => {
             let opts = CreateOptions {
                 name: common.name.clone(),
                 home: common.home(),
@@ -98,6 +101,7 @@ pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
                 timeout,
                 extra_args,
                 install_crds: !no_crds,
+                kubevirt_crd: kubevirt,
             };
             let created = cluster::create(&opts).await?;
             eprintln!("cluster {:?} ready in {:.1}s", common.name, created.elapsed.as_secs_f64());

@@ -23,7 +23,11 @@ pub enum Command {
     /// Run only the lifecycle simulator (no pool controllers).
     Simulate(run::RunArgs),
     /// Print every CRD as YAML.
-    Crd,
+    Crd {
+        /// Print KubeVirt's VirtualMachineInstance CRD instead (for clusters without KubeVirt).
+        #[arg(long)]
+        kubevirt: bool,
+    },
     /// Write one JSON Schema per kind for editors and validators (`{kind}_{version}.json`).
     Schema {
         /// The directory to write into.

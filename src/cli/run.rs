@@ -7,6 +7,7 @@ use crate::kubelet::node::NodeDefaults;
 use crate::operator::OperatorConfig;
 use crate::simulator::manage::Manage;
 use crate::simulator::selector::Selector;
+use crate::simulator::vmis::KubevirtRole;
 use clap::Args;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -71,6 +72,20 @@ pub struct RunArgs {
     /// pools say nothing (`spec.lifecycle.pods.jobRunTime`).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub job_run_time: Duration,
+
+    /// Which part of KubeVirt the simulator plays for VMIs: `auto` (virt-handler's part when
+    /// a KubeVirt is installed, i.e. the kubevirts.kubevirt.io CRD exists; else also
+    /// virt-controller's), `controller` or `handler`.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "controller", "handler"])]
+    pub kubevirt_role: String,
+    /// Only VMIs whose labels match are simulated (default: every VMI; beside a real KubeVirt
+    /// only VMIs on managed nodes are touched anyway).
+    #[arg(long, value_name = "SELECTOR")]
+    pub vmi_selector: Option<String>,
+    /// Beside a real KubeVirt, the account VMI status writes impersonate (KubeVirt's webhook
+    /// puts back status written by anyone else).
+    #[arg(long, default_value = "system:serviceaccount:kubevirt:kubevirt-handler")]
+    pub kubevirt_handler_user: String,
 
     /// Do not serve the validating admission webhook.
     #[arg(long)]
@@ -171,6 +186,16 @@ impl RunArgs {
             instance: self.instance.clone(),
             pod_termination_delay: self.pod_termination_delay,
             job_run_time: self.job_run_time,
+            kubevirt_role: match self.kubevirt_role.as_str() {
+                "controller" => Some(KubevirtRole::Controller),
+                "handler" => Some(KubevirtRole::Handler),
+                _ => None,
+            },
+            kubevirt_handler_user: self.kubevirt_handler_user.clone(),
+            vmi_selector: match &self.vmi_selector {
+                Some(s) => Selector::parse(s).map_err(|e| format!("--vmi-selector: {e}"))?,
+                None => Selector::default(),
+            },
             webhook: self.webhook()?,
         })
     }

@@ -37,6 +37,8 @@ pub struct CreateOptions {
     pub extra_args: Vec<(Component, String)>,
     /// Install the project's CRDs once the API server is up.
     pub install_crds: bool,
+    /// Install KubeVirt's VirtualMachineInstance CRD too.
+    pub kubevirt_crd: bool,
 }
 
 /// A created cluster.
@@ -173,6 +175,10 @@ async fn start_all(
     if opts.install_crds {
         crds::install(&client, deadline).await?;
         eprintln!("  ✓ CRDs installed and established");
+    }
+    if opts.kubevirt_crd {
+        crds::install_crds(&client, vec![crate::api::kubevirt_crd::crd()], deadline).await?;
+        eprintln!("  ✓ KubeVirt's VirtualMachineInstance CRD installed");
     }
     // The children were started detached; dropping the handles does not stop them.
     Ok(())

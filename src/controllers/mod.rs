@@ -3,7 +3,9 @@
 //! loop, which waits for a missing child CRD without holding up anything else.
 
 pub mod nodepool;
+pub mod placement;
 pub mod podpool;
+pub mod vmipool;
 
 use crate::api::common::GROUP;
 use crate::api::common::conditions::DEGRADED;

@@ -1,10 +1,9 @@
 //! PodPool on the pool core: how a Pod child is rendered (placed on fake nodes unless the
 //! template says otherwise), judged ready, and replaced on a template change.
 
+use super::placement::{child_labels, fake_node_selector, with_fake_node_toleration};
 use crate::api::common::MaxUnavailable;
-use crate::api::conventions::{
-    FAKE_TAINT_KEY, HASH_LABEL, INDEX_LABEL, POOL_LABEL, TYPE_LABEL, TYPE_VALUE, child_name,
-};
+use crate::api::conventions::child_name;
 use crate::api::{PodPool, PoolStatus};
 use crate::informer::pod::SlimPod;
 use crate::informer::{Informer, Informers};
@@ -12,7 +11,7 @@ use crate::kubelet::pod as pod_status;
 use crate::pool::plan::UpdateMode;
 use crate::pool::status::Problem;
 use crate::pool::{PoolKind, Shared, hash};
-use k8s_openapi::api::core::v1::{Pod, Toleration};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::ObjectMeta;
 use kube::{Api, Client, Resource, ResourceExt};
 use std::sync::Arc;
@@ -20,18 +19,6 @@ use std::sync::Arc;
 /// Nothing beyond the pool is needed to render a pod.
 #[derive(Default)]
 pub struct PodEnv;
-
-/// Whether the tolerations already tolerate the fake-node taint.
-fn tolerates_fake_nodes(tolerations: &[Toleration]) -> bool {
-    tolerations.iter().any(|t| {
-        let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == "NoSchedule");
-        let key_ok = match t.key.as_deref() {
-            None | Some("") => t.operator.as_deref() == Some("Exists"),
-            Some(k) => k == FAKE_TAINT_KEY,
-        };
-        key_ok && effect_ok
-    })
-}
 
 impl PoolKind for PodPool {
     type Child = Pod;
@@ -80,28 +67,15 @@ impl PoolKind for PodPool {
         let pool = self.name_any();
         let template = &self.spec.pod_template;
         let tmeta = template.metadata.clone().unwrap_or_default();
-        let mut labels = tmeta.labels.unwrap_or_default();
-        labels.insert(POOL_LABEL.into(), pool.clone());
-        labels.insert(INDEX_LABEL.into(), index.to_string());
-        labels.insert(HASH_LABEL.into(), hash.into());
-
+        let labels = child_labels(tmeta.labels, &pool, index, hash);
         let mut spec = template.spec.clone();
-        let mut tolerations = spec.tolerations.take().unwrap_or_default();
-        if !tolerates_fake_nodes(&tolerations) {
-            tolerations.push(Toleration {
-                key: Some(FAKE_TAINT_KEY.into()),
-                operator: Some("Exists".into()),
-                effect: Some("NoSchedule".into()),
-                ..Default::default()
-            });
-        }
-        spec.tolerations = Some(tolerations);
+        spec.tolerations = Some(with_fake_node_toleration(spec.tolerations.take()));
         // The template's own placement wins; without one, pods go to fake nodes.
         let placed = spec.node_name.as_deref().is_some_and(|n| !n.is_empty())
             || spec.node_selector.as_ref().is_some_and(|s| !s.is_empty())
             || spec.affinity.is_some();
         if !placed {
-            spec.node_selector = Some([(TYPE_LABEL.to_string(), TYPE_VALUE.to_string())].into());
+            spec.node_selector = Some(fake_node_selector());
         }
 
         Ok(Pod {
@@ -142,9 +116,11 @@ impl PoolKind for PodPool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::placement::tolerates_fake_nodes;
     use super::*;
+    use crate::api::conventions::INDEX_LABEL;
     use crate::api::{PodPoolSpec, PodTemplate};
-    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::api::core::v1::{Container, PodSpec, Toleration};
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     fn pool(spec: PodSpec) -> PodPool {

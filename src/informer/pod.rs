@@ -39,6 +39,10 @@ pub struct SlimPod {
     pub restart_count: i32,
     /// A container waits in CrashLoopBackOff.
     pub crash_looping: bool,
+    /// (reason, message) of a PodScheduled=False condition: why the scheduler cannot place it.
+    pub unschedulable: Option<Box<(String, String)>>,
+    /// `status.qosClass`.
+    pub qos_class: Option<String>,
 }
 
 impl Resource for SlimPod {
@@ -99,6 +103,13 @@ impl From<Pod> for SlimPod {
             init_containers: spec.init_containers.iter().flatten().map(slim).collect(),
             readiness_gates: spec.readiness_gates.into_iter().flatten().map(|g| g.condition_type).collect(),
             phase: status.phase,
+            unschedulable: status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .map(|c| Box::new((c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))),
+            qos_class: status.qos_class,
             conditions: status.conditions.into_iter().flatten().map(|c| (c.type_, c.status)).collect(),
             pod_ips,
             start_time: status.start_time.map(|t| t.0),

@@ -4,6 +4,7 @@
 
 use super::pod::SlimPod;
 use super::{Informer, Informers, trim_meta, trimmed};
+use crate::api::kubevirt::VirtualMachineInstance;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::watcher;
@@ -53,4 +54,11 @@ where
     P: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
     informers.shared(|i: &Arc<Informer<P>>, client| i.start(Api::<P>::all(client), watcher::Config::default(), trimmed))
+}
+
+/// Every KubeVirt VirtualMachineInstance (ask only once its CRD is installed).
+pub fn vmis(informers: &Informers) -> Arc<Informer<VirtualMachineInstance>> {
+    informers.shared(|i: &Arc<Informer<VirtualMachineInstance>>, client| {
+        i.start(Api::<VirtualMachineInstance>::all(client), watcher::Config::default(), trimmed)
+    })
 }

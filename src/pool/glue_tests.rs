@@ -251,3 +251,76 @@ async fn a_relist_reports_what_disappeared_as_deleted() {
     assert!(informer.store().get(&ObjectRef::new("b").within("d")).is_none());
     assert!(informer.store().get(&ObjectRef::new("a").within("d")).is_some());
 }
+
+#[tokio::test]
+async fn a_missing_child_crd_marks_the_pools_degraded_until_it_is_established() {
+    use crate::controllers::await_child_crd;
+    use crate::pool::ChildCrd;
+    let established = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = established.clone();
+    let (client, log) = mock_api(move |seen: &Seen| {
+        if seen.path.ends_with("/customresourcedefinitions/things.example.com") {
+            if !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                return Reply::json(
+                    404,
+                    json!({"kind": "Status", "apiVersion": "v1", "code": 404, "reason": "NotFound", "message": "not found"}),
+                );
+            }
+            return Reply::json(
+                200,
+                json!({
+                    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                    "metadata": {"name": "things.example.com"},
+                    "spec": {"group": "example.com", "scope": "Namespaced", "names": {"plural": "things", "kind": "Thing"}, "versions": []},
+                    "status": {"conditions": [{"type": "Established", "status": "True"}]}
+                }),
+            );
+        }
+        scenario(seen)
+    });
+    let crd = ChildCrd { name: "things.example.com", install: "kubectl apply -f things.yaml" };
+    let pools = store(vec![plain_pool()]);
+    let wait =
+        tokio::spawn(async move { await_child_crd::<NodePool>(&client, crd, &pools, Duration::from_millis(50)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!wait.is_finished(), "waits while the CRD is missing");
+    let patches: Vec<Seen> =
+        log.lock().unwrap().iter().filter(|s| s.path.ends_with("/nodepools/np/status")).cloned().collect();
+    assert_eq!(patches.len(), 1, "told once per generation, not on every check");
+    let condition = &patches[0].body["status"]["conditions"][0];
+    assert_eq!((condition["type"].as_str(), condition["reason"].as_str()), (Some("Degraded"), Some("ChildCRDMissing")));
+    let message = condition["message"].as_str().unwrap();
+    assert!(message.contains("things.example.com") && message.contains("kubectl apply -f things.yaml"), "{message}");
+    established.store(true, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(5), wait).await.expect("returns once established").unwrap();
+}
+
+#[test]
+fn what_a_round_reports_and_when_it_looks_again() {
+    use super::apply::Outcome;
+    use super::plan::Plan;
+    use super::reconcile::{next_action, problem_of};
+    let plan = Plan::default();
+    let quiet = Outcome::default();
+    assert_eq!(problem_of("node", "np", &plan, &quiet), None);
+    assert_eq!(next_action(&plan, &quiet, || Duration::from_secs(7)), Action::requeue(Duration::from_secs(300)));
+    let failed = Outcome { failures: vec!["create nodes/np-0: boom (500)".into()], writes: 2, ..Default::default() };
+    let p = problem_of("node", "np", &plan, &failed).unwrap();
+    assert_eq!(p.reason, "WriteFailed");
+    assert!(p.message.starts_with("1 of 2 writes failed"), "{}", p.message);
+    assert_eq!(
+        next_action(&plan, &failed, || Duration::from_secs(7)),
+        Action::requeue(Duration::from_secs(7)),
+        "the pool's back-off"
+    );
+    let refused = Outcome {
+        refused: vec!["spec.nodeTemplate.spec.taints[0].effect: Unsupported value".into()],
+        ..Default::default()
+    };
+    assert_eq!(problem_of("node", "np", &plan, &refused).unwrap().reason, "InvalidTemplate");
+    assert_eq!(next_action(&plan, &refused, || Duration::from_secs(7)), Action::requeue(Duration::from_secs(30)));
+    let busy = Plan { pending: true, create: vec![3], ..Default::default() };
+    assert_eq!(next_action(&busy, &quiet, || Duration::from_secs(7)), Action::requeue(Duration::from_millis(50)));
+    let conflict = Plan { conflicts: vec![1], ..Default::default() };
+    assert_eq!(problem_of("node", "np", &conflict, &quiet).unwrap().reason, "NameConflict");
+}

@@ -10,5 +10,7 @@ pub mod pod_ipam;
 pub mod pod_status;
 pub mod pods;
 pub mod selector;
+pub mod vmi_status;
+pub mod vmis;
 
 pub use crate::backoff::{retry_after, timer_delay};

@@ -64,6 +64,7 @@ pub struct Metrics {
     pub lease_renewals: Family<ResultLabels, Counter>,
     pub late_lease_renewals: Counter,
     pub pod_transitions: Family<ResultLabels, Counter>,
+    pub vmi_transitions: Family<ResultLabels, Counter>,
     pub admission_reviews: Family<AdmissionLabels, Counter>,
     pub injected: Family<EventLabels, Counter>,
 }
@@ -85,6 +86,7 @@ impl Default for Metrics {
         let lease_renewals = Family::<ResultLabels, Counter>::default();
         let late_lease_renewals = Counter::default();
         let pod_transitions = Family::<ResultLabels, Counter>::default();
+        let vmi_transitions = Family::<ResultLabels, Counter>::default();
         let admission_reviews = Family::<AdmissionLabels, Counter>::default();
         let injected = Family::<EventLabels, Counter>::default();
         registry.register("reconciles", "Pool reconciliations by kind", reconciles.clone());
@@ -103,6 +105,7 @@ impl Default for Metrics {
             late_lease_renewals.clone(),
         );
         registry.register("simulator_pod_transitions", "Pod lifecycle writes by transition", pod_transitions.clone());
+        registry.register("simulator_vmi_transitions", "VMI lifecycle steps by kind of step", vmi_transitions.clone());
         registry.register(
             "admission_reviews",
             "AdmissionReviews answered by kind and verdict",
@@ -127,6 +130,7 @@ impl Default for Metrics {
             lease_renewals,
             late_lease_renewals,
             pod_transitions,
+            vmi_transitions,
             admission_reviews,
             injected,
         }

@@ -1,10 +1,11 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
-//! Usage: cargo bench --bench scale -- [nodes] [pods] [webhook] [--quick]
+//! Usage: cargo bench --bench scale -- [nodes] [pods] [vmis] [webhook] [--quick]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 mod harness;
 mod nodes;
 mod pods;
+mod vmis;
 mod webhook;
 
 use std::time::Duration;
@@ -36,6 +37,13 @@ async fn main() {
             pods::run(10, 1000, kinds).await;
         } else {
             pods::run(100, 10_000, kinds).await;
+        }
+    }
+    if all || picked.contains(&"vmis") {
+        if quick {
+            vmis::run(10, 100).await;
+        } else {
+            vmis::run(100, 1000).await;
         }
     }
     if !sizes.is_empty() {

@@ -211,6 +211,8 @@ impl Operator {
             if simulate_only { "simulate".into() } else { "run".into() },
             "--pool-selector".into(),
             selector.clone(),
+            "--vmi-selector".into(),
+            selector.clone(),
             "--metrics-addr".into(),
             format!("127.0.0.1:{}", self.metrics_port),
             "--node-lease-duration-seconds".into(),

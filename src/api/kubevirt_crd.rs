@@ -1,0 +1,92 @@
+//! A KubeVirt-compatible CRD for VirtualMachineInstances, for clusters without KubeVirt
+//! (`kwok-pools crd --kubevirt`, `kwok-pools cluster create --kubevirt`): KubeVirt's names,
+//! versions, printer columns and no subresources (status travels with the object). The schema
+//! keeps every field; with KubeVirt's own structural CRD installed instead, everything works
+//! the same, because the simulator writes only status fields KubeVirt's schema has.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::{Value, json};
+
+/// The CRD's name.
+pub const NAME: &str = "virtualmachineinstances.kubevirt.io";
+
+fn columns() -> Value {
+    let col = |name: &str, type_: &str, path: &str, priority: i32| {
+        let mut c = json!({"name": name, "type": type_, "jsonPath": path});
+        if priority > 0 {
+            c["priority"] = json!(priority);
+        }
+        c
+    };
+    json!([
+        col("Age", "date", ".metadata.creationTimestamp", 0),
+        col("Phase", "string", ".status.phase", 0),
+        col("IP", "string", ".status.interfaces[0].ipAddress", 0),
+        col("NodeName", "string", ".status.nodeName", 0),
+        col("Ready", "string", ".status.conditions[?(@.type=='Ready')].status", 0),
+        col("Live-Migratable", "string", ".status.conditions[?(@.type=='LiveMigratable')].status", 1),
+        col("Paused", "string", ".status.conditions[?(@.type=='Paused')].status", 1),
+    ])
+}
+
+fn version(name: &str, storage: bool, deprecated: bool) -> Value {
+    let mut v = json!({
+        "name": name,
+        "served": true,
+        "storage": storage,
+        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+        "additionalPrinterColumns": columns(),
+    });
+    if deprecated {
+        v["deprecated"] = json!(true);
+        v["deprecationWarning"] =
+            json!(format!("kubevirt.io/{name} VirtualMachineInstance is now deprecated and will be removed in v2."));
+    }
+    v
+}
+
+/// The VirtualMachineInstance CRD.
+pub fn crd() -> CustomResourceDefinition {
+    let value = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/managed-by": "kwok-pools"}},
+        "spec": {
+            "group": "kubevirt.io",
+            "scope": "Namespaced",
+            "names": {
+                "plural": "virtualmachineinstances",
+                "singular": "virtualmachineinstance",
+                "kind": "VirtualMachineInstance",
+                "shortNames": ["vmi", "vmis"],
+                "categories": ["all"]
+            },
+            "versions": [version("v1", true, false), version("v1alpha3", false, true)]
+        }
+    });
+    // A fixed, valid document: it always converts.
+    serde_json::from_value(value).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_vmi_crd_has_kubevirt_names_versions_and_columns_and_no_subresources() {
+        let crd = crd();
+        assert_eq!(crd.metadata.name.as_deref(), Some(NAME));
+        let names = &crd.spec.names;
+        assert_eq!(names.short_names.as_deref(), Some(&["vmi".to_string(), "vmis".to_string()][..]));
+        assert_eq!(names.categories.as_deref(), Some(&["all".to_string()][..]));
+        let v: Vec<(&str, bool, bool, Option<bool>)> =
+            crd.spec.versions.iter().map(|v| (v.name.as_str(), v.served, v.storage, v.deprecated)).collect();
+        assert_eq!(v, vec![("v1", true, true, None), ("v1alpha3", true, false, Some(true))]);
+        for version in &crd.spec.versions {
+            assert!(version.subresources.is_none(), "status travels with the object");
+            let cols: Vec<&str> =
+                version.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
+            assert_eq!(cols, ["Age", "Phase", "IP", "NodeName", "Ready", "Live-Migratable", "Paused"]);
+        }
+    }
+}

@@ -1,0 +1,107 @@
+#![allow(clippy::duplicated_attributes)] // kube(printcolumn(...)) repeats keys by design
+//! VMIPool: a namespaced pool of KubeVirt VirtualMachineInstances.
+
+use super::common::{PoolStatus, TemplateMetadata};
+use super::kubevirt::VmiSpec;
+use super::schema;
+use super::validation;
+use garde::Validate;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// A pool of `vmiCount` VirtualMachineInstances named `<pool>-<index>`, each rendered from
+/// `vmiTemplate`.
+#[derive(CustomResource, KubeSchema, Validate, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "pools.kwok.x-k8s.io",
+    version = "v1alpha1",
+    kind = "VMIPool",
+    plural = "vmipools",
+    namespaced,
+    status = "PoolStatus",
+    shortname = "vmip",
+    category = "pools",
+    derive = "PartialEq",
+    doc = "A pool of KubeVirt VirtualMachineInstances on fake nodes",
+    scale(
+        spec_replicas_path = ".spec.vmiCount",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.vmiCount", description = "VMIs wanted"),
+    printcolumn(
+        name = "Ready",
+        type_ = "integer",
+        json_path = ".status.readyReplicas",
+        description = "VMIs Running and Ready"
+    ),
+    printcolumn(
+        name = "Up-to-date",
+        type_ = "integer",
+        json_path = ".status.updatedReplicas",
+        description = "VMIs rendered from the current template"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Failed",
+        type_ = "integer",
+        json_path = ".status.failedReplicas",
+        description = "VMIs that Failed",
+        priority = 1
+    ),
+    cel
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VMIPoolSpec {
+    /// How many VMIs the pool keeps (0 to 100000).
+    #[schemars(range(min = 0, max = 100000))]
+    #[garde(custom(validation::count))]
+    pub vmi_count: i32,
+
+    /// The VirtualMachineInstance every child is rendered from.
+    #[serde(default)]
+    #[schemars(extend("default" = {}))]
+    #[garde(custom(validation::vmi_template))]
+    pub vmi_template: VmiTemplate,
+
+    /// How many VMIs may be unavailable while a template change rolls out: a number or a
+    /// percentage of vmiCount (default 25%, at least one at a time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::int_or_percent")]
+    #[garde(custom(validation::max_unavailable))]
+    pub max_unavailable: Option<IntOrString>,
+}
+
+/// A VirtualMachineInstance whose metadata leaves the name to the pool. A whole VMI manifest
+/// (`apiVersion: kubevirt.io/v1`, `kind: VirtualMachineInstance`) is accepted.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VmiTemplate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == 'kubevirt.io/v1' || self == 'kubevirt.io/v1alpha3'").message("must be kubevirt.io/v1 (or omitted)"))]
+    pub api_version: Option<String>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == 'VirtualMachineInstance'").message("must be VirtualMachineInstance (or omitted)"))]
+    pub kind: Option<String>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+
+    /// The VMI spec. Unless it sets nodeSelector or affinity, the pool adds the nodeSelector
+    /// `type: kwok`; it always tolerates the fake-node taint.
+    #[serde(default)]
+    pub spec: VmiSpec,
+}
+
+impl VmiTemplate {
+    /// What children are rendered from (for the template hash).
+    pub fn rendered_part(&self) -> VmiTemplate {
+        VmiTemplate {
+            metadata: self.metadata.as_ref().map(TemplateMetadata::rendered_part),
+            spec: self.spec.clone(),
+            ..Default::default()
+        }
+    }
+}

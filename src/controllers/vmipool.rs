@@ -1,0 +1,108 @@
+//! VMIPool on the pool core: how a VirtualMachineInstance child is rendered (placed on fake
+//! nodes unless the template says otherwise), judged ready, and replaced on a template change.
+//! Its CRD (KubeVirt's) may be missing: the pools wait, Degraded, until it is installed.
+
+use super::placement::{child_labels, fake_node_selector, with_fake_node_toleration};
+use crate::api::common::MaxUnavailable;
+use crate::api::conventions::child_name;
+use crate::api::kubevirt::VirtualMachineInstance;
+use crate::api::{PoolStatus, VMIPool, kubevirt_crd};
+use crate::informer::{Informer, Informers};
+use crate::pool::plan::UpdateMode;
+use crate::pool::status::Problem;
+use crate::pool::{ChildCrd, PoolKind, Shared, hash};
+use kube::api::ObjectMeta;
+use kube::{Api, Client, Resource, ResourceExt};
+use std::sync::Arc;
+
+/// Nothing beyond the pool is needed to render a VMI.
+#[derive(Default)]
+pub struct VmiEnv;
+
+impl PoolKind for VMIPool {
+    type Child = VirtualMachineInstance;
+    type Stored = VirtualMachineInstance;
+    type Env = VmiEnv;
+    const NOUN: &'static str = "VMI";
+    const TEMPLATE_PATH: &'static str = "spec.vmiTemplate";
+    const CREATE_WITH_POST: bool = true;
+    const CHILD_CRD: Option<ChildCrd> = Some(ChildCrd {
+        name: kubevirt_crd::NAME,
+        install: "install KubeVirt, or KubeVirt's VMI CRD alone with `kwok-pools crd --kubevirt | kubectl apply --server-side -f -`",
+    });
+
+    fn validation_env() -> VmiEnv {
+        VmiEnv
+    }
+
+    fn count(&self) -> u32 {
+        self.spec.vmi_count.max(0) as u32
+    }
+
+    fn template_hash(&self) -> String {
+        hash::of(&self.spec.vmi_template.rendered_part())
+    }
+
+    fn pool_status(&self) -> Option<&PoolStatus> {
+        self.status.as_ref()
+    }
+
+    fn update_mode(&self) -> UpdateMode {
+        let mu = self.spec.max_unavailable.as_ref().and_then(|v| MaxUnavailable::parse(v).ok());
+        UpdateMode::Replace { max_unavailable: MaxUnavailable::resolve(mu.as_ref(), self.count()) }
+    }
+
+    fn problems(&self, _old: Option<&Self>, _peers: &[Arc<Self>]) -> Vec<String> {
+        VMIPool::problems(self)
+    }
+
+    fn env(_shared: &Shared) -> VmiEnv {
+        VmiEnv
+    }
+
+    fn children(informers: &Informers) -> Arc<Informer<VirtualMachineInstance>> {
+        crate::informer::shared::vmis(informers)
+    }
+
+    fn render(&self, index: u32, hash: &str, _env: &VmiEnv) -> Result<VirtualMachineInstance, Problem> {
+        let pool = self.name_any();
+        let template = &self.spec.vmi_template;
+        let tmeta = template.metadata.clone().unwrap_or_default();
+        let mut spec = template.spec.clone();
+        spec.tolerations = Some(with_fake_node_toleration(spec.tolerations.take()));
+        // The template's own placement wins; without one, VMIs go to fake nodes.
+        if spec.node_selector.as_ref().is_none_or(|s| s.is_empty()) && spec.affinity.is_none() {
+            spec.node_selector = Some(fake_node_selector());
+        }
+        let metadata = ObjectMeta {
+            name: Some(child_name(&pool, index)),
+            namespace: self.namespace(),
+            labels: Some(child_labels(tmeta.labels, &pool, index, hash)),
+            annotations: tmeta.annotations,
+            finalizers: tmeta.finalizers,
+            owner_references: self.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        };
+        Ok(VirtualMachineInstance::new(metadata, spec))
+    }
+
+    fn is_ready(child: &VirtualMachineInstance) -> bool {
+        child.phase() == "Running" && child.condition("Ready").is_some_and(|c| c.status == "True")
+    }
+
+    fn is_finished(child: &VirtualMachineInstance) -> bool {
+        matches!(child.phase(), "Succeeded" | "Failed")
+    }
+
+    fn is_failing(child: &VirtualMachineInstance) -> bool {
+        child.phase() == "Failed"
+    }
+
+    fn child_api(client: Client, pool: &Self) -> Api<VirtualMachineInstance> {
+        Api::namespaced(client, &pool.namespace().unwrap_or_default())
+    }
+
+    fn pool_api(client: Client, pool: &Self) -> Api<Self> {
+        Api::namespaced(client, &pool.namespace().unwrap_or_default())
+    }
+}

@@ -1,0 +1,378 @@
+//! What KubeVirt's virt-controller and virt-handler would write for a VMI, built without them.
+//! Pure: the next step for a VMI given its launcher pod, the launcher pod itself, and the
+//! merge patches of each phase (only fields KubeVirt's own schema has, so a structural CRD
+//! keeps them).
+
+use crate::api::kubevirt::{VirtualMachineInstance, VmiSpec};
+use crate::informer::pod::SlimPod;
+use k8s_openapi::api::core::v1::{Container, Pod, PodReadinessGate, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// The finalizer KubeVirt puts on every VMI.
+pub const FINALIZER: &str = "kubevirt.io/foregroundDeleteVirtualMachine";
+/// The readiness gate of a launcher pod (True while the VM is not paused).
+pub const UNPAUSED_GATE: &str = "kubevirt.io/virtual-machine-unpaused";
+/// Labels of launcher pods.
+pub const APP_LABEL: &str = "kubevirt.io";
+pub const CREATED_BY_LABEL: &str = "kubevirt.io/created-by";
+pub const NODE_NAME_LABEL: &str = "kubevirt.io/nodeName";
+/// The launcher image the simulated pods name (never pulled).
+pub const LAUNCHER_IMAGE: &str = "quay.io/kubevirt/virt-launcher:v1.9.0";
+/// Memory the launcher needs beyond the guest's, as KubeVirt counts it on KVM: page tables
+/// (guest/512), fixed parts of the launcher and QEMU (~220Mi), 8Mi per vCPU, an IO thread
+/// (8Mi) and a video device (32Mi).
+fn overhead_mib(guest_mib: i64, vcpus: i64) -> i64 {
+    guest_mib / 512 + 220 + 8 * vcpus + 8 + 32
+}
+
+/// What the simulator does next for a VMI.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Nothing now.
+    Wait,
+    /// Admit it, as the mutating webhook and virt-controller do: Pending, finalizer, default
+    /// pod network.
+    Admit,
+    /// Create its launcher pod (then Scheduling).
+    CreateLauncher,
+    /// Mirror why the scheduler cannot place the launcher pod.
+    Unschedulable(String, String),
+    /// Set the launcher pod's readiness gate.
+    Unpause,
+    /// The launcher pod is ready on `node`: Scheduled.
+    Scheduled,
+    /// The VM "boots": Running.
+    Running,
+    /// The launcher pod is gone or failed: Failed.
+    Fail(String),
+    /// Deleting: delete the launcher pod first.
+    DeleteLauncher,
+    /// Deleting and the pod is gone: drop the finalizer.
+    Release,
+}
+
+/// The next step for `vmi` given its launcher pod (`None`: there is none). `controller`:
+/// this process plays virt-controller (else only virt-handler's Scheduled → Running).
+/// `managed`: the VMI's node (or the pod's) is one this simulator manages.
+pub fn next_step(vmi: &VirtualMachineInstance, pod: Option<&SlimPod>, controller: bool, managed: bool) -> Step {
+    let phase = vmi.phase();
+    if !controller {
+        return if phase == "Scheduled" && managed && vmi.metadata.deletion_timestamp.is_none() {
+            Step::Running
+        } else {
+            Step::Wait
+        };
+    }
+    if vmi.metadata.deletion_timestamp.is_some() {
+        return match pod {
+            Some(p) if p.metadata.deletion_timestamp.is_none() => Step::DeleteLauncher,
+            Some(_) => Step::Wait,
+            None if vmi.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER) => Step::Release,
+            None => Step::Wait,
+        };
+    }
+    match (phase, pod) {
+        ("", _) => Step::Admit,
+        ("Pending", None) => Step::CreateLauncher,
+        ("Succeeded" | "Failed", _) | ("Pending", Some(_)) => Step::Wait,
+        (_, None) => Step::Fail("the virt-launcher pod is gone".into()),
+        (_, Some(p)) if p.phase() == "Failed" || p.phase() == "Succeeded" => {
+            Step::Fail(format!("the virt-launcher pod {} ended ({})", p.name(), p.phase()))
+        }
+        (_, Some(p)) if !managed => unschedulable(vmi, p),
+        ("Scheduling", Some(p)) if p.phase() == "Running" && p.condition(UNPAUSED_GATE) != Some("True") => {
+            Step::Unpause
+        }
+        ("Scheduling", Some(p)) if p.condition("Ready") == Some("True") => Step::Scheduled,
+        ("Scheduled", Some(_)) => Step::Running,
+        _ => Step::Wait,
+    }
+}
+
+/// A launcher pod not on a managed node: the scheduler's reason, once per change.
+fn unschedulable(vmi: &VirtualMachineInstance, pod: &SlimPod) -> Step {
+    let Some(why) = pod.unschedulable.as_deref() else { return Step::Wait };
+    let shown = vmi.condition("PodScheduled");
+    let same = shown
+        .is_some_and(|c| c.reason.as_deref() == Some(why.0.as_str()) && c.message.as_deref() == Some(why.1.as_str()));
+    if same { Step::Wait } else { Step::Unschedulable(why.0.clone(), why.1.clone()) }
+}
+
+/// The status entry for a phase change, and the list with it appended.
+fn transitions(vmi: &VirtualMachineInstance, phase: &str, now: &Value) -> Value {
+    let mut list =
+        vmi.status.as_ref().and_then(|s| s.rest.get("phaseTransitionTimestamps")).cloned().unwrap_or(json!([]));
+    if let Some(items) = list.as_array_mut() {
+        items.push(json!({"phase": phase, "phaseTransitionTimestamp": now}));
+    }
+    list
+}
+
+/// Admission: Pending, the finalizer, and (as KubeVirt's webhook does) an interface bound by
+/// bridge to a pod network, both named `default`, when the VMI has neither.
+pub fn admit_patch(vmi: &VirtualMachineInstance, now: &Value) -> Value {
+    let mut finalizers = vmi.metadata.finalizers.clone().unwrap_or_default();
+    if !finalizers.iter().any(|f| f == FINALIZER) {
+        finalizers.push(FINALIZER.into());
+    }
+    let mut patch = json!({
+        "metadata": {"uid": vmi.metadata.uid, "finalizers": finalizers},
+        "status": {"phase": "Pending", "phaseTransitionTimestamps": transitions(vmi, "Pending", now)}
+    });
+    let devices = &vmi.spec.domain.devices;
+    if vmi.spec.networks.is_empty() && devices.interfaces.is_empty() && !auto_attach_disabled(&vmi.spec) {
+        patch["spec"] = json!({
+            "networks": [{"name": "default", "pod": {}}],
+            "domain": {"devices": {"interfaces": [{"name": "default", "bridge": {}}]}}
+        });
+    }
+    patch
+}
+
+fn auto_attach_disabled(spec: &VmiSpec) -> bool {
+    spec.domain.devices.rest.get("autoattachPodInterface") == Some(&json!(false))
+}
+
+/// How many vCPUs the VMI has (cores × sockets × threads, at least 1).
+pub fn vcpus(spec: &VmiSpec) -> i64 {
+    let cpu = spec.domain.cpu.clone().unwrap_or_default();
+    [cpu.cores, cpu.sockets, cpu.threads].iter().map(|v| i64::from(v.unwrap_or(1).max(1))).product::<i64>().max(1)
+}
+
+/// MiB of a quantity such as `128Mi`, `2Gi`, `1G` (0 when unreadable).
+fn mib(q: &Quantity) -> i64 {
+    crate::api::validation::quantity::approximate(&q.0).map_or(0, |bytes| (bytes / (1024.0 * 1024.0)).ceil() as i64)
+}
+
+/// The launcher pod's resources: memory = the guest's + an overhead, cpu = the VMI's request
+/// or a tenth of a CPU per vCPU, and one `devices.kubevirt.io/kvm`.
+fn launcher_resources(spec: &VmiSpec) -> ResourceRequirements {
+    let resources = spec.domain.resources.clone().unwrap_or_default();
+    let requests_in = resources.requests.unwrap_or_default();
+    let guest = spec.domain.memory.as_ref().and_then(|m| m.guest.as_ref()).or(requests_in.get("memory"));
+    let guest_mib = guest.map_or(0, mib);
+    let memory = guest_mib + overhead_mib(guest_mib, vcpus(spec));
+    let cpu = requests_in.get("cpu").cloned().unwrap_or_else(|| Quantity(format!("{}m", vcpus(spec) * 100)));
+    let mut requests = BTreeMap::from([
+        ("memory".to_string(), Quantity(format!("{memory}Mi"))),
+        ("cpu".to_string(), cpu),
+        ("devices.kubevirt.io/kvm".to_string(), Quantity("1".into())),
+    ]);
+    let mut limits = resources.limits.unwrap_or_default();
+    limits.insert("devices.kubevirt.io/kvm".into(), Quantity("1".into()));
+    for (k, v) in &limits {
+        requests.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    ResourceRequirements { requests: Some(requests), limits: Some(limits), ..Default::default() }
+}
+
+/// The launcher pod of `vmi` (named by the API server from `virt-launcher-<vmi>-`).
+pub fn launcher_pod(vmi: &VirtualMachineInstance) -> Pod {
+    let name = vmi.metadata.name.clone().unwrap_or_default();
+    let uid = vmi.metadata.uid.clone().unwrap_or_default();
+    let mut labels = vmi.metadata.labels.clone().unwrap_or_default();
+    labels.insert(APP_LABEL.into(), "virt-launcher".into());
+    labels.insert(CREATED_BY_LABEL.into(), uid.clone());
+    labels.insert("vm.kubevirt.io/name".into(), name.clone());
+    labels.insert("vmi.kubevirt.io/id".into(), name.clone());
+    let annotations = BTreeMap::from([
+        ("kubevirt.io/domain".to_string(), name.clone()),
+        ("kubectl.kubernetes.io/default-container".to_string(), "compute".to_string()),
+    ]);
+    let grace = vmi.spec.termination_grace_period_seconds.unwrap_or(30).max(0);
+    Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("virt-launcher-{name}-")),
+            namespace: vmi.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "kubevirt.io/v1".into(),
+                kind: "VirtualMachineInstance".into(),
+                name,
+                uid,
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "compute".into(),
+                image: Some(LAUNCHER_IMAGE.into()),
+                command: Some(vec!["/usr/bin/virt-launcher-monitor".into()]),
+                resources: Some(launcher_resources(&vmi.spec)),
+                ..Default::default()
+            }],
+            restart_policy: Some("Never".into()),
+            readiness_gates: Some(vec![PodReadinessGate { condition_type: UNPAUSED_GATE.into() }]),
+            termination_grace_period_seconds: Some(grace.saturating_add(30)),
+            node_selector: vmi.spec.node_selector.clone(),
+            affinity: vmi.spec.affinity.clone(),
+            tolerations: vmi.spec.tolerations.clone(),
+            hostname: vmi.spec.hostname.clone(),
+            subdomain: vmi.spec.subdomain.clone(),
+            automount_service_account_token: Some(false),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// Scheduling: the launcher pod exists.
+pub fn scheduling_patch(vmi: &VirtualMachineInstance, now: &Value) -> Value {
+    json!({
+        "metadata": {"uid": vmi.metadata.uid},
+        "status": {"phase": "Scheduling", "phaseTransitionTimestamps": transitions(vmi, "Scheduling", now)}
+    })
+}
+
+/// The scheduler's reason mirrored into a PodScheduled condition.
+pub fn unschedulable_patch(vmi: &VirtualMachineInstance, reason: &str, message: &str, now: &Value) -> Value {
+    let mut conditions: Vec<Value> = other_conditions(vmi, &["PodScheduled"]);
+    conditions.push(json!({"type": "PodScheduled", "status": "False", "reason": reason, "message": message, "lastProbeTime": null, "lastTransitionTime": now}));
+    json!({"metadata": {"uid": vmi.metadata.uid}, "status": {"conditions": conditions}})
+}
+
+fn other_conditions(vmi: &VirtualMachineInstance, except: &[&str]) -> Vec<Value> {
+    vmi.status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .filter(|c| !except.contains(&c.type_.as_str()))
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect()
+}
+
+/// Scheduled: the launcher pod is ready on `node`.
+pub fn scheduled_patch(vmi: &VirtualMachineInstance, pod: &SlimPod, node: &str, now: &Value) -> Value {
+    let mut labels = BTreeMap::new();
+    labels.insert(NODE_NAME_LABEL.to_string(), node.to_string());
+    let mut status = json!({
+        "phase": "Scheduled",
+        "phaseTransitionTimestamps": transitions(vmi, "Scheduled", now),
+        "nodeName": node,
+        "activePods": {pod.uid(): node},
+        "launcherContainerImageVersion": LAUNCHER_IMAGE,
+        "conditions": other_conditions(vmi, &["PodScheduled"]),
+    });
+    if let Some(qos) = &pod.qos_class {
+        status["qosClass"] = json!(qos);
+    }
+    json!({"metadata": {"uid": vmi.metadata.uid, "labels": labels}, "status": status})
+}
+
+/// A deterministic, locally administered MAC for an interface of a VMI.
+pub fn mac(vmi_uid: &str, interface: &str) -> String {
+    let digest = Sha256::digest(format!("{vmi_uid}/{interface}").as_bytes());
+    let mut bytes = [0x02u8, 0, 0, 0, 0, 0];
+    bytes[1..].copy_from_slice(&digest[..5]);
+    bytes.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// Whether the VMI can live-migrate, with KubeVirt's reason when it cannot.
+fn live_migratable(spec: &VmiSpec) -> (bool, Option<(&'static str, &'static str)>) {
+    let pod_net = spec.networks.iter().find(|n| n.pod.is_some()).map(|n| n.name.as_str());
+    let bridged = spec.domain.devices.interfaces.iter().any(|i| i.bridge.is_some() && Some(i.name.as_str()) == pod_net);
+    if bridged {
+        return (
+            false,
+            Some((
+                "InterfaceNotLiveMigratable",
+                "cannot migrate VMI which does not use masquerade, bridge with kubevirt.io/allow-pod-bridge-network-live-migration VM annotation or a migratable plugin to connect to the pod network",
+            )),
+        );
+    }
+    let pvc_rwo = spec.volumes.iter().any(|v| v.persistent_volume_claim.is_some() || v.data_volume.is_some());
+    if pvc_rwo {
+        return (
+            false,
+            Some((
+                "DisksNotLiveMigratable",
+                "cannot migrate VMI: PVC is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)",
+            )),
+        );
+    }
+    (true, None)
+}
+
+/// Running: the guest is up; its interfaces report the launcher pod's addresses.
+pub fn running_patch(vmi: &VirtualMachineInstance, pod_ips: &[std::net::IpAddr], now: &Value) -> Value {
+    let uid = vmi.metadata.uid.clone().unwrap_or_default();
+    let pod_net = vmi.spec.networks.iter().find(|n| n.pod.is_some()).map(|n| n.name.clone());
+    let interfaces: Vec<Value> = vmi
+        .spec
+        .domain
+        .devices
+        .interfaces
+        .iter()
+        .enumerate()
+        .map(|(i, iface)| {
+            let mut v = json!({
+                "name": iface.name,
+                "mac": iface.mac_address.clone().unwrap_or_else(|| mac(&uid, &iface.name)),
+                "infoSource": "domain, guest-agent",
+                "queueCount": 1,
+                "linkState": "up",
+                "interfaceName": format!("eth{i}"),
+            });
+            if Some(&iface.name) == pod_net.as_ref() {
+                let ips: Vec<String> = pod_ips.iter().map(ToString::to_string).collect();
+                v["podInterfaceName"] = json!("eth0");
+                if let Some(first) = ips.first() {
+                    v["ipAddress"] = json!(first);
+                    v["ipAddresses"] = json!(ips);
+                }
+            }
+            v
+        })
+        .collect();
+    let (migratable, why) = live_migratable(&vmi.spec);
+    let mut lm = json!({"type": "LiveMigratable", "status": if migratable { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": null});
+    if let Some((reason, message)) = why {
+        lm["reason"] = json!(reason);
+        lm["message"] = json!(message);
+    }
+    let mut conditions = other_conditions(vmi, &["Ready", "LiveMigratable", "PodScheduled"]);
+    conditions.push(json!({"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
+    conditions.push(lm);
+    json!({
+        "metadata": {"uid": vmi.metadata.uid},
+        "status": {
+            "phase": "Running",
+            "phaseTransitionTimestamps": transitions(vmi, "Running", now),
+            "interfaces": interfaces,
+            "conditions": conditions,
+            "migrationMethod": if migratable { "LiveMigration" } else { "BlockMigration" },
+            "guestOSInfo": {},
+        }
+    })
+}
+
+/// Failed, with the reason in a condition.
+pub fn failed_patch(vmi: &VirtualMachineInstance, why: &str, now: &Value) -> Value {
+    let mut conditions = other_conditions(vmi, &["Ready"]);
+    conditions.push(json!({"type": "Ready", "status": "False", "reason": "PodTerminating", "message": why, "lastProbeTime": null, "lastTransitionTime": now}));
+    json!({
+        "metadata": {"uid": vmi.metadata.uid},
+        "status": {"phase": "Failed", "phaseTransitionTimestamps": transitions(vmi, "Failed", now), "conditions": conditions}
+    })
+}
+
+/// The finalizer dropped (the launcher pod is gone).
+pub fn release_patch(vmi: &VirtualMachineInstance) -> Value {
+    let finalizers: Vec<String> =
+        vmi.metadata.finalizers.iter().flatten().filter(|f| *f != FINALIZER).cloned().collect();
+    json!({"metadata": {"uid": vmi.metadata.uid, "finalizers": finalizers}})
+}
+
+/// The launcher pod's readiness gate, set True (strategic merge on conditions by type).
+pub fn unpause_patch(pod: &SlimPod, now: &Value) -> Value {
+    json!({
+        "metadata": {"uid": pod.uid()},
+        "status": {"conditions": [{"type": UNPAUSED_GATE, "status": "True", "lastProbeTime": null, "lastTransitionTime": now}]}
+    })
+}

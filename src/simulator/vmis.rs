@@ -1,0 +1,332 @@
+//! The VMI half of the simulator: plays KubeVirt's virt-controller (admission defaults, the
+//! launcher pod, phases, deletion) and virt-handler (Running) for VMIs on managed nodes, or,
+//! beside a real KubeVirt, only virt-handler's part (writing as KubeVirt's handler account,
+//! since KubeVirt's webhook puts back status written by anyone else). The launcher pods are
+//! ordinary pods: the pod simulator runs them and gives them their addresses.
+
+use super::machinery::{Attempts, Timers, Writes};
+use super::manage::Manage;
+use super::selector::Selector;
+use super::vmi_status::{self, APP_LABEL, CREATED_BY_LABEL, Step};
+use crate::api::conventions::FIELD_MANAGER;
+use crate::api::kubevirt::VirtualMachineInstance;
+use crate::informer::Change;
+use crate::informer::pod::SlimPod;
+use crate::telemetry::metrics::{Metrics, ResultLabels};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, ResourceExt};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+/// Which part of KubeVirt the simulator plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KubevirtRole {
+    /// No KubeVirt runs: virt-controller's and virt-handler's parts.
+    Controller,
+    /// A real KubeVirt runs: only virt-handler's part (Scheduled → Running).
+    Handler,
+}
+
+pub struct VmiSimulator {
+    /// Writes VMIs (beside a real KubeVirt: as KubeVirt's handler account).
+    pub client: Client,
+    /// Writes pods (the operator's own identity).
+    pub pod_client: Client,
+    pub role: KubevirtRole,
+    pub manage: Manage,
+    /// Which VMIs are simulated, by label (empty: all).
+    pub selector: Selector,
+    pub nodes: Store<Node>,
+    pub pods: Store<SlimPod>,
+    pub vmis: Store<VirtualMachineInstance>,
+    pub metrics: Arc<Metrics>,
+    pub writes: Arc<Semaphore>,
+}
+
+struct Done {
+    vmi: ObjectRef<VirtualMachineInstance>,
+    uid: String,
+    step: Step,
+    ok: bool,
+}
+
+/// How long a write the stores do not show yet holds back the next step (in case an event
+/// is lost).
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+
+/// What the simulator wrote for a VMI that the stores do not show yet: the phase it set, and
+/// whether it created the launcher pod. Until the stores catch up the VMI waits, so a stale
+/// view never creates a second launcher pod or fails a VMI whose pod is on its way.
+#[derive(Default)]
+struct Expected {
+    phase: Option<(&'static str, std::time::Instant)>,
+    launcher: Option<std::time::Instant>,
+}
+
+impl Expected {
+    fn pending(&mut self, vmi: &VirtualMachineInstance, has_launcher: bool) -> bool {
+        if self.phase.is_some_and(|(p, at)| vmi.phase() == p || at.elapsed() > EXPECTATION_TTL) {
+            self.phase = None;
+        }
+        if self.launcher.is_some_and(|at| has_launcher || at.elapsed() > EXPECTATION_TTL) {
+            self.launcher = None;
+        }
+        self.phase.is_some() || self.launcher.is_some()
+    }
+}
+
+struct VmiLoop {
+    sim: Arc<VmiSimulator>,
+    /// VMI UID → its launcher pod.
+    launchers: HashMap<String, ObjectRef<SlimPod>>,
+    /// VMI UID → its write (one at a time).
+    attempts: HashMap<String, Attempts>,
+    /// VMI UID → what was written but not seen yet.
+    expected: HashMap<String, Expected>,
+    retries: Timers<ObjectRef<VirtualMachineInstance>>,
+    writes: Writes<Done>,
+}
+
+fn now() -> serde_json::Value {
+    serde_json::to_value(Time(k8s_openapi::jiff::Timestamp::now())).unwrap_or_default()
+}
+
+/// Whether `pod` is a launcher pod, and of which VMI (by UID).
+fn launcher_of(pod: &SlimPod) -> Option<&str> {
+    let labels = pod.metadata.labels.as_ref()?;
+    (labels.get(APP_LABEL).map(String::as_str) == Some("virt-launcher"))
+        .then(|| labels.get(CREATED_BY_LABEL).map(String::as_str))?
+}
+
+impl VmiSimulator {
+    /// Runs until a change stream ends.
+    pub async fn run(
+        self,
+        mut vmis: UnboundedReceiver<Change<VirtualMachineInstance>>,
+        mut pods: UnboundedReceiver<Change<SlimPod>>,
+    ) {
+        let (done_tx, mut done_rx) = unbounded_channel::<Done>();
+        let writes = Writes { permits: self.writes.clone(), done: done_tx };
+        let mut l = VmiLoop {
+            sim: Arc::new(self),
+            launchers: HashMap::new(),
+            attempts: HashMap::new(),
+            expected: HashMap::new(),
+            retries: Timers::default(),
+            writes,
+        };
+        // Launcher pods that exist already (the pod store synced before this started).
+        for pod in l.sim.pods.state() {
+            if let Some(uid) = launcher_of(&pod) {
+                l.launchers.insert(uid.to_string(), ObjectRef::from_obj(pod.as_ref()));
+            }
+        }
+        loop {
+            tokio::select! {
+                change = vmis.recv() => match change {
+                    Some(Change::Applied(vmi)) => l.look(&vmi),
+                    Some(Change::Deleted(vmi)) => {
+                        let uid = vmi.metadata.uid.clone().unwrap_or_default();
+                        l.attempts.remove(&uid);
+                        l.launchers.remove(&uid);
+                        l.expected.remove(&uid);
+                    }
+                    Some(Change::Synced) => {}
+                    None => return,
+                },
+                change = pods.recv() => match change {
+                    Some(Change::Applied(pod)) => l.on_pod(&pod, false),
+                    Some(Change::Deleted(pod)) => l.on_pod(&pod, true),
+                    Some(Change::Synced) => {}
+                    None => return,
+                },
+                Some(vmi) = l.retries.next(), if !l.retries.is_empty() => l.look_again(&vmi),
+                Some(done) = done_rx.recv() => l.on_done(done),
+            }
+        }
+    }
+}
+
+impl VmiLoop {
+    fn on_pod(&mut self, pod: &SlimPod, deleted: bool) {
+        let Some(vmi_uid) = launcher_of(pod) else { return };
+        let key = ObjectRef::from_obj(pod);
+        if deleted {
+            if self.launchers.get(vmi_uid) == Some(&key) {
+                self.launchers.remove(vmi_uid);
+            }
+        } else {
+            self.launchers.insert(vmi_uid.to_string(), key);
+        }
+        // The VMI is the pod's controller owner.
+        let owner =
+            pod.owner_references().iter().find(|o| o.controller == Some(true) && o.kind == "VirtualMachineInstance");
+        if let (Some(owner), Some(ns)) = (owner, pod.namespace()) {
+            self.look_again(&ObjectRef::new(&owner.name).within(&ns));
+        }
+    }
+
+    fn look_again(&mut self, key: &ObjectRef<VirtualMachineInstance>) {
+        if let Some(vmi) = self.sim.vmis.get(key) {
+            self.look(&vmi);
+        }
+    }
+
+    fn on_done(&mut self, done: Done) {
+        let failures = self.attempts.get_mut(&done.uid).and_then(|a| a.finish(done.ok));
+        if done.ok {
+            let now = std::time::Instant::now();
+            let e = self.expected.entry(done.uid.clone()).or_default();
+            match done.step {
+                Step::Admit => e.phase = Some(("Pending", now)),
+                Step::CreateLauncher => {
+                    e.phase = Some(("Scheduling", now));
+                    e.launcher = Some(now);
+                }
+                Step::Scheduled => e.phase = Some(("Scheduled", now)),
+                Step::Running => e.phase = Some(("Running", now)),
+                Step::Fail(_) => e.phase = Some(("Failed", now)),
+                _ => {}
+            }
+        }
+        match failures {
+            None => self.look_again(&done.vmi),
+            Some(n) => self.retries.set(done.vmi, super::retry_after(n, Duration::from_secs(30))),
+        }
+    }
+
+    /// The VMI's launcher pod as the store shows it.
+    fn launcher(&self, uid: &str) -> Option<Arc<SlimPod>> {
+        self.sim.pods.get(self.launchers.get(uid)?)
+    }
+
+    fn managed(&self, node: Option<&str>) -> bool {
+        let Some(node) = node.and_then(|n| self.sim.nodes.get(&ObjectRef::new(n))) else { return false };
+        self.sim.manage.manages(&node)
+    }
+
+    /// One VMI seen or looked at again: its next step, one write at a time.
+    fn look(&mut self, vmi: &Arc<VirtualMachineInstance>) {
+        if !self.sim.selector.matches(vmi.metadata.labels.as_ref()) {
+            return;
+        }
+        let uid = vmi.metadata.uid.clone().unwrap_or_default();
+        if self.attempts.get(&uid).is_some_and(|a| a.in_flight) {
+            return;
+        }
+        let pod = self.launcher(&uid);
+        if self.expected.get_mut(&uid).is_some_and(|e| e.pending(vmi, pod.is_some())) {
+            return; // the stores do not show our last write yet; its event brings us back
+        }
+        let controller = self.sim.role == KubevirtRole::Controller;
+        let node = if controller {
+            pod.as_ref().and_then(|p| p.node_name.clone())
+        } else {
+            vmi.status.as_ref().and_then(|s| s.node_name.clone())
+        };
+        let step = vmi_status::next_step(vmi, pod.as_deref(), controller, self.managed(node.as_deref()));
+        if step == Step::Wait || !self.attempts.entry(uid.clone()).or_default().begin() {
+            return;
+        }
+        let (sim, vmi, key) = (self.sim.clone(), vmi.clone(), ObjectRef::from_obj(vmi.as_ref()));
+        self.writes.spawn(async move {
+            let ok = act(&sim, &vmi, pod.as_deref(), node.as_deref(), &step).await;
+            Done { vmi: key, uid, step, ok }
+        });
+    }
+}
+
+/// Carries out one step; whether it went through (or needs no retry).
+async fn act(
+    sim: &VmiSimulator,
+    vmi: &VirtualMachineInstance,
+    pod: Option<&SlimPod>,
+    node: Option<&str>,
+    step: &Step,
+) -> bool {
+    let now = now();
+    let (name, ns) = (vmi.name_any(), vmi.namespace().unwrap_or_default());
+    let result = match step {
+        Step::Wait => return true,
+        Step::Admit => patch_vmi(sim, vmi, vmi_status::admit_patch(vmi, &now)).await,
+        Step::CreateLauncher => create_launcher(sim, vmi, &now).await,
+        Step::Unschedulable(reason, message) => {
+            patch_vmi(sim, vmi, vmi_status::unschedulable_patch(vmi, reason, message, &now)).await
+        }
+        Step::Unpause => match pod {
+            Some(p) => patch_pod_status(sim, p, vmi_status::unpause_patch(p, &now)).await,
+            None => Ok(()),
+        },
+        Step::Scheduled => match (pod, node) {
+            (Some(p), Some(n)) => patch_vmi(sim, vmi, vmi_status::scheduled_patch(vmi, p, n, &now)).await,
+            _ => Ok(()),
+        },
+        Step::Running => {
+            let ips = pod.map(|p| p.pod_ips.clone()).unwrap_or_default();
+            patch_vmi(sim, vmi, vmi_status::running_patch(vmi, &ips, &now)).await
+        }
+        Step::Fail(why) => patch_vmi(sim, vmi, vmi_status::failed_patch(vmi, why, &now)).await,
+        Step::DeleteLauncher => match pod {
+            Some(p) => delete_pod(sim, p).await,
+            None => Ok(()),
+        },
+        Step::Release => patch_vmi(sim, vmi, vmi_status::release_patch(vmi)).await,
+    };
+    let transition = format!("{step:?}").split('(').next().unwrap_or_default().to_lowercase();
+    sim.metrics.vmi_transitions.get_or_create(&ResultLabels { result: transition }).inc();
+    match result {
+        Ok(()) => true,
+        // Gone or replaced meanwhile: nothing to retry.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
+        Err(e) => {
+            tracing::warn!(vmi = %name, namespace = %ns, step = ?step, error = %e, "VMI write failed; retrying");
+            false
+        }
+    }
+}
+
+async fn patch_vmi(sim: &VmiSimulator, vmi: &VirtualMachineInstance, patch: serde_json::Value) -> kube::Result<()> {
+    let api: Api<VirtualMachineInstance> = Api::namespaced(sim.client.clone(), &vmi.namespace().unwrap_or_default());
+    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let r = api.patch(&vmi.name_any(), &pp, &Patch::Merge(&patch)).await.map(|_| ());
+    sim.metrics.write("virtualmachineinstances", "patch", r.is_ok());
+    r
+}
+
+async fn create_launcher(
+    sim: &VmiSimulator,
+    vmi: &VirtualMachineInstance,
+    now: &serde_json::Value,
+) -> kube::Result<()> {
+    let api: Api<Pod> = Api::namespaced(sim.pod_client.clone(), &vmi.namespace().unwrap_or_default());
+    let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let r = api.create(&pp, &vmi_status::launcher_pod(vmi)).await.map(|_| ());
+    sim.metrics.write("pods", "create", r.is_ok());
+    r?;
+    patch_vmi(sim, vmi, vmi_status::scheduling_patch(vmi, now)).await
+}
+
+async fn patch_pod_status(sim: &VmiSimulator, pod: &SlimPod, patch: serde_json::Value) -> kube::Result<()> {
+    let api: Api<Pod> = Api::namespaced(sim.pod_client.clone(), &pod.namespace().unwrap_or_default());
+    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let r = api.patch_status(pod.name(), &pp, &Patch::Strategic(&patch)).await.map(|_| ());
+    sim.metrics.write("pods", "patch-status", r.is_ok());
+    r
+}
+
+async fn delete_pod(sim: &VmiSimulator, pod: &SlimPod) -> kube::Result<()> {
+    let api: Api<Pod> = Api::namespaced(sim.pod_client.clone(), &pod.namespace().unwrap_or_default());
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
+        ..Default::default()
+    };
+    let r = api.delete(pod.name(), &dp).await.map(|_| ());
+    sim.metrics.write("pods", "delete", r.is_ok());
+    r
+}
