@@ -23,6 +23,28 @@ fn pp(scope: &str, ns: &str, name: &str, spec: &str) -> String {
     )
 }
 
+fn vp(scope: &str, ns: &str, name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: VMIPool\nmetadata:\n  name: {name}\n  namespace: {ns}\n  labels: {{{SCOPE_LABEL}: {scope}}}\nspec:\n{spec}"
+    )
+}
+
+/// A VMI template with `domain` lines (indented 8) and the rest of the spec (indented 6).
+fn vmi(domain: &str, rest: &str) -> String {
+    format!("  vmiTemplate:\n    spec:\n      domain:\n{domain}{rest}")
+}
+
+const MEMORY: &str = "        memory: {guest: 64Mi}\n";
+
+/// A VMIPool of none whose template is one of KubeVirt's example VMIs, less its name.
+fn kubevirt_example(scope: &str, ns: &str, name: &str, file: &str) -> String {
+    let mut vmi: serde_yaml::Value =
+        serde_yaml::from_str(&read_repo_file(&format!("tests/fixtures/kubevirt/{file}"))).unwrap();
+    vmi["metadata"].as_mapping_mut().unwrap().remove("name");
+    let template = serde_yaml::to_string(&vmi).unwrap().lines().map(|l| format!("    {l}\n")).collect::<String>();
+    vp(scope, ns, name, &format!("  vmiCount: 0\n  vmiTemplate:\n{template}"))
+}
+
 /// A DNS subdomain of exactly `len` characters starting with `prefix` (labels of at most 60).
 fn long_name(prefix: &str, len: usize) -> String {
     let mut name = prefix.to_string();
@@ -332,6 +354,82 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
             ),
             "spec.lifecycle",
         ),
+        // --- VMIPool: schema, garde (what KubeVirt would refuse), the API server
+        (
+            "a negative vmiCount",
+            vp(&s, &ns.name, &n("v1"), &format!("  vmiCount: -1\n{}", vmi(MEMORY, ""))),
+            "spec.vmiCount",
+        ),
+        (
+            "a VMI without memory",
+            vp(&s, &ns.name, &n("v2"), &format!("  vmiCount: 1\n{}", vmi("        cpu: {cores: 2}\n", ""))),
+            "spec.vmiTemplate.spec.domain",
+        ),
+        (
+            "an interface without its network",
+            vp(
+                &s,
+                &ns.name,
+                &n("v3"),
+                &format!(
+                    "  vmiCount: 1\n{}",
+                    vmi(&format!("{MEMORY}        devices: {{interfaces: [{{name: nic, masquerade: {{}}}}]}}\n"), "")
+                ),
+            ),
+            "spec.vmiTemplate.spec.domain.devices.interfaces[0].name",
+        ),
+        (
+            "a disk without its volume",
+            vp(
+                &s,
+                &ns.name,
+                &n("v4"),
+                &format!(
+                    "  vmiCount: 1\n{}",
+                    vmi(&format!("{MEMORY}        devices: {{disks: [{{name: root, disk: {{bus: virtio}}}}]}}\n"), "")
+                ),
+            ),
+            "spec.vmiTemplate.spec.domain.devices.disks[0].name",
+        ),
+        (
+            "zero CPU cores",
+            vp(
+                &s,
+                &ns.name,
+                &n("v5"),
+                &format!("  vmiCount: 1\n{}", vmi(&format!("{MEMORY}        cpu: {{cores: 0}}\n"), "")),
+            ),
+            "spec.vmiTemplate.spec.domain.cpu.cores",
+        ),
+        (
+            "a VMI template of another API",
+            vp(
+                &s,
+                &ns.name,
+                &n("v6"),
+                &format!(
+                    "  vmiCount: 1\n  vmiTemplate:\n    apiVersion: v1\n    spec: {{domain: {{memory: {{guest: 64Mi}}}}}}\n"
+                ),
+            ),
+            "spec.vmiTemplate.apiVersion",
+        ),
+        (
+            "a reserved label on the VMIs",
+            vp(
+                &s,
+                &ns.name,
+                &n("v7"),
+                &format!(
+                    "  vmiCount: 1\n  vmiTemplate:\n    metadata: {{labels: {{pools.kwok.x-k8s.io/pool: x}}}}\n    spec: {{domain: {{memory: {{guest: 64Mi}}}}}}\n"
+                ),
+            ),
+            "spec.vmiTemplate.metadata.labels",
+        ),
+        (
+            "a bad maxUnavailable",
+            vp(&s, &ns.name, &n("v8"), &format!("  vmiCount: 1\n  maxUnavailable: 150%\n{}", vmi(MEMORY, ""))),
+            "spec.maxUnavailable",
+        ),
         // --- not a pool at all
         ("a YAML that is not an object", "hello: world\n".to_string(), "kind not set"),
         ("malformed YAML", "kind: NodePool\nspec: [unclosed\n".to_string(), "yaml"),
@@ -436,6 +534,24 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
         (
             "apiVersion and kind in the template",
             np(&s, &n("ok5"), "  nodeCount: 1\n  nodeTemplate: {apiVersion: v1, kind: Node}\n"),
+        ),
+        (
+            "the VMIPool sample",
+            read_repo_file("samples/vmipool.yaml")
+                .replace("namespace: default", &format!("namespace: {}\n  labels: {{{SCOPE_LABEL}: {s}}}", ns.name))
+                .replace("vmiCount: 10", "vmiCount: 0"),
+        ),
+        (
+            "KubeVirt's Fedora example VMI (masquerade on the pod network) as a template",
+            kubevirt_example(&s, &ns.name, &n("okv1"), "vmi-fedora.yaml"),
+        ),
+        (
+            "KubeVirt's multus bridge example VMI as a template",
+            kubevirt_example(&s, &ns.name, &n("okv2"), "vmi-multus-ptp.yaml"),
+        ),
+        (
+            "KubeVirt's cirros example VMI as a template",
+            kubevirt_example(&s, &ns.name, &n("okv3"), "vmi-ephemeral.yaml"),
         ),
         (
             "the PodPool sample",

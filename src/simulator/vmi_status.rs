@@ -376,3 +376,158 @@ pub fn unpause_patch(pod: &SlimPod, now: &Value) -> Value {
         "status": {"conditions": [{"type": UNPAUSED_GATE, "status": "True", "lastProbeTime": null, "lastTransitionTime": now}]}
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vmi(phase: &str, spec: Value) -> VirtualMachineInstance {
+        let mut v: VirtualMachineInstance = serde_json::from_value(json!({
+            "metadata": {"name": "vm", "namespace": "d", "uid": "u-vm", "labels": {"app": "x"}},
+            "spec": spec,
+        }))
+        .unwrap();
+        if !phase.is_empty() {
+            v.status = Some(crate::api::kubevirt::VmiStatus { phase: Some(phase.into()), ..Default::default() });
+        }
+        v
+    }
+
+    fn pod(phase: &str, conditions: &[(&str, &str)]) -> SlimPod {
+        SlimPod {
+            metadata: ObjectMeta {
+                name: Some("virt-launcher-vm-abcde".into()),
+                uid: Some("u-pod".into()),
+                ..Default::default()
+            },
+            phase: Some(phase.into()),
+            conditions: conditions.iter().map(|(t, s)| (t.to_string(), s.to_string())).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn plain() -> Value {
+        json!({"domain": {"memory": {"guest": "1Gi"}, "cpu": {"cores": 2, "sockets": 2}}})
+    }
+
+    #[test]
+    fn the_controller_walks_kubevirts_phases() {
+        let step =
+            |phase: &str, p: Option<SlimPod>, managed: bool| next_step(&vmi(phase, plain()), p.as_ref(), true, managed);
+        assert_eq!(step("", None, false), Step::Admit);
+        assert_eq!(step("Pending", None, false), Step::CreateLauncher);
+        assert_eq!(step("Scheduling", Some(pod("Pending", &[])), false), Step::Wait, "not placed, no reason yet");
+        assert_eq!(step("Scheduling", Some(pod("Running", &[])), true), Step::Unpause);
+        assert_eq!(
+            step("Scheduling", Some(pod("Running", &[(UNPAUSED_GATE, "True"), ("Ready", "True")])), true),
+            Step::Scheduled
+        );
+        assert_eq!(step("Scheduled", Some(pod("Running", &[(UNPAUSED_GATE, "True")])), true), Step::Running);
+        assert!(matches!(step("Running", None, false), Step::Fail(_)), "launcher pod gone");
+        assert!(matches!(step("Running", Some(pod("Failed", &[])), true), Step::Fail(_)));
+        assert_eq!(step("Failed", None, false), Step::Wait);
+    }
+
+    #[test]
+    fn an_unschedulable_launcher_is_mirrored_once() {
+        let mut p = pod("Pending", &[]);
+        p.unschedulable =
+            Some(Box::new(("Unschedulable".into(), "0/2 nodes are available: 2 Insufficient cpu.".into())));
+        let v = vmi("Scheduling", plain());
+        let step = next_step(&v, Some(&p), true, false);
+        let Step::Unschedulable(reason, message) = step else { panic!("{step:?}") };
+        let patched = unschedulable_patch(&v, &reason, &message, &json!("now"));
+        let mut shown = v.clone();
+        shown.status.as_mut().unwrap().conditions =
+            serde_json::from_value(patched["status"]["conditions"].clone()).unwrap();
+        assert_eq!(next_step(&shown, Some(&p), true, false), Step::Wait, "already shown");
+    }
+
+    #[test]
+    fn deletion_deletes_the_launcher_then_drops_the_finalizer() {
+        let mut v = vmi("Running", plain());
+        v.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+        v.metadata.finalizers = Some(vec![FINALIZER.into(), "other".into()]);
+        assert_eq!(next_step(&v, Some(&pod("Running", &[])), true, true), Step::DeleteLauncher);
+        let mut going = pod("Running", &[]);
+        going.metadata.deletion_timestamp = v.metadata.deletion_timestamp.clone();
+        assert_eq!(next_step(&v, Some(&going), true, true), Step::Wait);
+        assert_eq!(next_step(&v, None, true, true), Step::Release);
+        assert_eq!(release_patch(&v)["metadata"]["finalizers"], json!(["other"]), "only ours goes");
+    }
+
+    #[test]
+    fn beside_kubevirt_only_scheduled_vmis_on_managed_nodes_are_touched() {
+        assert_eq!(next_step(&vmi("Scheduled", plain()), None, false, true), Step::Running);
+        assert_eq!(next_step(&vmi("Scheduled", plain()), None, false, false), Step::Wait);
+        for phase in ["", "Pending", "Scheduling", "Running"] {
+            assert_eq!(next_step(&vmi(phase, plain()), None, false, true), Step::Wait, "{phase}");
+        }
+    }
+
+    #[test]
+    fn admission_adds_kubevirts_default_network_only_when_there_is_none() {
+        let patch = admit_patch(&vmi("", plain()), &json!("t"));
+        assert_eq!(patch["metadata"]["finalizers"], json!([FINALIZER]));
+        assert_eq!(patch["spec"]["networks"], json!([{"name": "default", "pod": {}}]));
+        assert_eq!(patch["spec"]["domain"]["devices"]["interfaces"], json!([{"name": "default", "bridge": {}}]));
+        assert_eq!(
+            patch["status"]["phaseTransitionTimestamps"],
+            json!([{"phase": "Pending", "phaseTransitionTimestamp": "t"}])
+        );
+        let with_net = json!({"domain": {"devices": {"interfaces": [{"name": "n", "masquerade": {}}]}}, "networks": [{"name": "n", "pod": {}}]});
+        assert!(admit_patch(&vmi("", with_net), &json!("t")).get("spec").is_none());
+    }
+
+    #[test]
+    fn the_launcher_pod_asks_for_what_kubevirt_would() {
+        let mut v = vmi("Pending", plain());
+        v.spec.termination_grace_period_seconds = Some(10);
+        v.spec.node_selector = Some([("type".to_string(), "kwok".to_string())].into());
+        let p = launcher_pod(&v);
+        assert_eq!(p.metadata.generate_name.as_deref(), Some("virt-launcher-vm-"));
+        let labels = p.metadata.labels.unwrap();
+        assert_eq!(
+            (labels["kubevirt.io"].as_str(), labels[CREATED_BY_LABEL].as_str(), labels["app"].as_str()),
+            ("virt-launcher", "u-vm", "x")
+        );
+        assert_eq!(p.metadata.owner_references.unwrap()[0].controller, Some(true));
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.termination_grace_period_seconds, Some(40), "the VMI's grace + 30");
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.readiness_gates.unwrap()[0].condition_type, UNPAUSED_GATE);
+        assert_eq!(spec.node_selector.unwrap()["type"], "kwok");
+        let c = &spec.containers[0];
+        assert_eq!(c.name, "compute");
+        let requests = c.resources.as_ref().unwrap().requests.clone().unwrap();
+        assert_eq!(requests["cpu"].0, "400m", "4 vCPUs / 10");
+        // 1Gi guest + 2 (page tables) + 220 + 8 × 4 + 8 + 32.
+        assert_eq!(requests["memory"].0, "1318Mi");
+        assert_eq!(c.resources.as_ref().unwrap().limits.as_ref().unwrap()["devices.kubevirt.io/kvm"].0, "1");
+    }
+
+    #[test]
+    fn running_reports_the_pods_addresses_a_stable_mac_and_live_migratability() {
+        let bridged = json!({"domain": {"devices": {"interfaces": [{"name": "default", "bridge": {}}]}}, "networks": [{"name": "default", "pod": {}}]});
+        let ips: Vec<std::net::IpAddr> = vec!["10.1.2.3".parse().unwrap()];
+        let patch = running_patch(&vmi("Scheduled", bridged), &ips, &json!("t"));
+        let iface = &patch["status"]["interfaces"][0];
+        assert_eq!((iface["ipAddress"].as_str(), iface["podInterfaceName"].as_str()), (Some("10.1.2.3"), Some("eth0")));
+        assert_eq!(iface["mac"], json!(mac("u-vm", "default")));
+        assert_eq!(mac("u-vm", "default"), mac("u-vm", "default"), "deterministic");
+        assert!(mac("u-vm", "default").starts_with("02:"), "locally administered");
+        let lm = patch["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "LiveMigratable")
+            .unwrap()
+            .clone();
+        assert_eq!((lm["status"].as_str(), lm["reason"].as_str()), (Some("False"), Some("InterfaceNotLiveMigratable")));
+        let masq = json!({"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}}]}}, "networks": [{"name": "default", "pod": {}}]});
+        let patch = running_patch(&vmi("Scheduled", masq), &ips, &json!("t"));
+        assert_eq!(patch["status"]["migrationMethod"], "LiveMigration");
+    }
+}
