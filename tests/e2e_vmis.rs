@@ -272,7 +272,9 @@ async fn beside_kubevirt_only_virt_handlers_part_is_played_as_its_account() {
     let client = client().await;
     let scope = unique("handler");
     let ns = TestNamespace::new(&client, "handler").await;
-    let handler = "system:serviceaccount:kubevirt:kubevirt-handler";
+    // KubeVirt's handler account, in a namespace of this test's own (RBAC is cluster-wide).
+    let handler = format!("system:serviceaccount:{scope}:kubevirt-handler");
+    let handler = handler.as_str();
     // What KubeVirt's install grants its handler, for VMIs.
     let rbac = format!(
         "apiVersion: rbac.authorization.k8s.io/v1
@@ -330,4 +332,6 @@ status:
     let status = after.status.unwrap();
     assert_eq!(status.node_name.as_deref(), Some(node.as_str()));
     assert_eq!(status.rest["interfaces"][0]["name"], "default");
+    delete_quietly("clusterrolebinding", &format!("{scope}-handler"));
+    delete_quietly("clusterrole", &format!("{scope}-handler"));
 }

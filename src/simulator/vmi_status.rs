@@ -84,9 +84,9 @@ pub fn next_step(vmi: &VirtualMachineInstance, pod: Option<&SlimPod>, controller
             Step::Fail(format!("the virt-launcher pod {} ended ({})", p.name(), p.phase()))
         }
         (_, Some(p)) if !managed => unschedulable(vmi, p),
-        ("Scheduling", Some(p)) if p.phase() == "Running" && p.condition(UNPAUSED_GATE) != Some("True") => {
-            Step::Unpause
-        }
+        // Bound to a managed node: unpaused before its kubelet (the pod simulator) runs it, so
+        // the pod turns Running and Ready in one write.
+        ("Scheduling", Some(p)) if p.condition(UNPAUSED_GATE) != Some("True") => Step::Unpause,
         ("Scheduling", Some(p)) if p.condition("Ready") == Some("True") => Step::Scheduled,
         ("Scheduled", Some(_)) => Step::Running,
         _ => Step::Wait,
@@ -286,17 +286,20 @@ fn live_migratable(spec: &VmiSpec) -> (bool, Option<(&'static str, &'static str)
             )),
         );
     }
-    let pvc_rwo = spec.volumes.iter().any(|v| v.persistent_volume_claim.is_some() || v.data_volume.is_some());
-    if pvc_rwo {
-        return (
-            false,
-            Some((
-                "DisksNotLiveMigratable",
-                "cannot migrate VMI: PVC is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)",
-            )),
-        );
-    }
+    // PVC access modes are not read: a VMI on PVCs counts as migratable (shared storage).
     (true, None)
+}
+
+/// KubeVirt's migration method: BlockMigration when local (non-shared) disks would have to be
+/// copied, as with a containerDisk or an emptyDisk; else LiveMigration.
+fn migration_method(spec: &VmiSpec) -> &'static str {
+    let local = spec.volumes.iter().any(|v| {
+        v.container_disk.is_some()
+            || v.empty_disk.is_some()
+            || v.rest.contains_key("ephemeral")
+            || v.rest.contains_key("hostDisk")
+    });
+    if local { "BlockMigration" } else { "LiveMigration" }
 }
 
 /// Running: the guest is up; its interfaces report the launcher pod's addresses.
@@ -346,7 +349,7 @@ pub fn running_patch(vmi: &VirtualMachineInstance, pod_ips: &[std::net::IpAddr],
             "phaseTransitionTimestamps": transitions(vmi, "Running", now),
             "interfaces": interfaces,
             "conditions": conditions,
-            "migrationMethod": if migratable { "LiveMigration" } else { "BlockMigration" },
+            "migrationMethod": migration_method(&vmi.spec),
             "guestOSInfo": {},
         }
     })
@@ -419,6 +422,7 @@ mod tests {
         assert_eq!(step("Pending", None, false), Step::CreateLauncher);
         assert_eq!(step("Scheduling", Some(pod("Pending", &[])), false), Step::Wait, "not placed, no reason yet");
         assert_eq!(step("Scheduling", Some(pod("Running", &[])), true), Step::Unpause);
+        assert_eq!(step("Scheduling", Some(pod("Pending", &[])), true), Step::Unpause, "as soon as it is bound");
         assert_eq!(
             step("Scheduling", Some(pod("Running", &[(UNPAUSED_GATE, "True"), ("Ready", "True")])), true),
             Step::Scheduled
@@ -527,7 +531,11 @@ mod tests {
             .clone();
         assert_eq!((lm["status"].as_str(), lm["reason"].as_str()), (Some("False"), Some("InterfaceNotLiveMigratable")));
         let masq = json!({"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}}]}}, "networks": [{"name": "default", "pod": {}}]});
-        let patch = running_patch(&vmi("Scheduled", masq), &ips, &json!("t"));
+        let patch = running_patch(&vmi("Scheduled", masq.clone()), &ips, &json!("t"));
         assert_eq!(patch["status"]["migrationMethod"], "LiveMigration");
+        let mut with_disk = masq;
+        with_disk["volumes"] = json!([{"name": "root", "containerDisk": {"image": "cirros"}}]);
+        let patch = running_patch(&vmi("Scheduled", with_disk), &ips, &json!("t"));
+        assert_eq!(patch["status"]["migrationMethod"], "BlockMigration", "a containerDisk is copied");
     }
 }

@@ -67,17 +67,24 @@ const EXPECTATION_TTL: Duration = Duration::from_secs(30);
 struct Expected {
     phase: Option<(&'static str, std::time::Instant)>,
     launcher: Option<std::time::Instant>,
+    /// The launcher pod's readiness gate was set.
+    unpaused: Option<std::time::Instant>,
 }
 
 impl Expected {
-    fn pending(&mut self, vmi: &VirtualMachineInstance, has_launcher: bool) -> bool {
+    fn pending(&mut self, vmi: &VirtualMachineInstance, launcher: Option<&SlimPod>) -> bool {
+        let has_launcher = launcher.is_some();
+        let unpaused = launcher.is_some_and(|p| p.condition(vmi_status::UNPAUSED_GATE) == Some("True"));
+        if self.unpaused.is_some_and(|at| unpaused || at.elapsed() > EXPECTATION_TTL) {
+            self.unpaused = None;
+        }
         if self.phase.is_some_and(|(p, at)| vmi.phase() == p || at.elapsed() > EXPECTATION_TTL) {
             self.phase = None;
         }
         if self.launcher.is_some_and(|at| has_launcher || at.elapsed() > EXPECTATION_TTL) {
             self.launcher = None;
         }
-        self.phase.is_some() || self.launcher.is_some()
+        self.phase.is_some() || self.launcher.is_some() || self.unpaused.is_some()
     }
 }
 
@@ -190,6 +197,7 @@ impl VmiLoop {
                     e.launcher = Some(now);
                 }
                 Step::Scheduled => e.phase = Some(("Scheduled", now)),
+                Step::Unpause => e.unpaused = Some(now),
                 Step::Running => e.phase = Some(("Running", now)),
                 Step::Fail(_) => e.phase = Some(("Failed", now)),
                 _ => {}
@@ -221,7 +229,7 @@ impl VmiLoop {
             return;
         }
         let pod = self.launcher(&uid);
-        if self.expected.get_mut(&uid).is_some_and(|e| e.pending(vmi, pod.is_some())) {
+        if self.expected.get_mut(&uid).is_some_and(|e| e.pending(vmi, pod.as_deref())) {
             return; // the stores do not show our last write yet; its event brings us back
         }
         let controller = self.sim.role == KubevirtRole::Controller;
