@@ -407,9 +407,7 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
                 &s,
                 &ns.name,
                 &n("v6"),
-                &format!(
-                    "  vmiCount: 1\n  vmiTemplate:\n    apiVersion: v1\n    spec: {{domain: {{memory: {{guest: 64Mi}}}}}}\n"
-                ),
+                "  vmiCount: 1\n  vmiTemplate:\n    apiVersion: v1\n    spec: {domain: {memory: {guest: 64Mi}}}\n",
             ),
             "spec.vmiTemplate.apiVersion",
         ),
@@ -419,9 +417,7 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
                 &s,
                 &ns.name,
                 &n("v7"),
-                &format!(
-                    "  vmiCount: 1\n  vmiTemplate:\n    metadata: {{labels: {{pools.kwok.x-k8s.io/pool: x}}}}\n    spec: {{domain: {{memory: {{guest: 64Mi}}}}}}\n"
-                ),
+                "  vmiCount: 1\n  vmiTemplate:\n    metadata: {labels: {pools.kwok.x-k8s.io/pool: x}}\n    spec: {domain: {memory: {guest: 64Mi}}}\n",
             ),
             "spec.vmiTemplate.metadata.labels",
         ),
