@@ -1,9 +1,7 @@
 //! PodPool on the pool core: how a Pod child is rendered (placed on fake nodes unless the
 //! template says otherwise), judged ready, and replaced on a template change.
 
-use super::placement::{child_labels, fake_node_selector, with_fake_node_toleration};
-use crate::api::common::MaxUnavailable;
-use crate::api::conventions::child_name;
+use super::placement::{child_meta, fake_node_selector, with_fake_node_toleration};
 use crate::api::{PodPool, PoolStatus};
 use crate::informer::pod::SlimPod;
 use crate::informer::{Informer, Informers};
@@ -12,8 +10,7 @@ use crate::pool::plan::UpdateMode;
 use crate::pool::status::Problem;
 use crate::pool::{PoolKind, Shared, hash};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::ObjectMeta;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use std::sync::Arc;
 
 /// Nothing beyond the pool is needed to render a pod.
@@ -45,10 +42,7 @@ impl PoolKind for PodPool {
     }
 
     fn update_mode(&self) -> UpdateMode {
-        // Validated before any plan; an invalid value (a pool the reconciler will not act on)
-        // counts as unset.
-        let mu = self.spec.max_unavailable.as_ref().and_then(|v| MaxUnavailable::parse(v).ok());
-        UpdateMode::Replace { max_unavailable: MaxUnavailable::resolve(mu.as_ref(), self.count()) }
+        UpdateMode::replace(self.spec.max_unavailable.as_ref(), self.count())
     }
 
     fn problems(&self, _old: Option<&Self>, _peers: &[Arc<Self>]) -> Vec<String> {
@@ -64,10 +58,7 @@ impl PoolKind for PodPool {
     }
 
     fn render(&self, index: u32, hash: &str, _env: &PodEnv) -> Result<Pod, Problem> {
-        let pool = self.name_any();
         let template = &self.spec.pod_template;
-        let tmeta = template.metadata.clone().unwrap_or_default();
-        let labels = child_labels(tmeta.labels, &pool, index, hash);
         let mut spec = template.spec.clone();
         spec.tolerations = Some(with_fake_node_toleration(spec.tolerations.take()));
         // The template's own placement wins; without one, pods go to fake nodes.
@@ -78,19 +69,7 @@ impl PoolKind for PodPool {
             spec.node_selector = Some(fake_node_selector());
         }
 
-        Ok(Pod {
-            metadata: ObjectMeta {
-                name: Some(child_name(&pool, index)),
-                namespace: self.namespace(),
-                labels: Some(labels),
-                annotations: tmeta.annotations,
-                finalizers: tmeta.finalizers,
-                owner_references: self.controller_owner_ref(&()).map(|o| vec![o]),
-                ..Default::default()
-            },
-            spec: Some(spec),
-            status: None,
-        })
+        Ok(Pod { metadata: child_meta(self, template.metadata.as_ref(), index, hash), spec: Some(spec), status: None })
     }
 
     fn is_ready(child: &SlimPod) -> bool {

@@ -2,17 +2,14 @@
 //! nodes unless the template says otherwise), judged ready, and replaced on a template change.
 //! Its CRD (KubeVirt's) may be missing: the pools wait, Degraded, until it is installed.
 
-use super::placement::{child_labels, fake_node_selector, with_fake_node_toleration};
-use crate::api::common::MaxUnavailable;
-use crate::api::conventions::child_name;
+use super::placement::{child_meta, fake_node_selector, with_fake_node_toleration};
 use crate::api::kubevirt::VirtualMachineInstance;
 use crate::api::{PoolStatus, VMIPool, kubevirt_crd};
 use crate::informer::{Informer, Informers};
 use crate::pool::plan::UpdateMode;
 use crate::pool::status::Problem;
 use crate::pool::{ChildCrd, PoolKind, Shared, hash};
-use kube::api::ObjectMeta;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use std::sync::Arc;
 
 /// Nothing beyond the pool is needed to render a VMI.
@@ -48,8 +45,7 @@ impl PoolKind for VMIPool {
     }
 
     fn update_mode(&self) -> UpdateMode {
-        let mu = self.spec.max_unavailable.as_ref().and_then(|v| MaxUnavailable::parse(v).ok());
-        UpdateMode::Replace { max_unavailable: MaxUnavailable::resolve(mu.as_ref(), self.count()) }
+        UpdateMode::replace(self.spec.max_unavailable.as_ref(), self.count())
     }
 
     fn problems(&self, _old: Option<&Self>, _peers: &[Arc<Self>]) -> Vec<String> {
@@ -65,25 +61,14 @@ impl PoolKind for VMIPool {
     }
 
     fn render(&self, index: u32, hash: &str, _env: &VmiEnv) -> Result<VirtualMachineInstance, Problem> {
-        let pool = self.name_any();
         let template = &self.spec.vmi_template;
-        let tmeta = template.metadata.clone().unwrap_or_default();
         let mut spec = template.spec.clone();
         spec.tolerations = Some(with_fake_node_toleration(spec.tolerations.take()));
         // The template's own placement wins; without one, VMIs go to fake nodes.
         if spec.node_selector.as_ref().is_none_or(|s| s.is_empty()) && spec.affinity.is_none() {
             spec.node_selector = Some(fake_node_selector());
         }
-        let metadata = ObjectMeta {
-            name: Some(child_name(&pool, index)),
-            namespace: self.namespace(),
-            labels: Some(child_labels(tmeta.labels, &pool, index, hash)),
-            annotations: tmeta.annotations,
-            finalizers: tmeta.finalizers,
-            owner_references: self.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        };
-        Ok(VirtualMachineInstance::new(metadata, spec))
+        Ok(VirtualMachineInstance::new(child_meta(self, template.metadata.as_ref(), index, hash), spec))
     }
 
     fn is_ready(child: &VirtualMachineInstance) -> bool {

@@ -1,6 +1,8 @@
 //! The pure planner: from the desired count, the current template hash and what the store
 //! shows, which children to create, update in place, delete, or leave alone. No client here.
 
+use crate::api::common::MaxUnavailable;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::{BTreeSet, HashMap};
 
 /// How a kind rolls out a template change.
@@ -10,6 +12,15 @@ pub enum UpdateMode {
     InPlace,
     /// Delete and recreate, at most `max_unavailable` not ready at a time (pods).
     Replace { max_unavailable: u32 },
+}
+
+impl UpdateMode {
+    /// Replacement within `maxUnavailable` of the spec. Validated before any plan: an invalid
+    /// value (a pool the reconciler does not act on) counts as unset.
+    pub fn replace(max_unavailable: Option<&IntOrString>, count: u32) -> Self {
+        let mu = max_unavailable.and_then(|v| MaxUnavailable::parse(v).ok());
+        UpdateMode::Replace { max_unavailable: MaxUnavailable::resolve(mu.as_ref(), count) }
+    }
 }
 
 /// What the planner needs to know about one child owned by the pool.

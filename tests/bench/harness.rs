@@ -221,6 +221,20 @@ pub fn machine() -> String {
 }
 
 /// Prints the CPU split as a line of the report.
+/// Prints the API writes per object (`noun`) by resource, and the operator's share.
+pub fn report_writes(noun: &str, writes: &BTreeMap<String, f64>, op_writes: f64, objects: u32) {
+    let n = f64::from(objects.max(1));
+    let total: f64 = writes.values().sum();
+    let per: Vec<String> =
+        writes.iter().filter(|(_, v)| **v / n >= 0.01).map(|(k, v)| format!("{k} {:.2}", v / n)).collect();
+    println!(
+        "  API writes per {noun}: {:.2} in all ({}); {:.2} of them by the operator",
+        total / n,
+        per.join(", "),
+        op_writes / n
+    );
+}
+
 pub fn report_cpu(label: &str, op: f64, cp: &[(String, f64)], wall: f64) {
     let cp_total: f64 = cp.iter().map(|(_, v)| v).sum();
     let share = if op + cp_total > 0.0 { 100.0 * op / (op + cp_total) } else { 0.0 };

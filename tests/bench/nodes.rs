@@ -91,15 +91,8 @@ pub async fn run(sizes: &[u32], hold: Duration) {
         } else {
             println!("  NOT all Ready after {wall:.1}s ({listed} listed, {api_ready} Ready)");
         }
-        let per: Vec<String> = writes.iter().map(|(k, v)| format!("{k} {:.2}", v / n as f64)).collect();
-        let total: f64 = writes.values().sum();
         let op_writes = op.metric("kwok_pools_api_writes_total").await - op_writes_before;
-        println!(
-            "  API writes per node: {:.2} in all ({}); {:.2} of them by the operator",
-            total / n as f64,
-            per.join(", "),
-            op_writes / n as f64
-        );
+        report_writes("node", &writes, op_writes, n);
         report_cpu("CPU", op_cpu, &cp_cpu, wall);
         println!("  operator RSS now {:.0} MiB, peak {:.0} MiB", rss_mib(op.pid()), peak_rss_mib(op.pid()));
 

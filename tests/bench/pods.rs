@@ -144,18 +144,7 @@ pub async fn run(nodes: u32, pods: u32, kinds: &[&str]) {
         } else {
             println!("  NOT all Running after {wall:.1}s");
         }
-        let total: f64 = writes.values().sum();
-        let per: Vec<String> = writes
-            .iter()
-            .filter(|(_, v)| **v / pods as f64 >= 0.01)
-            .map(|(k, v)| format!("{k} {:.2}", v / pods as f64))
-            .collect();
-        println!(
-            "  API writes per pod: {:.2} in all ({}); {:.2} of them by the operator",
-            total / pods as f64,
-            per.join(", "),
-            op_writes / pods as f64
-        );
+        report_writes("pod", &writes, op_writes, pods);
         report_cpu("CPU", op_cpu, &cp_cpu, wall);
         let rss = rss_mib(op.pid());
         println!(

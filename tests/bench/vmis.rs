@@ -94,18 +94,7 @@ pub async fn run(nodes: u32, vmis: u32) {
         Some(_) => println!("  all Running after {wall:.1}s: {:.0} VMIs Running/s", vmis as f64 / wall),
         None => println!("  NOT all Running after {wall:.1}s"),
     }
-    let total: f64 = writes.values().sum();
-    let per: Vec<String> = writes
-        .iter()
-        .filter(|(_, v)| **v / vmis as f64 >= 0.01)
-        .map(|(k, v)| format!("{k} {:.2}", v / vmis as f64))
-        .collect();
-    println!(
-        "  API writes per VMI: {:.2} in all ({}); {:.2} of them by the operator",
-        total / vmis as f64,
-        per.join(", "),
-        op_writes / vmis as f64
-    );
+    report_writes("VMI", &writes, op_writes, vmis);
     report_cpu("CPU", op_cpu, &cp_cpu, wall);
     let rss = rss_mib(op.pid());
     println!(
