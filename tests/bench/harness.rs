@@ -33,7 +33,7 @@ impl Bench {
             timeout: Duration::from_secs(180),
             extra_args: vec![],
             install_crds: true,
-            kubevirt_crd: true,
+            kubevirt_crd: std::env::var_os("BENCH_NO_KUBEVIRT").is_none(),
         };
         let created = cluster::create(&opts).await.expect("creating the benchmark cluster (run `make controlplane`)");
         let client = cluster::crds::client(&created.kubeconfig).await.unwrap();
