@@ -39,6 +39,8 @@ pub enum Step {
     Admit,
     /// Create its launcher pod (then Scheduling).
     CreateLauncher,
+    /// Its launcher pod exists (created before a restart): Scheduling.
+    Scheduling,
     /// Mirror why the scheduler cannot place the launcher pod.
     Unschedulable(String, String),
     /// Set the launcher pod's readiness gate.
@@ -78,7 +80,8 @@ pub fn next_step(vmi: &VirtualMachineInstance, pod: Option<&SlimPod>, controller
     match (phase, pod) {
         ("", _) => Step::Admit,
         ("Pending", None) => Step::CreateLauncher,
-        ("Succeeded" | "Failed", _) | ("Pending", Some(_)) => Step::Wait,
+        ("Succeeded" | "Failed", _) => Step::Wait,
+        ("Pending", Some(_)) => Step::Scheduling,
         (_, None) => Step::Fail("the virt-launcher pod is gone".into()),
         (_, Some(p)) if p.phase() == "Failed" || p.phase() == "Succeeded" => {
             Step::Fail(format!("the virt-launcher pod {} ended ({})", p.name(), p.phase()))
@@ -420,6 +423,7 @@ mod tests {
             |phase: &str, p: Option<SlimPod>, managed: bool| next_step(&vmi(phase, plain()), p.as_ref(), true, managed);
         assert_eq!(step("", None, false), Step::Admit);
         assert_eq!(step("Pending", None, false), Step::CreateLauncher);
+        assert_eq!(step("Pending", Some(pod("Pending", &[])), false), Step::Scheduling, "a pod made before a restart");
         assert_eq!(step("Scheduling", Some(pod("Pending", &[])), false), Step::Wait, "not placed, no reason yet");
         assert_eq!(step("Scheduling", Some(pod("Running", &[])), true), Step::Unpause);
         assert_eq!(step("Scheduling", Some(pod("Pending", &[])), true), Step::Unpause, "as soon as it is bound");

@@ -196,6 +196,7 @@ impl VmiLoop {
                     e.phase = Some(("Scheduling", now));
                     e.launcher = Some(now);
                 }
+                Step::Scheduling => e.phase = Some(("Scheduling", now)),
                 Step::Scheduled => e.phase = Some(("Scheduled", now)),
                 Step::Unpause => e.unpaused = Some(now),
                 Step::Running => e.phase = Some(("Running", now)),
@@ -264,6 +265,7 @@ async fn act(
         Step::Wait => return true,
         Step::Admit => patch_vmi(sim, vmi, vmi_status::admit_patch(vmi, &now)).await,
         Step::CreateLauncher => create_launcher(sim, vmi, &now).await,
+        Step::Scheduling => patch_vmi(sim, vmi, vmi_status::scheduling_patch(vmi, &now)).await,
         Step::Unschedulable(reason, message) => {
             patch_vmi(sim, vmi, vmi_status::unschedulable_patch(vmi, reason, message, &now)).await
         }
