@@ -334,7 +334,16 @@ async fn run_vmi_simulator(config: &OperatorConfig, informers: &Arc<Informers>, 
         }
         tokio::time::sleep(Duration::from_secs(10)).await;
     }
-    let kubevirt_installed = controllers::crd_established(&client, "kubevirts.kubevirt.io").await.unwrap_or(false);
+    let kubevirt_installed = loop {
+        // A definite answer: guessing wrong would play virt-controller beside a real one.
+        match controllers::crd_established(&client, "kubevirts.kubevirt.io").await {
+            Ok(installed) => break installed,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot tell whether KubeVirt is installed (the operator needs get on customresourcedefinitions); asking again in 5s");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    };
     let role = config.kubevirt_role.unwrap_or(if kubevirt_installed {
         KubevirtRole::Handler
     } else {

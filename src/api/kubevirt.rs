@@ -14,6 +14,9 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+// Every field decodes leniently (defaults where KubeVirt requires a value): the simulator
+// watches every VMI in the cluster as this type, and one malformed VMI must not stop the watch.
+
 /// Fields this project does not type, kept as written.
 pub type Rest = BTreeMap<String, Value>;
 
@@ -136,6 +139,7 @@ pub struct Devices {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct Disk {
+    #[serde(default)]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskTarget>,
@@ -174,6 +178,7 @@ pub struct Marker {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct Interface {
+    #[serde(default)]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub masquerade: Option<Marker>,
@@ -197,6 +202,7 @@ pub struct Interface {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct Binding {
+    #[serde(default)]
     pub name: String,
     #[serde(flatten)]
     #[schemars(skip)]
@@ -208,6 +214,7 @@ pub struct Binding {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct Network {
+    #[serde(default)]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodNetwork>,
@@ -233,6 +240,7 @@ pub struct PodNetwork {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct MultusNetwork {
+    #[serde(default)]
     pub network_name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<bool>,
@@ -246,6 +254,7 @@ pub struct MultusNetwork {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct Volume {
+    #[serde(default)]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_disk: Option<ContainerDisk>,
@@ -268,6 +277,7 @@ pub struct Volume {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct ContainerDisk {
+    #[serde(default)]
     pub image: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<String>,
@@ -299,6 +309,7 @@ pub struct CloudInit {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct ClaimSource {
+    #[serde(default)]
     pub claim_name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_only: Option<bool>,
@@ -311,6 +322,7 @@ pub struct ClaimSource {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct NamedSource {
+    #[serde(default)]
     pub name: String,
     #[serde(flatten)]
     #[schemars(skip)]
@@ -321,6 +333,7 @@ pub struct NamedSource {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct EmptyDisk {
+    #[serde(default)]
     #[schemars(schema_with = "schema::template_type::<Quantity>")]
     pub capacity: Quantity,
     #[serde(flatten)]
@@ -345,8 +358,9 @@ pub struct VmiStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct VmiCondition {
-    #[serde(rename = "type")]
+    #[serde(default, rename = "type")]
     pub type_: String,
+    #[serde(default)]
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,

@@ -137,7 +137,11 @@ pub async fn await_child_crd<P: PoolKind>(client: &Client, crd: ChildCrd, pools:
                 continue;
             }
             let condition = missing_crd_condition(&crd, P::NOUN, pool.meta().generation);
-            let patch = serde_json::json!({ "status": { "conditions": [condition] } });
+            // The pool's other conditions stay; Degraded says why nothing happens.
+            let mut conditions: Vec<Condition> = pool.pool_status().map(|s| s.conditions.clone()).unwrap_or_default();
+            conditions.retain(|c| c.type_ != DEGRADED);
+            conditions.push(condition);
+            let patch = serde_json::json!({ "status": { "conditions": conditions } });
             let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
             match P::pool_api(client.clone(), &pool).patch_status(&pool.name_any(), &pp, &Patch::Merge(&patch)).await {
                 Ok(_) => {

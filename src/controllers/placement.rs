@@ -14,9 +14,13 @@ use std::collections::BTreeMap;
 pub fn tolerates_fake_nodes(tolerations: &[Toleration]) -> bool {
     tolerations.iter().any(|t| {
         let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == "NoSchedule");
+        let exists = t.operator.as_deref() == Some("Exists");
         let key_ok = match t.key.as_deref() {
-            None | Some("") => t.operator.as_deref() == Some("Exists"),
-            Some(k) => k == FAKE_TAINT_KEY,
+            None | Some("") => exists,
+            // Equal (the default operator) tolerates only the taint's own value.
+            Some(k) => {
+                k == FAKE_TAINT_KEY && (exists || t.value.as_deref() == Some(crate::api::conventions::FAKE_VALUE))
+            }
         };
         key_ok && effect_ok
     })

@@ -149,6 +149,21 @@ mod tests {
     }
 
     #[test]
+    fn only_a_toleration_that_matches_the_fake_taint_counts() {
+        let t = |key: Option<&str>, op: Option<&str>, value: Option<&str>| Toleration {
+            key: key.map(Into::into),
+            operator: op.map(Into::into),
+            value: value.map(Into::into),
+            ..Default::default()
+        };
+        assert!(tolerates_fake_nodes(&[t(Some("kwok.x-k8s.io/node"), Some("Exists"), None)]));
+        assert!(tolerates_fake_nodes(&[t(Some("kwok.x-k8s.io/node"), None, Some("fake"))]));
+        assert!(tolerates_fake_nodes(&[t(None, Some("Exists"), None)]));
+        assert!(!tolerates_fake_nodes(&[t(Some("kwok.x-k8s.io/node"), Some("Equal"), Some("real"))]), "another value");
+        assert!(!tolerates_fake_nodes(&[t(Some("kwok.x-k8s.io/node"), None, None)]), "Equal with no value");
+    }
+
+    #[test]
     fn an_existing_toleration_is_not_duplicated() {
         let t = Toleration { operator: Some("Exists".into()), ..Default::default() };
         let p = pool(PodSpec { containers: container(), tolerations: Some(vec![t]), ..Default::default() });

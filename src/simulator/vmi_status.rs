@@ -26,7 +26,7 @@ pub const LAUNCHER_IMAGE: &str = "quay.io/kubevirt/virt-launcher:v1.9.0";
 /// (guest/512), fixed parts of the launcher and QEMU (~220Mi), 8Mi per vCPU, an IO thread
 /// (8Mi) and a video device (32Mi).
 fn overhead_mib(guest_mib: i64, vcpus: i64) -> i64 {
-    guest_mib / 512 + 220 + 8 * vcpus + 8 + 32
+    (guest_mib / 512).saturating_add(260).saturating_add(vcpus.saturating_mul(8))
 }
 
 /// What the simulator does next for a VMI.
@@ -83,6 +83,9 @@ pub fn next_step(vmi: &VirtualMachineInstance, pod: Option<&SlimPod>, controller
         ("Succeeded" | "Failed", _) => Step::Wait,
         ("Pending", Some(_)) => Step::Scheduling,
         (_, None) => Step::Fail("the virt-launcher pod is gone".into()),
+        (_, Some(p)) if p.metadata.deletion_timestamp.is_some() => {
+            Step::Fail(format!("the virt-launcher pod {} is being deleted", p.name()))
+        }
         (_, Some(p)) if p.phase() == "Failed" || p.phase() == "Succeeded" => {
             Step::Fail(format!("the virt-launcher pod {} ended ({})", p.name(), p.phase()))
         }
@@ -143,7 +146,10 @@ fn auto_attach_disabled(spec: &VmiSpec) -> bool {
 /// How many vCPUs the VMI has (cores × sockets × threads, at least 1).
 pub fn vcpus(spec: &VmiSpec) -> i64 {
     let cpu = spec.domain.cpu.clone().unwrap_or_default();
-    [cpu.cores, cpu.sockets, cpu.threads].iter().map(|v| i64::from(v.unwrap_or(1).max(1))).product::<i64>().max(1)
+    [cpu.cores, cpu.sockets, cpu.threads]
+        .iter()
+        .map(|v| i64::from(v.unwrap_or(1).max(1)))
+        .fold(1i64, i64::saturating_mul)
 }
 
 /// MiB of a quantity such as `128Mi`, `2Gi`, `1G` (0 when unreadable).
@@ -158,19 +164,40 @@ fn launcher_resources(spec: &VmiSpec) -> ResourceRequirements {
     let requests_in = resources.requests.unwrap_or_default();
     let guest = spec.domain.memory.as_ref().and_then(|m| m.guest.as_ref()).or(requests_in.get("memory"));
     let guest_mib = guest.map_or(0, mib);
-    let memory = guest_mib + overhead_mib(guest_mib, vcpus(spec));
-    let cpu = requests_in.get("cpu").cloned().unwrap_or_else(|| Quantity(format!("{}m", vcpus(spec) * 100)));
+    let overhead = overhead_mib(guest_mib, vcpus(spec));
+    let memory = guest_mib.saturating_add(overhead);
+    let mut limits = resources.limits.unwrap_or_default();
+    // As KubeVirt: the overhead counts in a memory limit too, and a cpu limit without a
+    // request is the request (the pod would be refused with a request above its limit).
+    if let Some(limit) = limits.get("memory").map(mib) {
+        limits.insert("memory".into(), Quantity(format!("{}Mi", limit.saturating_add(overhead))));
+    }
+    let cpu = requests_in
+        .get("cpu")
+        .or(limits.get("cpu"))
+        .cloned()
+        .unwrap_or_else(|| Quantity(format!("{}m", vcpus(spec).saturating_mul(100))));
     let mut requests = BTreeMap::from([
         ("memory".to_string(), Quantity(format!("{memory}Mi"))),
         ("cpu".to_string(), cpu),
         ("devices.kubevirt.io/kvm".to_string(), Quantity("1".into())),
     ]);
-    let mut limits = resources.limits.unwrap_or_default();
     limits.insert("devices.kubevirt.io/kvm".into(), Quantity("1".into()));
     for (k, v) in &limits {
         requests.entry(k.clone()).or_insert_with(|| v.clone());
     }
     ResourceRequirements { requests: Some(requests), limits: Some(limits), ..Default::default() }
+}
+
+/// A name as a label value: up to 63 characters; a longer one is cut to 54 and given the
+/// first 8 hex digits of its SHA-256 (KubeVirt shortens the same way, with SHA-1).
+fn label_value(name: &str) -> String {
+    if name.len() <= 63 {
+        return name.to_string();
+    }
+    let digest = Sha256::digest(name.as_bytes());
+    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("{}-{hex}", name.chars().take(54).collect::<String>().trim_end_matches(['-', '.']))
 }
 
 /// The launcher pod of `vmi` (named by the API server from `virt-launcher-<vmi>-`).
@@ -180,8 +207,8 @@ pub fn launcher_pod(vmi: &VirtualMachineInstance) -> Pod {
     let mut labels = vmi.metadata.labels.clone().unwrap_or_default();
     labels.insert(APP_LABEL.into(), "virt-launcher".into());
     labels.insert(CREATED_BY_LABEL.into(), uid.clone());
-    labels.insert("vm.kubevirt.io/name".into(), name.clone());
-    labels.insert("vmi.kubevirt.io/id".into(), name.clone());
+    labels.insert("vm.kubevirt.io/name".into(), label_value(vmi.spec.hostname.as_deref().unwrap_or(&name)));
+    labels.insert("vmi.kubevirt.io/id".into(), label_value(&name));
     let annotations = BTreeMap::from([
         ("kubevirt.io/domain".to_string(), name.clone()),
         ("kubectl.kubernetes.io/default-container".to_string(), "compute".to_string()),
@@ -541,5 +568,46 @@ mod tests {
         with_disk["volumes"] = json!([{"name": "root", "containerDisk": {"image": "cirros"}}]);
         let patch = running_patch(&vmi("Scheduled", with_disk), &ips, &json!("t"));
         assert_eq!(patch["status"]["migrationMethod"], "BlockMigration", "a containerDisk is copied");
+    }
+
+    #[test]
+    fn limits_long_names_and_terminating_pods_are_handled_as_kubevirt_does() {
+        // A Guaranteed VMI: requests equal limits; the pod's limit carries the overhead too.
+        let guaranteed = json!({"domain": {"resources": {"requests": {"memory": "1Gi", "cpu": "1"}, "limits": {"memory": "1Gi", "cpu": "1"}}}});
+        let r = launcher_resources(&vmi("Pending", guaranteed).spec);
+        let (req, lim) = (r.requests.unwrap(), r.limits.unwrap());
+        assert_eq!(req["memory"], lim["memory"], "never a request above the limit");
+        assert_eq!((req["cpu"].0.as_str(), lim["cpu"].0.as_str()), ("1", "1"));
+        let only_limit = json!({"domain": {"memory": {"guest": "64Mi"}, "resources": {"limits": {"cpu": "50m"}}}});
+        assert_eq!(launcher_resources(&vmi("Pending", only_limit).spec).requests.unwrap()["cpu"].0, "50m");
+        // Absurd sizes saturate instead of overflowing.
+        let huge = json!({"domain": {"cpu": {"cores": 2147483647, "sockets": 2147483647, "threads": 2147483647}, "memory": {"guest": "9E"}}});
+        let _ = launcher_resources(&vmi("Pending", huge).spec);
+        // Long names fit a label value.
+        let mut long = vmi("Pending", plain());
+        long.metadata.name = Some("a".repeat(80));
+        let labels = launcher_pod(&long).metadata.labels.unwrap();
+        assert!(labels["vmi.kubevirt.io/id"].len() <= 63, "{}", labels["vmi.kubevirt.io/id"]);
+        assert_ne!(
+            label_value(&"a".repeat(80)),
+            label_value(&format!("{}b", "a".repeat(79))),
+            "distinct names stay distinct"
+        );
+        // A launcher pod being deleted under a live VMI fails it.
+        let mut going = pod("Running", &[(UNPAUSED_GATE, "True"), ("Ready", "True")]);
+        going.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+        assert!(matches!(next_step(&vmi("Running", plain()), Some(&going), true, true), Step::Fail(_)));
+    }
+
+    #[test]
+    fn a_malformed_vmi_still_decodes() {
+        let v: VirtualMachineInstance = serde_json::from_value(json!({
+            "metadata": {"name": "odd"},
+            "spec": {"domain": {"devices": {"disks": [{"disk": {}}], "interfaces": [{}]}}, "networks": [{"multus": {}}], "volumes": [{"containerDisk": {}}]},
+            "status": {"conditions": [{"reason": "x"}]}
+        }))
+        .unwrap();
+        assert_eq!(v.spec.volumes.len(), 1);
     }
 }

@@ -56,6 +56,9 @@ struct Done {
     ok: bool,
 }
 
+/// How often every VMI is looked at again, whatever the events say.
+const RESYNC: Duration = Duration::from_secs(30);
+
 /// How long a write the stores do not show yet holds back the next step (in case an event
 /// is lost).
 const EXPECTATION_TTL: Duration = Duration::from_secs(30);
@@ -134,8 +137,17 @@ impl VmiSimulator {
                 l.launchers.insert(uid.to_string(), ObjectRef::from_obj(pod.as_ref()));
             }
         }
+        // Every VMI gets looked at now (the first list may have gone to other subscribers
+        // before this one started), and again every half minute: no VMI waits on an event
+        // that never comes.
+        let mut resync = tokio::time::interval(RESYNC);
         loop {
             tokio::select! {
+                _ = resync.tick() => {
+                    for vmi in l.sim.vmis.state() {
+                        l.look(&vmi);
+                    }
+                }
                 change = vmis.recv() => match change {
                     Some(Change::Applied(vmi)) => l.look(&vmi),
                     Some(Change::Deleted(vmi)) => {
@@ -187,8 +199,14 @@ impl VmiLoop {
 
     fn on_done(&mut self, done: Done) {
         let failures = self.attempts.get_mut(&done.uid).and_then(|a| a.finish(done.ok));
-        if done.ok {
-            let now = std::time::Instant::now();
+        let now = std::time::Instant::now();
+        let live = self.sim.vmis.get(&done.vmi).is_some_and(|v| v.metadata.uid.as_deref() == Some(done.uid.as_str()));
+        if !done.ok && done.step == Step::CreateLauncher && live {
+            // The pod may exist even so (a timeout after the API server took it): wait for the
+            // pod store before creating another.
+            self.expected.entry(done.uid.clone()).or_default().launcher = Some(now);
+        }
+        if done.ok && live {
             let e = self.expected.entry(done.uid.clone()).or_default();
             match done.step {
                 Step::Admit => e.phase = Some(("Pending", now)),
@@ -245,7 +263,9 @@ impl VmiLoop {
         }
         let (sim, vmi, key) = (self.sim.clone(), vmi.clone(), ObjectRef::from_obj(vmi.as_ref()));
         self.writes.spawn(async move {
-            let ok = act(&sim, &vmi, pod.as_deref(), node.as_deref(), &step).await;
+            // A bug in one step must not wedge the VMI: a panic counts as a failed write.
+            let run = std::panic::AssertUnwindSafe(act(&sim, &vmi, pod.as_deref(), node.as_deref(), &step));
+            let ok = futures::FutureExt::catch_unwind(run).await.unwrap_or(false);
             Done { vmi: key, uid, step, ok }
         });
     }
@@ -293,7 +313,9 @@ async fn act(
     match result {
         Ok(()) => true,
         // Gone or replaced meanwhile: nothing to retry.
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
+        // Gone or replaced meanwhile (a patch carries the UID as a precondition): nothing to
+        // retry. A create that conflicts is retried.
+        Err(kube::Error::Api(s)) if s.code == 404 || (s.code == 409 && *step != Step::CreateLauncher) => true,
         Err(e) => {
             tracing::warn!(vmi = %name, namespace = %ns, step = ?step, error = %e, "VMI write failed; retrying");
             false
