@@ -196,10 +196,12 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         wait.await?;
     }
     if let Some(start) = simulator {
-        start.await?.spawn_into(&mut tasks);
+        let sim = start.await?;
+        let writes = sim.writes.clone();
+        sim.spawn_into(&mut tasks);
         let (config, informers, metrics) = (config.clone(), shared.informers.clone(), metrics.clone());
         tasks.spawn(async move {
-            run_vmi_simulator(&config, &informers, metrics).await;
+            run_vmi_simulator(&config, &informers, metrics, writes).await;
             "VMI simulator".to_string()
         });
     }
@@ -247,11 +249,13 @@ struct Simulator {
     pods: PodSimulator,
     pod_changes: UnboundedReceiver<Change<SlimPod>>,
     node_changes_for_pods: UnboundedReceiver<Change<Node>>,
+    /// The simulator's write budget, shared by every simulated kind.
+    writes: Arc<Semaphore>,
 }
 
 impl Simulator {
     fn spawn_into(self, tasks: &mut JoinSet<String>) {
-        let Simulator { nodes, node_changes, pods, pod_changes, node_changes_for_pods } = self;
+        let Simulator { nodes, node_changes, pods, pod_changes, node_changes_for_pods, .. } = self;
         tasks.spawn(async move {
             nodes.run(node_changes).await;
             "node simulator".to_string()
@@ -280,6 +284,7 @@ fn wire_simulator(
         defaults: lifecycle::Defaults { exit_delay: config.pod_termination_delay, job_run_time: config.job_run_time },
     };
     let writes = Arc::new(Semaphore::new(config.max_simulator_writes_in_flight));
+    let budget = writes.clone();
     let node_sim = NodeSimulator {
         client: shared.client.clone(),
         config: NodeSimConfig {
@@ -316,13 +321,25 @@ fn wire_simulator(
             }
         }
         drop(a);
-        Ok(Simulator { nodes: node_sim, node_changes, pods: pod_sim, pod_changes, node_changes_for_pods })
+        Ok(Simulator {
+            nodes: node_sim,
+            node_changes,
+            pods: pod_sim,
+            pod_changes,
+            node_changes_for_pods,
+            writes: budget,
+        })
     }
 }
 
 /// The VMI simulator: waits (without holding anything up) until KubeVirt's VMI CRD is
 /// installed, decides which part of KubeVirt to play, and runs.
-async fn run_vmi_simulator(config: &OperatorConfig, informers: &Arc<Informers>, metrics: Arc<Metrics>) {
+async fn run_vmi_simulator(
+    config: &OperatorConfig,
+    informers: &Arc<Informers>,
+    metrics: Arc<Metrics>,
+    sim_writes: Arc<Semaphore>,
+) {
     use crate::simulator::vmis::{KubevirtRole, VmiSimulator};
     let client = informers.client().clone();
     let mut told = false;
@@ -380,7 +397,7 @@ async fn run_vmi_simulator(config: &OperatorConfig, informers: &Arc<Informers>, 
         pods: pods.store(),
         vmis: vmis.store(),
         metrics,
-        writes: Arc::new(Semaphore::new(config.max_simulator_writes_in_flight)),
+        writes: sim_writes,
     };
     sim.run(vmi_changes, pod_changes).await;
 }

@@ -247,9 +247,26 @@ pub fn launcher_pod(vmi: &VirtualMachineInstance) -> Pod {
             hostname: vmi.spec.hostname.clone(),
             subdomain: vmi.spec.subdomain.clone(),
             automount_service_account_token: Some(false),
-            ..Default::default()
+            enable_service_links: Some(false),
+            ..placement_from(&vmi.spec)
         }),
         status: None,
+    }
+}
+
+/// What else of the VMI's placement KubeVirt copies to its launcher pod (kept untyped in the
+/// VMI spec): scheduler, priority class, topology spread, DNS.
+fn placement_from(spec: &VmiSpec) -> PodSpec {
+    fn field<T: serde::de::DeserializeOwned>(spec: &VmiSpec, key: &str) -> Option<T> {
+        spec.rest.get(key).cloned().and_then(|v| serde_json::from_value(v).ok())
+    }
+    PodSpec {
+        scheduler_name: field(spec, "schedulerName"),
+        priority_class_name: field(spec, "priorityClassName"),
+        topology_spread_constraints: field(spec, "topologySpreadConstraints"),
+        dns_policy: field(spec, "dnsPolicy"),
+        dns_config: field(spec, "dnsConfig"),
+        ..Default::default()
     }
 }
 
@@ -534,6 +551,7 @@ mod tests {
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         assert_eq!(spec.readiness_gates.unwrap()[0].condition_type, UNPAUSED_GATE);
         assert_eq!(spec.node_selector.unwrap()["type"], "kwok");
+        assert_eq!(spec.enable_service_links, Some(false));
         let c = &spec.containers[0];
         assert_eq!(c.name, "compute");
         let requests = c.resources.as_ref().unwrap().requests.clone().unwrap();
@@ -583,6 +601,14 @@ mod tests {
         // Absurd sizes saturate instead of overflowing.
         let huge = json!({"domain": {"cpu": {"cores": 2147483647, "sockets": 2147483647, "threads": 2147483647}, "memory": {"guest": "9E"}}});
         let _ = launcher_resources(&vmi("Pending", huge).spec);
+        // Placement kept untyped in the VMI reaches the pod.
+        let placed = json!({"domain": {"memory": {"guest": "64Mi"}}, "schedulerName": "custom", "priorityClassName": "high", "dnsPolicy": "None", "dnsConfig": {"nameservers": ["1.1.1.1"]}});
+        let spec = launcher_pod(&vmi("Pending", placed)).spec.unwrap();
+        assert_eq!(
+            (spec.scheduler_name.as_deref(), spec.priority_class_name.as_deref()),
+            (Some("custom"), Some("high"))
+        );
+        assert_eq!(spec.dns_config.unwrap().nameservers.unwrap(), vec!["1.1.1.1".to_string()]);
         // Long names fit a label value.
         let mut long = vmi("Pending", plain());
         long.metadata.name = Some("a".repeat(80));
