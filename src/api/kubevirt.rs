@@ -137,7 +137,7 @@ pub struct Devices {
 /// A disk: its name, and how it is attached (`disk`, `cdrom`, `lun`), each with a `bus`.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true), transform = schema::no_defaults)]
 pub struct Disk {
     #[serde(default)]
     pub name: String,
@@ -176,7 +176,7 @@ pub struct Marker {
 /// A network interface of the guest and how it binds to its network.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true), transform = schema::no_defaults)]
 pub struct Interface {
     #[serde(default)]
     pub name: String,
@@ -200,7 +200,7 @@ pub struct Interface {
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true), transform = schema::no_defaults)]
 pub struct Binding {
     #[serde(default)]
     pub name: String,
@@ -212,7 +212,7 @@ pub struct Binding {
 /// A network the VMI connects to: the pod network, or a Multus network by name.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true), transform = schema::no_defaults)]
 pub struct Network {
     #[serde(default)]
     pub name: String,
@@ -238,7 +238,7 @@ pub struct PodNetwork {
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true), transform = schema::no_defaults)]
 pub struct MultusNetwork {
     #[serde(default)]
     pub network_name: String,
@@ -252,7 +252,7 @@ pub struct MultusNetwork {
 /// A volume: its name and one source.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true), transform = schema::no_defaults)]
 pub struct Volume {
     #[serde(default)]
     pub name: String,
@@ -275,7 +275,7 @@ pub struct Volume {
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true), transform = schema::no_defaults)]
 pub struct ContainerDisk {
     #[serde(default)]
     pub image: String,
@@ -307,7 +307,7 @@ pub struct CloudInit {
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true), transform = schema::no_defaults)]
 pub struct ClaimSource {
     #[serde(default)]
     pub claim_name: String,
@@ -320,7 +320,7 @@ pub struct ClaimSource {
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true), transform = schema::no_defaults)]
 pub struct NamedSource {
     #[serde(default)]
     pub name: String,
@@ -331,7 +331,7 @@ pub struct NamedSource {
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true), transform = schema::no_defaults)]
 pub struct EmptyDisk {
     #[serde(default)]
     #[schemars(schema_with = "schema::template_type::<Quantity>")]

@@ -108,6 +108,18 @@ pub fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// Drops the `default` that `#[serde(default)]` puts on each property: the Rust types decode
+/// leniently, but the API server must not fill in (and a CRD may not carry) empty defaults.
+pub fn no_defaults(schema: &mut Schema) {
+    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        for prop in props.values_mut() {
+            if let Some(p) = prop.as_object_mut() {
+                p.remove("default");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
