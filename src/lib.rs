@@ -1,5 +1,5 @@
 //! kwok-pools: typed pools of simulated Nodes and Pods in a real Kubernetes cluster, and the
-//! lifecycle simulator that makes them behave like real ones.
+//! lifecycle simulator that makes them behave like real ones (and plays KubeVirt for VMIs).
 
 pub mod admission;
 pub mod api;
