@@ -6,7 +6,11 @@ pub mod run;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "kwok-pools", version, about = "Typed pools of simulated Nodes, Pods and KubeVirt VMIs in a real Kubernetes cluster")]
+#[command(
+    name = "kwok-pools",
+    version,
+    about = "Typed pools of simulated Nodes, Pods and KubeVirt VMIs in a real Kubernetes cluster"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
