@@ -221,6 +221,23 @@ pub fn machine() -> String {
 }
 
 /// Prints the CPU split as a line of the report.
+/// Applies the NodePool `name` and waits (printing progress) until `nodes` of it are Ready;
+/// false when they are not within five minutes.
+pub async fn nodes_ready(client: &kube::Client, name: &str, pool: serde_json::Value, nodes: u32) -> bool {
+    let api = kube::Api::<kwok_pools::api::NodePool>::all(client.clone());
+    let pp = kube::api::PatchParams::apply("bench").force();
+    if let Err(e) = api.patch(name, &pp, &kube::api::Patch::Apply(pool)).await {
+        println!("  applying NodePool {name} failed: {e}");
+        return false;
+    }
+    let ready = wait_until("nodes Ready", Duration::from_secs(300), || async {
+        let r = api.get(name).await.ok().and_then(|p| p.status).map_or(0, |s| s.ready_replicas);
+        if r as u32 >= nodes { Ok(()) } else { Err(format!("{r} Ready")) }
+    })
+    .await;
+    ready.is_some()
+}
+
 /// Prints the API writes per object (`noun`) by resource, and the operator's share.
 pub fn report_writes(noun: &str, writes: &BTreeMap<String, f64>, op_writes: f64, objects: u32) {
     let n = f64::from(objects.max(1));

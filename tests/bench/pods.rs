@@ -6,7 +6,7 @@ use super::harness::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kwok_pools::api::{NodePool, PodPool};
+use kwok_pools::api::PodPool;
 use std::time::Duration;
 
 const NS: &str = "default";
@@ -95,19 +95,7 @@ pub async fn run(nodes: u32, pods: u32, kinds: &[&str]) {
     let op = Operator::start(&bench, &["--pod-termination-delay", "0s"]).await;
     let client = bench.client.clone();
     let pp = PatchParams::apply("bench").force();
-    Api::<NodePool>::all(client.clone()).patch("bench-pod-nodes", &pp, &Patch::Apply(node_pool(nodes))).await.unwrap();
-    let ok = wait_until("nodes Ready", Duration::from_secs(300), || async {
-        let r = Api::<NodePool>::all(client.clone())
-            .get("bench-pod-nodes")
-            .await
-            .ok()
-            .and_then(|p| p.status)
-            .map(|s| s.ready_replicas)
-            .unwrap_or(0);
-        if r as u32 >= nodes { Ok(()) } else { Err(format!("{r} Ready")) }
-    })
-    .await;
-    if ok.is_none() {
+    if !nodes_ready(&client, "bench-pod-nodes", node_pool(nodes), nodes).await {
         return;
     }
     // Let node IPAM and the first heartbeats settle before measuring.

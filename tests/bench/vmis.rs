@@ -5,7 +5,7 @@
 use super::harness::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kwok_pools::api::{NodePool, VMIPool};
+use kwok_pools::api::VMIPool;
 use std::time::Duration;
 
 const NS: &str = "default";
@@ -58,18 +58,7 @@ pub async fn run(nodes: u32, vmis: u32) {
     let op = Operator::start(&bench, &["--pod-termination-delay", "0s"]).await;
     let client = bench.client.clone();
     let pp = PatchParams::apply("bench").force();
-    Api::<NodePool>::all(client.clone()).patch("bench-vmi-nodes", &pp, &Patch::Apply(node_pool(nodes))).await.unwrap();
-    let ok = wait_until("nodes Ready", Duration::from_secs(300), || async {
-        let r = Api::<NodePool>::all(client.clone())
-            .get("bench-vmi-nodes")
-            .await
-            .ok()
-            .and_then(|p| p.status)
-            .map_or(0, |s| s.ready_replicas);
-        if r as u32 >= nodes { Ok(()) } else { Err(format!("{r} Ready")) }
-    })
-    .await;
-    if ok.is_none() {
+    if !nodes_ready(&client, "bench-vmi-nodes", node_pool(nodes), nodes).await {
         return;
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
