@@ -9,8 +9,11 @@ use crate::informer::{Change, Informers};
 use crate::ipam::HostAllocator;
 use crate::kinds::{self, Visitor};
 use crate::kubelet::node::{self as node_status, NodeDefaults};
+use crate::leader::{Leader, LeaderConfig};
 use crate::pool::reconcile::PoolContext;
 use crate::pool::{PoolKind, Shared};
+use crate::shard::Shard;
+use crate::shard::membership::{self, MembershipConfig};
 use crate::simulator::lifecycle::{self, Lifecycles};
 use crate::simulator::manage::Manage;
 use crate::simulator::nodes::{NodeSimConfig, NodeSimulator};
@@ -69,7 +72,26 @@ pub struct OperatorConfig {
     pub vmi_selector: crate::simulator::selector::Selector,
     /// The admission webhook (with the controllers only).
     pub webhook: Option<crate::admission::WebhookConfig>,
+    /// This replica's name in the leader election and the simulator shard.
+    pub identity: String,
+    /// Where the leader and membership Leases live.
+    pub lease_namespace: String,
+    /// Elect one leader among the replicas of this instance to run the pool controllers
+    /// (`None`: this process runs them unconditionally).
+    pub leader_lease_duration: Option<Duration>,
+    /// Shard the simulator among the replicas of this instance (`None`: simulate every managed
+    /// node).
+    pub shard: Option<ShardSettings>,
 }
+
+#[derive(Clone, Debug)]
+pub struct ShardSettings {
+    pub lease_duration: Duration,
+    pub handover: Duration,
+}
+
+/// Work only the leader does, named for the supervisor.
+type LeaderWork = crate::leader::Work;
 
 /// Waits for a store to sync, printing progress every few seconds.
 async fn wait_synced<K>(what: &str, store: &kube::runtime::reflector::Store<K>) -> anyhow::Result<()>
@@ -109,7 +131,8 @@ struct Wiring<'a> {
     metrics: Arc<Metrics>,
     writes: Arc<Semaphore>,
     pool_watch: watcher::Config,
-    tasks: &'a mut JoinSet<String>,
+    /// The controllers, started once this replica leads.
+    leader_work: Vec<LeaderWork>,
     /// The pools of every kind, for the webhook's cross-pool rules.
     peers: Peers,
     /// Stores the operator waits for before it says ready.
@@ -133,35 +156,36 @@ impl Visitor for Wiring<'_> {
         let env = P::env(shared);
         let config = self.config.clone();
         let kind = P::kind(&()).into_owned();
+        let events = Arc::new(crate::pool::events::Events::new(shared.client.clone(), &config.identity));
         let start = move |children: Arc<crate::informer::Informer<P::Stored>>| {
             let changes = children.subscribe();
             let mut ctx = PoolContext::<P>::new(client.clone(), children.store(), pools.store(), env, metrics);
             ctx.writes = writes;
             ctx.max_in_flight_per_pool = config.max_writes_per_pool;
             ctx.max_creates = config.max_creates_per_round;
+            ctx.events = Some(events.clone());
             controllers::run(Api::<P>::all(client), watch, changes, Arc::new(ctx))
         };
         match P::CHILD_CRD {
             None => {
                 let children = P::children(&informers);
                 self.syncs.push(sync_wait(P::NOUN.to_string() + "s", children.store()));
-                let run = start(children);
-                self.tasks.spawn(async move {
-                    run.await;
+                self.leader_work.push(Box::pin(async move {
+                    start(children).await;
                     format!("{kind} controller")
-                });
+                }));
             }
             // A child kind that may not be installed: never holds up readiness or the other
             // kinds; the controller starts when the CRD appears.
             Some(crd) => {
                 let pools_store = crate::informer::shared::pools::<P>(&informers).store();
                 let client = shared.client.clone();
-                self.tasks.spawn(async move {
+                self.leader_work.push(Box::pin(async move {
                     controllers::await_child_crd::<P>(&client, crd, &pools_store, Duration::from_secs(10)).await;
                     tracing::info!(kind, crd = crd.name, "child CRD installed; starting the controller");
                     start(P::children(&informers)).await;
                     format!("{kind} controller")
-                });
+                }));
             }
         }
     }
@@ -189,8 +213,10 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         })),
     };
     let mut tasks = JoinSet::new();
-    let (peers, syncs) = wire_kinds(&config, &shared, &metrics, &mut tasks);
-    let simulator = config.simulate.then(|| wire_simulator(&config, &shared, &metrics));
+    let mut cleanup: Vec<Cleanup> = Vec::new();
+    let (peers, syncs, leader_work) = wire_kinds(&config, &shared, &metrics);
+    let shard = join_shard(&config, &client, &metrics, &mut tasks, &mut cleanup);
+    let simulator = config.simulate.then(|| wire_simulator(&config, &shared, &metrics, &shard));
     shared.informers.start_all();
     for wait in syncs {
         wait.await?;
@@ -199,28 +225,103 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         let sim = start.await?;
         let writes = sim.writes.clone();
         sim.spawn_into(&mut tasks);
-        let (config, informers, metrics) = (config.clone(), shared.informers.clone(), metrics.clone());
+        let (config, informers, metrics, shard) =
+            (config.clone(), shared.informers.clone(), metrics.clone(), shard.clone());
         tasks.spawn(async move {
-            run_vmi_simulator(&config, &informers, metrics, writes).await;
+            run_vmi_simulator(&config, &informers, metrics, writes, shard).await;
             "VMI simulator".to_string()
         });
     }
-    if let (true, Some(webhook)) = (config.controllers, config.webhook.clone()) {
-        crate::admission::start(client.clone(), webhook, peers, metrics.clone()).await?;
+    if config.controllers {
+        let registration = match config.webhook.clone() {
+            Some(webhook) => Some(crate::admission::start(client.clone(), webhook, peers, metrics.clone()).await?.1),
+            None => None,
+        };
+        let registered = Arc::new(AtomicBool::new(false));
+        let election = leader_config(&config);
+        let leader = match &election {
+            Some(c) => Some(Leader::join(client.clone(), c.clone()).await?),
+            None => None,
+        };
+        if let Some(l) = &leader {
+            let handle = l.release_handle();
+            cleanup.push(Box::pin(async move { handle.release().await }));
+        }
+        tasks.spawn(crate::leader::lead(leader, registration, leader_work, metrics.clone(), registered.clone()));
+        await_leader_known(&client, election.as_ref(), &registered).await;
     }
     ready.store(true, Ordering::Relaxed);
-    tracing::info!(controllers = config.controllers, simulate = config.simulate, "kwok-pools running");
-    supervise(tasks).await
+    tracing::info!(controllers = config.controllers, simulate = config.simulate, identity = %config.identity, "kwok-pools running");
+    supervise(tasks, cleanup).await
+}
+
+/// Something to do on a clean shutdown (give the lead up, leave the shard).
+type Cleanup = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+fn leader_config(config: &OperatorConfig) -> Option<LeaderConfig> {
+    config.leader_lease_duration.map(|duration| LeaderConfig {
+        namespace: config.lease_namespace.clone(),
+        lease: format!("{}-leader", config.instance),
+        identity: config.identity.clone(),
+        duration,
+    })
+}
+
+/// Joins the simulator shard (membership Lease and loop), or simulates everything.
+fn join_shard(
+    config: &OperatorConfig,
+    client: &Client,
+    metrics: &Arc<Metrics>,
+    tasks: &mut JoinSet<String>,
+    cleanup: &mut Vec<Cleanup>,
+) -> Shard {
+    let (true, Some(settings)) = (config.simulate, &config.shard) else { return Shard::whole() };
+    let mc = MembershipConfig {
+        namespace: config.lease_namespace.clone(),
+        instance: config.instance.clone(),
+        identity: config.identity.clone(),
+        duration: settings.lease_duration,
+        handover: settings.handover,
+    };
+    let (shard, member) = membership::membership(client.clone(), mc.clone(), metrics.clone());
+    tasks.spawn(async move {
+        member.run().await;
+        "simulator shard membership".to_string()
+    });
+    let client = client.clone();
+    cleanup.push(Box::pin(async move { membership::leave(client, &mc).await }));
+    shard
+}
+
+/// Ready once the webhook is registered by this replica as leader, or another replica is
+/// known to lead (this one stands by).
+async fn await_leader_known(client: &Client, election: Option<&LeaderConfig>, registered: &AtomicBool) {
+    let start = Instant::now();
+    let mut told = Instant::now();
+    loop {
+        if registered.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(c) = election
+            && crate::leader::held_by_other(client, c).await
+        {
+            return;
+        }
+        if told.elapsed() > Duration::from_secs(5) {
+            told = Instant::now();
+            tracing::info!(waited = ?start.elapsed(), "waiting to learn who leads (the leader Lease expires if its holder died)");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Wires every registered kind: its pools informer, and (with the controllers) its
-/// controller on its child informer.
+/// controller on its child informer, to start once this replica leads.
 fn wire_kinds(
     config: &OperatorConfig,
     shared: &Shared,
     metrics: &Arc<Metrics>,
-    tasks: &mut JoinSet<String>,
-) -> (Peers, Vec<SyncWait>) {
+) -> (Peers, Vec<SyncWait>, Vec<LeaderWork>) {
     let pool_watch = match &config.pool_selector {
         Some(s) => watcher::Config::default().labels(s),
         None => watcher::Config::default(),
@@ -231,14 +332,14 @@ fn wire_kinds(
         metrics: metrics.clone(),
         writes: Arc::new(Semaphore::new(config.max_writes_in_flight)),
         pool_watch,
-        tasks,
+        leader_work: Vec::new(),
         peers: Peers::default(),
         syncs: Vec::new(),
     };
     if config.controllers || config.simulate {
         kinds::visit_all(&mut wiring);
     }
-    (wiring.peers, wiring.syncs)
+    (wiring.peers, wiring.syncs, wiring.leader_work)
 }
 
 /// The simulator, wired before the informers start (so it sees their first lists) and
@@ -271,6 +372,7 @@ fn wire_simulator(
     config: &OperatorConfig,
     shared: &Shared,
     metrics: &Arc<Metrics>,
+    shard: &Shard,
 ) -> impl Future<Output = anyhow::Result<Simulator>> + use<> {
     use crate::informer::shared::{leases, nodes, pods, pools};
     let informers = &shared.informers;
@@ -299,6 +401,8 @@ fn wire_simulator(
         metrics: metrics.clone(),
         writes: writes.clone(),
         lifecycles: lifecycles.clone(),
+        shard: shard.clone(),
+        identity: config.shard.as_ref().map(|_| config.identity.clone()),
     };
     let pod_sim = PodSimulator {
         client: shared.client.clone(),
@@ -307,6 +411,7 @@ fn wire_simulator(
         pods: pods.store(),
         metrics: metrics.clone(),
         writes,
+        shard: shard.clone(),
     };
     let addresses = shared.addresses.clone();
     async move {
@@ -339,6 +444,7 @@ async fn run_vmi_simulator(
     informers: &Arc<Informers>,
     metrics: Arc<Metrics>,
     sim_writes: Arc<Semaphore>,
+    shard: Shard,
 ) {
     use crate::simulator::vmis::{KubevirtRole, VmiSimulator};
     let client = informers.client().clone();
@@ -398,6 +504,7 @@ async fn run_vmi_simulator(
         vmis: vmis.store(),
         metrics,
         writes: sim_writes,
+        shard,
     };
     sim.run(vmi_changes, pod_changes).await;
 }
@@ -410,10 +517,11 @@ async fn impersonating(user: &str) -> anyhow::Result<Client> {
 }
 
 /// Runs until a signal, or until a long-running task ends: a task that stops or dies is
-/// logged and the process exits non-zero rather than looking healthy.
-async fn supervise(mut tasks: JoinSet<String>) -> anyhow::Result<()> {
+/// logged and the process exits non-zero rather than looking healthy. On a signal the lead is
+/// given up and the shard left, so the other replicas take over at once.
+async fn supervise(mut tasks: JoinSet<String>, cleanup: Vec<Cleanup>) -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
+    let outcome = tokio::select! {
         _ = tokio::signal::ctrl_c() => {
             tracing::info!("interrupted; shutting down");
             Ok(())
@@ -423,8 +531,12 @@ async fn supervise(mut tasks: JoinSet<String>) -> anyhow::Result<()> {
             Ok(())
         }
         Some(done) = tasks.join_next() => match done {
-            Ok(name) => anyhow::bail!("the {name} stopped; exiting so that a supervisor restarts the operator"),
-            Err(e) => anyhow::bail!("a task failed: {e}; exiting so that a supervisor restarts the operator"),
+            Ok(name) => Err(anyhow::anyhow!("the {name} stopped; exiting so that a supervisor restarts the operator")),
+            Err(e) => Err(anyhow::anyhow!("a task failed: {e}; exiting so that a supervisor restarts the operator")),
         },
-    }
+    };
+    // Stop simulating and reconciling before handing over.
+    tasks.abort_all();
+    let _ = tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(cleanup)).await;
+    outcome
 }

@@ -112,12 +112,34 @@ pub fn router(peers: review::Peers, client: Option<kube::Client>, metrics: Arc<M
 
 /// Starts the TLS server in the background and registers the webhook configuration.
 /// Returns the bound address.
+/// The webhook configurations to register: only the leader writes them.
+pub struct Registration {
+    client: kube::Client,
+    name: String,
+    vwc: k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+    mwc: k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
+}
+
+impl Registration {
+    pub async fn apply(self) -> anyhow::Result<()> {
+        register::register(self.client, &self.vwc, &self.mwc).await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot register the webhook configurations {}: {e}; the operator needs create/patch on validatingwebhookconfigurations and mutatingwebhookconfigurations (or run with --no-webhook)",
+                self.name
+            )
+        })?;
+        tracing::info!(configuration = %self.name, "admission webhook registered");
+        Ok(())
+    }
+}
+
+/// Serves the webhook (every replica does) and returns what to register (the leader does).
 pub async fn start(
     client: kube::Client,
     config: WebhookConfig,
     peers: review::Peers,
     metrics: Arc<Metrics>,
-) -> anyhow::Result<SocketAddr> {
+) -> anyhow::Result<(SocketAddr, Registration)> {
     let listener = std::net::TcpListener::bind(config.addr).map_err(|e| {
         anyhow::anyhow!("cannot listen on {} for the webhook: {e}; choose another --webhook-addr", config.addr)
     })?;
@@ -150,12 +172,6 @@ pub async fn start(
     let vwc =
         register::configuration(&config.configuration_name, &endpoint, &cert.ca_pem, config.object_selector.clone());
     let mwc = register::mutating_configuration(&vwc);
-    register::register(client, &vwc, &mwc).await.map_err(|e| {
-        anyhow::anyhow!(
-            "cannot register the webhook configurations {}: {e}; the operator needs create/patch on validatingwebhookconfigurations and mutatingwebhookconfigurations (or run with --no-webhook)",
-            config.configuration_name
-        )
-    })?;
     tracing::info!(%bound, configuration = %config.configuration_name, ?endpoint, "admission webhook serving");
-    Ok(bound)
+    Ok((bound, Registration { client, name: config.configuration_name.clone(), vwc, mwc }))
 }

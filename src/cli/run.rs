@@ -4,7 +4,7 @@ use super::cluster::parse_duration;
 use crate::admission::WebhookConfig;
 use crate::admission::register::Endpoint;
 use crate::kubelet::node::NodeDefaults;
-use crate::operator::OperatorConfig;
+use crate::operator::{OperatorConfig, ShardSettings};
 use crate::simulator::manage::Manage;
 use crate::simulator::selector::Selector;
 use crate::simulator::vmis::KubevirtRole;
@@ -108,6 +108,34 @@ pub struct RunArgs {
     #[arg(long, default_value = "kwok-pools")]
     pub instance: String,
 
+    /// This replica's name in the leader election and the simulator shard (default: the pod
+    /// name, else host name and process id).
+    #[arg(long, env = "KWOK_POOLS_IDENTITY")]
+    pub identity: Option<String>,
+    /// The namespace of the leader and shard membership Leases (default: the pod's namespace,
+    /// else kube-system).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// Run the pool controllers without electing a leader (only when one operator of this
+    /// instance runs).
+    #[arg(long)]
+    pub no_leader_elect: bool,
+    /// How long the leader Lease holds without renewal: a standby takes over within it.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub leader_lease_duration: Duration,
+    /// Simulate every managed node in this process, without sharing the work with other
+    /// replicas of this instance.
+    #[arg(long)]
+    pub no_shard: bool,
+    /// How long a simulator's membership Lease holds without renewal: a dead replica's nodes
+    /// are taken over within it (keep it well under the node lease duration).
+    #[arg(long, default_value = "12s", value_parser = parse_duration)]
+    pub shard_lease_duration: Duration,
+    /// How long a replica waits before it takes nodes over, so their previous simulator has
+    /// let go.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub shard_handover: Duration,
+
     /// Where /metrics, /healthz and /readyz are served.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub metrics_addr: SocketAddr,
@@ -197,6 +225,41 @@ impl RunArgs {
                 None => Selector::default(),
             },
             webhook: self.webhook()?,
+            identity: self.identity.clone().unwrap_or_else(default_identity),
+            lease_namespace: self.lease_namespace.clone().unwrap_or_else(|| "kube-system".into()),
+            leader_lease_duration: (!self.no_leader_elect)
+                .then_some(self.leader_lease_duration.max(Duration::from_secs(3))),
+            shard: self.shard()?,
         })
     }
+
+    fn shard(&self) -> Result<Option<ShardSettings>, String> {
+        if self.no_shard {
+            return Ok(None);
+        }
+        let node_lease = Duration::from_secs(self.node_lease_duration_seconds);
+        if self.shard_lease_duration + self.shard_handover >= node_lease {
+            return Err(format!(
+                "--shard-lease-duration ({:?}) plus --shard-handover ({:?}) must stay under the node lease duration ({node_lease:?}): a dead replica's nodes would go NotReady before they are taken over",
+                self.shard_lease_duration, self.shard_handover
+            ));
+        }
+        Ok(Some(ShardSettings {
+            lease_duration: self.shard_lease_duration.max(Duration::from_secs(3)),
+            handover: self.shard_handover,
+        }))
+    }
+}
+
+/// The pod name in a cluster (POD_NAME, or the host name a pod gets), with the process id
+/// outside one, so two processes on one machine never share a name.
+fn default_identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.is_empty()
+    {
+        return pod;
+    }
+    let host =
+        nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "kwok-pools".into());
+    format!("{host}-{}", std::process::id())
 }

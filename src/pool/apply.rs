@@ -6,6 +6,7 @@ use super::status::Problem;
 use super::{PoolKind, Write, refusal};
 use crate::api::conventions::FIELD_MANAGER;
 use crate::api::conventions::child_name;
+use crate::telemetry::metrics::PoolLabels;
 use futures::StreamExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
@@ -139,7 +140,12 @@ where
 
 /// Runs one operation (holding a permit of the shared write budget) and reports each write:
 /// counted in the metrics, with its error and the API server's refusal at manifest paths.
-async fn run_op<P: PoolKind>(api: Api<P::Child>, op: Op<P::Child>, ctx: &PoolContext<P>) -> Vec<WriteResult> {
+async fn run_op<P: PoolKind>(
+    api: Api<P::Child>,
+    op: Op<P::Child>,
+    ctx: &PoolContext<P>,
+    pool: &PoolLabels,
+) -> Vec<WriteResult> {
     let _permit = ctx.writes.acquire().await.ok();
     let done = match op {
         Op::Create(name, child) => {
@@ -156,6 +162,7 @@ async fn run_op<P: PoolKind>(api: Api<P::Child>, op: Op<P::Child>, ctx: &PoolCon
     done.into_iter()
         .map(|(verb, name, result)| {
             ctx.metrics.write(&resource, verb, result.is_ok());
+            ctx.metrics.child_write(pool, verb, result.is_ok());
             let refused = match &result {
                 Err(kube::Error::Api(s)) if refusal::is_refusal(s) => refusal::messages(s, P::TEMPLATE_PATH, &name),
                 _ => vec![],
@@ -197,8 +204,13 @@ pub async fn execute<P: PoolKind>(
         return outcome;
     }
     let api: Api<P::Child> = P::child_api(ctx.client.clone(), pool);
+    let labels = PoolLabels {
+        kind: P::kind(&()).into_owned(),
+        namespace: pool.namespace().unwrap_or_default(),
+        name: pool.name_any(),
+    };
     let results: Vec<Vec<WriteResult>> = futures::stream::iter(ops)
-        .map(|op| run_op(api.clone(), op, ctx))
+        .map(|op| run_op(api.clone(), op, ctx, &labels))
         .buffer_unordered(ctx.max_in_flight_per_pool)
         .collect()
         .await;

@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod dry_run;
+pub mod events;
 pub mod expectations;
 #[cfg(test)]
 pub mod fixtures;

@@ -41,6 +41,8 @@ pub struct PoolContext<P: PoolKind> {
     pub expectations: Expectations,
     /// Consecutive failed rounds per pool (by UID), for the retry delay.
     pub backoff: Backoffs<String>,
+    /// Kubernetes Events on pools (none in tests that do not ask for them).
+    pub events: Option<Arc<crate::pool::events::Events>>,
 }
 
 impl<P: PoolKind> PoolContext<P> {
@@ -62,6 +64,7 @@ impl<P: PoolKind> PoolContext<P> {
             max_creates: 500,
             expectations: Expectations::default(),
             backoff: Backoffs::new(Duration::from_secs(300)),
+            events: None,
         }
     }
 }
@@ -369,6 +372,10 @@ async fn still_there<P: PoolKind>(pool: &P, ctx: &PoolContext<P>) -> bool {
 async fn write_status<P: PoolKind>(pool: &P, ctx: &PoolContext<P>, status: PoolStatus) -> Result<(), Error> {
     if pool.pool_status() == Some(&status) {
         return Ok(());
+    }
+    if let Some(events) = &ctx.events {
+        let changes = crate::pool::events::changes(pool.pool_status(), &status);
+        events.emit(pool.object_ref(&()), pool.meta().uid.as_deref().unwrap_or_default(), changes);
     }
     let api = P::pool_api(ctx.client.clone(), pool);
     let patch = serde_json::json!({ "status": status });

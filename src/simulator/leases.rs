@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Resource};
+use kube::{Api, ResourceExt};
 
 pub use crate::informer::shared::LEASE_NAMESPACE;
 
@@ -39,12 +39,17 @@ pub fn lease(node_name: &str, node_uid: &str, duration_secs: i32, now: MicroTime
     }
 }
 
-/// Renews (or creates) the lease of a node: one write in the steady state.
+/// On a node Lease: the simulator replica that renews it (sharded simulators only).
+pub const SIMULATOR_ANNOTATION: &str = "kwok-pools.x-k8s.io/simulator";
+
+/// Renews (or creates) the lease of a node: one write in the steady state. A sharded replica
+/// names itself on the lease (`simulator`) when the lease names another.
 pub async fn renew(
     api: &Api<Lease>,
     store: &Store<Lease>,
     node: &Node,
     duration_secs: i32,
+    simulator: Option<&str>,
 ) -> Result<&'static str, kube::Error> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let uid = node.metadata.uid.clone().unwrap_or_default();
@@ -57,7 +62,12 @@ pub async fn renew(
         });
         let owned_by_node = existing.owner_references().iter().any(|o| o.uid == uid);
         if !owned_by_node && !uid.is_empty() {
-            patch["metadata"] = serde_json::json!({"ownerReferences": [owner(&name, &uid)]});
+            patch["metadata"]["ownerReferences"] = serde_json::json!([owner(&name, &uid)]);
+        }
+        if let Some(me) = simulator
+            && existing.annotations().get(SIMULATOR_ANNOTATION).map(String::as_str) != Some(me)
+        {
+            patch["metadata"]["annotations"] = serde_json::json!({ SIMULATOR_ANNOTATION: me });
         }
         match api.patch(&name, &pp, &Patch::Merge(&patch)).await {
             Ok(_) => return Ok("renew"),
@@ -66,27 +76,24 @@ pub async fn renew(
         }
     }
     let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-    match api.create(&pp, &lease(&name, &uid, duration_secs, now.clone())).await {
+    let mut fresh = lease(&name, &uid, duration_secs, now.clone());
+    if let Some(me) = simulator {
+        fresh.metadata.annotations = Some([(SIMULATOR_ANNOTATION.to_string(), me.to_string())].into());
+    }
+    match api.create(&pp, &fresh).await {
         Ok(_) => Ok("create"),
         Err(kube::Error::Api(s)) if s.code == 409 => {
             // Created meanwhile (by us before a restart, or the store lags): renew it.
-            let patch = serde_json::json!({
+            let mut patch = serde_json::json!({
                 "metadata": {"ownerReferences": [owner(&name, &uid)]},
                 "spec": {"holderIdentity": name, "leaseDurationSeconds": duration_secs, "renewTime": now}
             });
+            if let Some(me) = simulator {
+                patch["metadata"]["annotations"] = serde_json::json!({ SIMULATOR_ANNOTATION: me });
+            }
             let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
             api.patch(&name, &pp, &Patch::Merge(&patch)).await.map(|_| "renew")
         }
         Err(e) => Err(e),
-    }
-}
-
-trait OwnerRefs {
-    fn owner_references(&self) -> &[OwnerReference];
-}
-
-impl OwnerRefs for Lease {
-    fn owner_references(&self) -> &[OwnerReference] {
-        self.meta().owner_references.as_deref().unwrap_or_default()
     }
 }

@@ -12,6 +12,7 @@ use crate::api::conventions::FIELD_MANAGER;
 use crate::informer::Change;
 use crate::ipam::HostAllocator;
 use crate::kubelet::node::{self as node_status, NodeDefaults};
+use crate::shard::Shard;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
@@ -46,6 +47,10 @@ pub struct NodeSimulator {
     pub writes: Arc<Semaphore>,
     /// The pools' lifecycle knobs (flapping nodes).
     pub lifecycles: Lifecycles,
+    /// Which nodes are this replica's (all, unless the simulator is sharded).
+    pub shard: Shard,
+    /// Written on each node Lease this replica renews (`kwok-pools.x-k8s.io/simulator`).
+    pub identity: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -90,9 +95,11 @@ impl NodeSimulator {
     pub async fn run(self, mut changes: UnboundedReceiver<Change<Node>>) {
         let (done_tx, mut done_rx) = unbounded_channel::<Done>();
         let writes = Writes { permits: self.writes.clone(), done: done_tx };
+        let mut shard = self.shard.clone();
         let mut l = NodeLoop { sim: Arc::new(self), tracked: HashMap::new(), timers: Timers::default(), writes };
         loop {
             tokio::select! {
+                () = shard.changed() => l.on_shard_change(),
                 change = changes.recv() => match change {
                     Some(Change::Applied(node)) => l.on_node(&node),
                     Some(Change::Deleted(node)) => l.on_deleted(&node),
@@ -108,6 +115,17 @@ impl NodeSimulator {
 }
 
 impl NodeLoop {
+    /// The shard's view changed: every node is looked at again (nodes that left are dropped
+    /// at once; nodes that came get a lease renewal right away).
+    fn on_shard_change(&mut self) {
+        let nodes = self.sim.nodes.state();
+        let before = self.tracked.len();
+        for node in &nodes {
+            self.on_node(node);
+        }
+        tracing::info!(before, now = self.tracked.len(), "simulator shard changed: nodes of this replica");
+    }
+
     fn on_done(&mut self, done: Done) {
         match done {
             Done::Status { name } => {
@@ -153,7 +171,10 @@ impl NodeLoop {
     fn on_node(&mut self, node: &Arc<Node>) {
         let name = node.name_any();
         let (clash, range_full) = self.observe_addresses(node, &name);
-        if !self.sim.config.manage.manages(node) || node.metadata.deletion_timestamp.is_some() {
+        if !self.sim.config.manage.manages(node)
+            || node.metadata.deletion_timestamp.is_some()
+            || !self.sim.shard.owns(&name)
+        {
             self.untrack(&name);
             return;
         }
@@ -250,7 +271,8 @@ impl NodeLoop {
 async fn lease_write(this: Arc<NodeSimulator>, node: Arc<Node>, due: Instant) -> Done {
     let api: Api<Lease> = Api::namespaced(this.client.clone(), leases::LEASE_NAMESPACE);
     let secs = this.config.lease_duration.as_secs().max(1) as i32;
-    let result = leases::renew(&api, &this.leases, &node, secs).await;
+    let lateness = due.elapsed();
+    let result = leases::renew(&api, &this.leases, &node, secs, this.identity.as_deref()).await;
     let ok = result.is_ok();
     let verb = match &result {
         Ok(v) => *v,
@@ -263,6 +285,9 @@ async fn lease_write(this: Arc<NodeSimulator>, node: Arc<Node>, due: Instant) ->
     this.metrics.lease_renewals.get_or_create(&ResultLabels { result: if ok { "ok" } else { "error" }.into() }).inc();
     // Late: written more than a whole renewal interval after it was due, i.e. the lease
     // was older than half its duration (still valid, but the margin is being eaten).
+    if ok {
+        this.metrics.lease_lateness.observe(lateness.as_secs_f64());
+    }
     if ok && due.elapsed() > this.renew_interval() {
         this.metrics.late_lease_renewals.inc();
     }

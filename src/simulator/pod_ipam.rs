@@ -81,6 +81,11 @@ impl PodIpam {
         released
     }
 
+    /// The nodes with addresses on record.
+    pub fn nodes(&self) -> Vec<String> {
+        self.nodes.keys().cloned().collect()
+    }
+
     pub fn forget_node(&mut self, node: &str) {
         self.nodes.remove(node);
     }

@@ -13,6 +13,7 @@ use crate::api::conventions::FIELD_MANAGER;
 use crate::informer::Change;
 use crate::informer::pod::SlimPod;
 use crate::kubelet;
+use crate::shard::Shard;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -41,6 +42,8 @@ pub struct PodSimulator {
     pub pods: Store<SlimPod>,
     pub metrics: Arc<Metrics>,
     pub writes: Arc<Semaphore>,
+    /// Which nodes' pods are this replica's (all, unless the simulator is sharded).
+    pub shard: Shard,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -153,8 +156,10 @@ impl PodSimulator {
             recorder,
         };
         l.rebuild();
+        let mut shard = l.sim.shard.clone();
         loop {
             tokio::select! {
+                () = shard.changed() => l.on_shard_change(),
                 change = pods.recv() => match change {
                     Some(Change::Applied(pod)) => l.on_pod(&pod),
                     Some(Change::Deleted(pod)) => l.on_deleted(&pod),
@@ -215,8 +220,36 @@ impl Loop {
         tracing::info!(pods = self.sim.pods.len(), conflicts, "pod addresses rebuilt from the existing pods");
     }
 
+    /// The shard's view changed: pods of nodes that left are dropped (with their addresses);
+    /// the addresses of pods on nodes that came are read back before any pod gets one, then
+    /// those pods are looked at.
+    fn on_shard_change(&mut self) {
+        let pods = self.sim.pods.state();
+        for pod in &pods {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            if self.tracked.contains_key(&uid) && self.managed_node(pod).is_none() {
+                self.untrack(pod, &uid);
+            }
+        }
+        for node in self.ipam.nodes() {
+            if !self.sim.shard.owns(&node) {
+                self.ipam.forget_node(&node);
+            }
+        }
+        self.rebuild();
+        for pod in &pods {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            if !self.tracked.contains_key(&uid) && self.managed_node(pod).is_some() {
+                self.on_pod(pod);
+            }
+        }
+    }
+
     fn managed_node(&self, pod: &SlimPod) -> Option<Arc<Node>> {
         let name = pod.node_name.as_ref()?;
+        if !self.sim.shard.owns(name) {
+            return None;
+        }
         let node = self.sim.nodes.get(&ObjectRef::new(name))?;
         self.sim.config.manage.manages(&node).then_some(node)
     }

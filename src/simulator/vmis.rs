@@ -12,6 +12,7 @@ use crate::api::conventions::FIELD_MANAGER;
 use crate::api::kubevirt::VirtualMachineInstance;
 use crate::informer::Change;
 use crate::informer::pod::SlimPod;
+use crate::shard::Shard;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -47,6 +48,9 @@ pub struct VmiSimulator {
     pub vmis: Store<VirtualMachineInstance>,
     pub metrics: Arc<Metrics>,
     pub writes: Arc<Semaphore>,
+    /// Which VMIs are this replica's: those on its nodes, and (before they have one) those
+    /// whose own key is its (all, unless the simulator is sharded).
+    pub shard: Shard,
 }
 
 struct Done {
@@ -141,8 +145,14 @@ impl VmiSimulator {
         // before this one started), and again every half minute: no VMI waits on an event
         // that never comes.
         let mut resync = tokio::time::interval(RESYNC);
+        let mut shard = l.sim.shard.clone();
         loop {
             tokio::select! {
+                () = shard.changed() => {
+                    for vmi in l.sim.vmis.state() {
+                        l.look(&vmi);
+                    }
+                }
                 _ = resync.tick() => {
                     for vmi in l.sim.vmis.state() {
                         l.look(&vmi);
@@ -248,15 +258,20 @@ impl VmiLoop {
             return;
         }
         let pod = self.launcher(&uid);
-        if self.expected.get_mut(&uid).is_some_and(|e| e.pending(vmi, pod.as_deref())) {
-            return; // the stores do not show our last write yet; its event brings us back
-        }
         let controller = self.sim.role == KubevirtRole::Controller;
         let node = if controller {
             pod.as_ref().and_then(|p| p.node_name.clone())
         } else {
             vmi.status.as_ref().and_then(|s| s.node_name.clone())
         };
+        let shard_key =
+            node.clone().unwrap_or_else(|| Shard::vmi_key(&vmi.namespace().unwrap_or_default(), &vmi.name_any()));
+        if !self.sim.shard.owns(&shard_key) {
+            return; // another replica's
+        }
+        if self.expected.get_mut(&uid).is_some_and(|e| e.pending(vmi, pod.as_deref())) {
+            return; // the stores do not show our last write yet; its event brings us back
+        }
         let step = vmi_status::next_step(vmi, pod.as_deref(), controller, self.managed(node.as_deref()));
         if step == Step::Wait || !self.attempts.entry(uid.clone()).or_default().begin() {
             return;

@@ -67,6 +67,68 @@ pub struct Metrics {
     pub vmi_transitions: Family<ResultLabels, Counter>,
     pub admission_reviews: Family<AdmissionLabels, Counter>,
     pub injected: Family<EventLabels, Counter>,
+    /// Child writes per pool and verb (create, update, delete).
+    pub child_writes: Family<ChildWriteLabels, Counter>,
+    /// How late node lease renewals are written, after they were due.
+    pub lease_lateness: Histogram,
+    /// 1 while this replica runs the pool controllers (holds the leader Lease).
+    pub leader: Gauge,
+    /// Live members of the simulator shard (0: not sharded).
+    pub shard_members: Gauge,
+    /// Changes of the shard's membership this replica went through.
+    pub shard_handovers: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChildWriteLabels {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub verb: String,
+    pub result: String,
+}
+
+/// The operations metrics (leader, shard, per-pool writes, lease lateness), registered apart
+/// from the rest.
+struct Operations {
+    child_writes: Family<ChildWriteLabels, Counter>,
+    lease_lateness: Histogram,
+    leader: Gauge,
+    shard_members: Gauge,
+    shard_handovers: Counter,
+}
+
+fn register_operations(registry: &mut Registry) -> Operations {
+    let o = Operations {
+        child_writes: Family::default(),
+        // 10 ms .. ~82 s
+        lease_lateness: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+        leader: Gauge::default(),
+        shard_members: Gauge::default(),
+        shard_handovers: Counter::default(),
+    };
+    registry.register("pool_child_writes", "Writes of a pool's children by verb and result", o.child_writes.clone());
+    registry.register(
+        "simulator_lease_lateness_seconds",
+        "How long after it was due each node lease renewal was sent",
+        o.lease_lateness.clone(),
+    );
+    registry.register(
+        "leader",
+        "1 while this replica holds the leader Lease and runs the pool controllers",
+        o.leader.clone(),
+    );
+    registry.register(
+        "shard_members",
+        "Live members of the simulator shard (0 when not sharded)",
+        o.shard_members.clone(),
+    );
+    registry.register(
+        "shard_handovers",
+        "Membership changes of the simulator shard seen by this replica",
+        o.shard_handovers.clone(),
+    );
+    o
 }
 
 impl Default for Metrics {
@@ -116,7 +178,13 @@ impl Default for Metrics {
             "Faults the lifecycle knobs injected: pod_fail, pod_crash, node_not_ready",
             injected.clone(),
         );
+        let ops = register_operations(&mut registry);
         Self {
+            child_writes: ops.child_writes,
+            lease_lateness: ops.lease_lateness,
+            leader: ops.leader,
+            shard_members: ops.shard_members,
+            shard_handovers: ops.shard_handovers,
             registry,
             reconciles,
             reconcile_errors,
@@ -147,6 +215,18 @@ impl Metrics {
                 result: if ok { "ok" } else { "error" }.into(),
             })
             .inc();
+    }
+
+    /// Counts one write of a pool's child.
+    pub fn child_write(&self, pool: &PoolLabels, verb: &str, ok: bool) {
+        let labels = ChildWriteLabels {
+            kind: pool.kind.clone(),
+            namespace: pool.namespace.clone(),
+            name: pool.name.clone(),
+            verb: verb.into(),
+            result: if ok { "ok" } else { "error" }.into(),
+        };
+        self.child_writes.get_or_create(&labels).inc();
     }
 
     /// Starts timing a reconciliation; the time is recorded when the guard drops.

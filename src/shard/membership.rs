@@ -1,0 +1,247 @@
+//! The membership loop: renews this replica's membership Lease, watches the other members'
+//! Leases, and publishes which keys are ours. A view change is published in two steps: keys
+//! we lose go at once, keys we gain come `handover` later, by when their previous owner has
+//! let go. A replica that cannot renew its own Lease for two thirds of its duration stops
+//! simulating anything before the others may take its keys.
+
+use super::members::{self, Member};
+use super::view::{Ownership, Shard};
+use crate::api::conventions::FIELD_MANAGER;
+use crate::telemetry::metrics::Metrics;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Membership Leases carry this label, valued with the operator instance.
+pub const SHARD_LABEL: &str = "kwok-pools.x-k8s.io/shard-of";
+/// How many nodes the member simulates, refreshed with each renewal (for `kwok-pools status`).
+pub const NODES_ANNOTATION: &str = "kwok-pools.x-k8s.io/simulated-nodes";
+
+#[derive(Clone, Debug)]
+pub struct MembershipConfig {
+    pub namespace: String,
+    pub instance: String,
+    pub identity: String,
+    /// How long a member's Lease is valid after a renewal (renewed every third of it).
+    pub duration: Duration,
+    /// How long a replica waits before it takes keys it gained.
+    pub handover: Duration,
+}
+
+impl MembershipConfig {
+    pub fn lease_name(&self) -> String {
+        lease_name(&self.instance, &self.identity)
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.duration / 3
+    }
+
+    /// Past this without a renewal we may be taken for dead: simulate nothing.
+    fn fence_after(&self) -> Duration {
+        self.duration * 2 / 3
+    }
+}
+
+/// `<instance>-shard-<identity>`, as a valid object name.
+pub fn lease_name(instance: &str, identity: &str) -> String {
+    let raw = format!("{instance}-shard-{identity}").to_lowercase();
+    let clean: String =
+        raw.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' }).collect();
+    clean.trim_matches(|c: char| !c.is_ascii_alphanumeric()).chars().take(253).collect()
+}
+
+pub struct Membership {
+    client: Client,
+    config: MembershipConfig,
+    metrics: Arc<Metrics>,
+    tx: watch::Sender<Arc<Ownership>>,
+    /// The last view published in full (not handing over).
+    settled: Ownership,
+    /// When the current hand-over ends, if one is under way (and the view it ends in).
+    handing_over: Option<(Instant, Ownership)>,
+    /// When the last renewal that went through was sent.
+    renewed: Option<Instant>,
+    joined: bool,
+}
+
+/// Starts nothing yet: returns the simulators' handle and the loop to run.
+pub fn membership(client: Client, config: MembershipConfig, metrics: Arc<Metrics>) -> (Shard, Membership) {
+    let nothing = Ownership::nothing(&config.identity);
+    let (tx, rx) = watch::channel(Arc::new(nothing.clone()));
+    let m =
+        Membership { client, config, metrics, tx, settled: nothing, handing_over: None, renewed: None, joined: false };
+    (Shard::new(rx), m)
+}
+
+impl Membership {
+    /// Runs until the process ends.
+    pub async fn run(mut self) {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.namespace);
+        let (store, writer) = reflector::store();
+        let watch = watcher::Config::default().labels(&format!("{SHARD_LABEL}={}", self.config.instance));
+        let mut events = watcher(api.clone(), watch).default_backoff().reflect(writer).boxed();
+        let mut next_renewal = Instant::now();
+        tracing::info!(identity = %self.config.identity, lease = %self.config.lease_name(), namespace = %self.config.namespace, "joining the simulator shard");
+        loop {
+            if Instant::now() >= next_renewal {
+                let ok = self.renew(&api).await;
+                next_renewal = Instant::now() + if ok { self.config.renew_every() } else { Duration::from_secs(1) };
+            }
+            self.recompute(&store);
+            let wake = self.next_wake(&store, next_renewal);
+            tokio::select! {
+                event = events.next() => match event {
+                    Some(Err(e)) => tracing::warn!(error = %e, namespace = %self.config.namespace, "watching membership Leases failed (the operator needs list/watch on leases there); retrying"),
+                    Some(Ok(_)) => {}
+                    None => return,
+                },
+                () = tokio::time::sleep_until(wake.into()) => {}
+            }
+        }
+    }
+
+    async fn renew(&mut self, api: &Api<Lease>) -> bool {
+        let sent = Instant::now();
+        let now = MicroTime(Timestamp::now());
+        let name = self.config.lease_name();
+        let nodes = self.metrics.managed_nodes.get().to_string();
+        let mut patch = serde_json::json!({
+            "metadata": {
+                "labels": {SHARD_LABEL: self.config.instance},
+                "annotations": {NODES_ANNOTATION: nodes},
+            },
+            "spec": {
+                "holderIdentity": self.config.identity,
+                "leaseDurationSeconds": self.config.duration.as_secs().max(1),
+                "renewTime": now,
+            }
+        });
+        if !self.joined {
+            // (Re)joining: a fresh acquire time, so the others let this member settle first.
+            patch["spec"]["acquireTime"] = serde_json::json!(now);
+        }
+        let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let result = match api.patch(&name, &pp, &Patch::Merge(&patch)).await {
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        labels: Some([(SHARD_LABEL.to_string(), self.config.instance.clone())].into()),
+                        annotations: Some([(NODES_ANNOTATION.to_string(), nodes)].into()),
+                        ..Default::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some(self.config.identity.clone()),
+                        lease_duration_seconds: i32::try_from(self.config.duration.as_secs().max(1)).ok(),
+                        acquire_time: Some(now.clone()),
+                        renew_time: Some(now),
+                        ..Default::default()
+                    }),
+                };
+                let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+                api.create(&pp, &lease).await.map(|_| ())
+            }
+            other => other.map(|_| ()),
+        };
+        self.metrics.write("leases", "shard-renew", result.is_ok());
+        match result {
+            Ok(()) => {
+                self.joined = true;
+                self.renewed = Some(sent);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, lease = %name, namespace = %self.config.namespace, "renewing the membership Lease failed (the operator needs create/patch on leases there); retrying in 1s");
+                false
+            }
+        }
+    }
+
+    fn fenced(&self) -> bool {
+        self.renewed.is_none_or(|at| at.elapsed() > self.config.fence_after())
+    }
+
+    fn target(&self, store: &Store<Lease>) -> Ownership {
+        if self.fenced() {
+            return Ownership::nothing(&self.config.identity);
+        }
+        let all: Vec<Member> = store.state().iter().filter_map(|l| Member::from_lease(l)).collect();
+        let sharing = members::sharing(&all, Timestamp::now(), self.config.handover);
+        if !sharing.contains(&self.config.identity) {
+            return Ownership::nothing(&self.config.identity);
+        }
+        Ownership::settled(&self.config.identity, sharing)
+    }
+
+    /// Publishes the view the leases call for, in two steps when it changes.
+    fn recompute(&mut self, store: &Store<Lease>) {
+        let target = self.target(store);
+        let aiming_at = self.handing_over.as_ref().map_or(&self.settled, |(_, o)| o);
+        if !aiming_at.same_members(&target) {
+            let published = self.tx.borrow().clone();
+            let step = published.handing_over_to(&target);
+            tracing::info!(members = ?target.members(), "simulator shard changes; handing over");
+            self.metrics.shard_members.set(target.members().len() as i64);
+            self.metrics.shard_handovers.inc();
+            self.tx.send_replace(Arc::new(step));
+            self.handing_over = Some((Instant::now() + self.config.handover, target));
+        }
+        if let Some((until, _)) = &self.handing_over
+            && Instant::now() >= *until
+            && let Some((_, target)) = self.handing_over.take()
+        {
+            tracing::info!(members = ?target.members(), "simulator shard hand-over done");
+            self.settled = target.clone();
+            self.tx.send_replace(Arc::new(target));
+        }
+    }
+
+    fn next_wake(&self, store: &Store<Lease>, next_renewal: Instant) -> Instant {
+        let mut wake = next_renewal.min(Instant::now() + Duration::from_secs(1));
+        if let Some((until, _)) = &self.handing_over {
+            wake = wake.min(*until);
+        }
+        let all: Vec<Member> = store.state().iter().filter_map(|l| Member::from_lease(l)).collect();
+        let now = Timestamp::now();
+        if let Some(at) = members::next_change(&all, now, self.config.handover)
+            && let Ok(d) = Duration::try_from(at.duration_since(now))
+        {
+            wake = wake.min(Instant::now() + d);
+        }
+        if let Some(at) = self.renewed {
+            wake = wake.min(at + self.config.fence_after());
+        }
+        wake.max(Instant::now())
+    }
+}
+
+/// Leaves the shard: deletes this replica's membership Lease so the others take over now
+/// rather than when it expires.
+pub async fn leave(client: Client, config: &MembershipConfig) {
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    match api.delete(&config.lease_name(), &DeleteParams::default()).await {
+        Ok(_) => tracing::info!(lease = %config.lease_name(), "left the simulator shard"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not delete the membership Lease; the others take over when it expires")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lease_names_are_valid_object_names() {
+        assert_eq!(super::lease_name("kwok-pools", "Host_1:42"), "kwok-pools-shard-host-1-42");
+        let long = super::lease_name("a", &"x".repeat(400));
+        assert!(long.len() <= 253 && long.ends_with('x'));
+    }
+}
