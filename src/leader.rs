@@ -76,6 +76,8 @@ impl Leader {
     /// Waits until this replica leads, saying who does meanwhile.
     pub async fn acquired(&mut self) {
         let start = Instant::now();
+        // The first answer comes within a round trip; only then is there something to say.
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.state.changed()).await;
         loop {
             if *self.state.borrow_and_update() {
                 tracing::info!(identity = %self.config.identity, lease = %self.config.lease, waited = ?start.elapsed(), "leading: running the pool controllers");

@@ -10,6 +10,7 @@ async fn main() {
         Command::Cluster(cmd) => kwok_pools::cli::cluster::run(cmd).await,
         Command::Run(args) => run(args, true).await,
         Command::Simulate(args) => run(args, false).await,
+        Command::Status(args) => kwok_pools::cli::status::run(args).await,
         Command::Crd { kubevirt: false } => {
             print!("{}", kwok_pools::kinds::crds_yaml());
             Ok(())

@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod run;
+pub mod status;
 
 use clap::{Parser, Subcommand};
 
@@ -26,6 +27,9 @@ pub enum Command {
     Run(run::RunArgs),
     /// Run only the lifecycle simulator (no pool controllers).
     Simulate(run::RunArgs),
+    /// Show the pools (ready/desired, problems), the leader and which simulator replica
+    /// simulates how many nodes.
+    Status(status::StatusArgs),
     /// Print every CRD as YAML.
     Crd {
         /// Print KubeVirt's VirtualMachineInstance CRD instead (for clusters without KubeVirt).

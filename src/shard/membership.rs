@@ -94,6 +94,7 @@ impl Membership {
         loop {
             if Instant::now() >= next_renewal {
                 let ok = self.renew(&api).await;
+                self.collect_garbage(&api, &store).await;
                 next_renewal = Instant::now() + if ok { self.config.renew_every() } else { Duration::from_secs(1) };
             }
             self.recompute(&store);
@@ -162,6 +163,23 @@ impl Membership {
             Err(e) => {
                 tracing::warn!(error = %e, lease = %name, namespace = %self.config.namespace, "renewing the membership Lease failed (the operator needs create/patch on leases there); retrying in 1s");
                 false
+            }
+        }
+    }
+
+    /// Deletes membership Leases expired for long (replicas that died and never came back
+    /// under that name), so the list stays as long as the live members.
+    async fn collect_garbage(&self, api: &Api<Lease>, store: &Store<Lease>) {
+        let now = Timestamp::now();
+        for lease in store.state() {
+            let Some(m) = Member::from_lease(&lease) else { continue };
+            let dead_for = now.duration_since(m.renewed).as_secs();
+            let limit = (m.duration.as_secs() * 10).max(300);
+            if m.identity != self.config.identity && u64::try_from(dead_for).is_ok_and(|d| d > limit) {
+                let name = lease.metadata.name.clone().unwrap_or_default();
+                if api.delete(&name, &DeleteParams::default()).await.is_ok() {
+                    tracing::info!(lease = %name, member = %m.identity, "deleted the membership Lease of a replica gone for long");
+                }
             }
         }
     }

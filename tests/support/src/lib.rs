@@ -215,11 +215,13 @@ impl Operator {
             selector.clone(),
             "--metrics-addr".into(),
             format!("127.0.0.1:{}", self.metrics_port),
-            "--node-lease-duration-seconds".into(),
-            "20".into(),
             "--webhook-addr".into(),
             format!("127.0.0.1:{}", self.webhook_port),
         ];
+        if !self.extra.iter().any(|a| a == "--node-lease-duration-seconds") {
+            args.push("--node-lease-duration-seconds".into());
+            args.push("20".into());
+        }
         if !instance_given {
             args.push("--instance".into());
             args.push(self.scope.clone());
@@ -259,6 +261,20 @@ impl Operator {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Kills the operator with SIGKILL: no clean-up of its own (leases stay until they expire).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the operator again after [`Operator::kill`] or [`Operator::stop`].
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the operator still runs");
+        self.spawn();
     }
 
     pub fn restart(&mut self) {
