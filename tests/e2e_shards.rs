@@ -135,8 +135,9 @@ async fn three_simulators_share_the_nodes_and_take_over_a_killed_one() {
     watch_leases(client.clone(), format!("{pool}-"), record.clone());
     watch_nodes(client.clone(), format!("{pool}-"), record.clone());
 
-    // Pool controllers in one process; three simulators of one instance beside it. Leases of
-    // 40 s renewed every 10 s (as kubelets); a dead member is noticed within 4 s.
+    // Pool controllers in one process; three simulators of one instance beside it. Node leases
+    // of 30 s renewed every 7.5 s; a dead member is noticed within 6 s and its nodes taken a
+    // second later, well inside the test cluster's 20 s node grace period.
     let mut controllers = Operator::start(&scope, &["--no-simulator"]);
     controllers.wait_ready().await;
     let sim_flags = |id: &'static str| {

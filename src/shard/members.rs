@@ -31,36 +31,22 @@ impl Member {
         let Ok(d) = SignedDuration::try_from(self.duration) else { return false };
         self.renewed.checked_add(d).is_ok_and(|until| until > now)
     }
-
-    fn settled(&self, now: Timestamp, settle: Duration) -> bool {
-        let Ok(d) = SignedDuration::try_from(settle) else { return false };
-        self.acquired.checked_add(d).is_ok_and(|at| at <= now)
-    }
 }
 
-/// The members that share the work at `now`: those whose lease is live and has been held for
-/// `settle` (so every replica has seen it before it takes anything); if no live member has
-/// settled yet, nobody simulates anything, and all live ones count at once.
-pub fn sharing(members: &[Member], now: Timestamp, settle: Duration) -> Vec<String> {
-    let live: Vec<&Member> = members.iter().filter(|m| m.live(now)).collect();
-    let settled: Vec<&Member> = live.iter().copied().filter(|m| m.settled(now, settle)).collect();
-    let chosen = if settled.is_empty() { live } else { settled };
-    let mut names: Vec<String> = chosen.into_iter().map(|m| m.identity.clone()).collect();
+/// The members that share the work at `now`: those whose lease is live. (A member that just
+/// joined takes nothing until its hand-over ends, by when the others have seen it and let go:
+/// see `membership`.)
+pub fn sharing(members: &[Member], now: Timestamp) -> Vec<String> {
+    let mut names: Vec<String> = members.iter().filter(|m| m.live(now)).map(|m| m.identity.clone()).collect();
     names.sort();
     names.dedup();
     names
 }
 
-/// The next moment `sharing` can change without a lease changing (an expiry or a member
-/// settling), if any.
-pub fn next_change(members: &[Member], now: Timestamp, settle: Duration) -> Option<Timestamp> {
+/// The next moment `sharing` can change without a lease changing (an expiry), if any.
+pub fn next_change(members: &[Member], now: Timestamp) -> Option<Timestamp> {
     let after = |t: Timestamp, d: Duration| SignedDuration::try_from(d).ok().and_then(|d| t.checked_add(d).ok());
-    members
-        .iter()
-        .flat_map(|m| [after(m.renewed, m.duration), after(m.acquired, settle)])
-        .flatten()
-        .filter(|t| *t > now)
-        .min()
+    members.iter().filter_map(|m| after(m.renewed, m.duration)).filter(|t| *t > now).min()
 }
 
 #[cfg(test)]
@@ -75,27 +61,18 @@ mod tests {
         Member { identity: id.into(), acquired: t(acquired), renewed: t(renewed), duration: Duration::from_secs(10) }
     }
 
-    const SETTLE: Duration = Duration::from_secs(3);
-
     #[test]
     fn expired_members_drop_out() {
         let ms = [m("a", 0, 95), m("b", 0, 80)];
-        assert_eq!(sharing(&ms, t(100), SETTLE), vec!["a"]);
-        assert_eq!(sharing(&ms, t(106), SETTLE), Vec::<String>::new());
+        assert_eq!(sharing(&ms, t(100)), vec!["a"]);
+        assert_eq!(sharing(&ms, t(106)), Vec::<String>::new());
+        assert_eq!(next_change(&ms, t(100)), Some(t(105)));
     }
 
     #[test]
-    fn a_new_member_counts_once_settled() {
-        let ms = [m("a", 0, 99), m("b", 99, 99)];
-        assert_eq!(sharing(&ms, t(100), SETTLE), vec!["a"]);
-        assert_eq!(sharing(&ms, t(102), SETTLE), vec!["a", "b"]);
-        assert_eq!(next_change(&ms, t(100), SETTLE), Some(t(102)));
-    }
-
-    #[test]
-    fn first_members_count_at_once() {
-        let ms = [m("b", 99, 99), m("a", 99, 99)];
-        assert_eq!(sharing(&ms, t(100), SETTLE), vec!["a", "b"]);
+    fn members_are_sorted_and_counted_once() {
+        let ms = [m("b", 99, 99), m("a", 99, 99), m("a", 98, 99)];
+        assert_eq!(sharing(&ms, t(100)), vec!["a", "b"]);
     }
 
     #[test]

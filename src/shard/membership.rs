@@ -45,9 +45,10 @@ impl MembershipConfig {
         self.duration / 3
     }
 
-    /// Past this without a renewal we may be taken for dead: simulate nothing.
+    /// Past this without a renewal the others may take our keys (from a hand-over later):
+    /// simulate nothing.
     fn fence_after(&self) -> Duration {
-        self.duration * 2 / 3
+        self.duration
     }
 }
 
@@ -111,6 +112,17 @@ impl Membership {
     }
 
     async fn renew(&mut self, api: &Api<Lease>) -> bool {
+        // A renewal stuck behind a slow API server must not hold up the view.
+        match tokio::time::timeout(self.config.renew_every(), self.try_renew(api)).await {
+            Ok(ok) => ok,
+            Err(_) => {
+                tracing::warn!(lease = %self.config.lease_name(), "renewing the membership Lease timed out; retrying");
+                false
+            }
+        }
+    }
+
+    async fn try_renew(&mut self, api: &Api<Lease>) -> bool {
         let sent = Instant::now();
         let now = MicroTime(Timestamp::now());
         let name = self.config.lease_name();
@@ -127,7 +139,7 @@ impl Membership {
             }
         });
         if !self.joined {
-            // (Re)joining: a fresh acquire time, so the others let this member settle first.
+            // (Re)joining: when this membership began.
             patch["spec"]["acquireTime"] = serde_json::json!(now);
         }
         let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
@@ -192,11 +204,11 @@ impl Membership {
         if self.fenced() {
             return Ownership::nothing(&self.config.identity);
         }
+        // The others as the watch shows them; this replica by its own renewals (the watch may
+        // lag behind them under load).
         let all: Vec<Member> = store.state().iter().filter_map(|l| Member::from_lease(l)).collect();
-        let sharing = members::sharing(&all, Timestamp::now(), self.config.handover);
-        if !sharing.contains(&self.config.identity) {
-            return Ownership::nothing(&self.config.identity);
-        }
+        let mut sharing = members::sharing(&all, Timestamp::now());
+        sharing.push(self.config.identity.clone());
         Ownership::settled(&self.config.identity, sharing)
     }
 
@@ -230,7 +242,7 @@ impl Membership {
         }
         let all: Vec<Member> = store.state().iter().filter_map(|l| Member::from_lease(l)).collect();
         let now = Timestamp::now();
-        if let Some(at) = members::next_change(&all, now, self.config.handover)
+        if let Some(at) = members::next_change(&all, now)
             && let Ok(d) = Duration::try_from(at.duration_since(now))
         {
             wake = wake.min(Instant::now() + d);

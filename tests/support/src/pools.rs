@@ -83,7 +83,8 @@ pub async fn wait_ready_nodes(client: &kube::Client, pool: &str, count: usize, t
         if nodes.len() == count && ready == count && names == want {
             Ok(nodes)
         } else {
-            Err(format!("{} nodes, {ready} Ready: {names:?}", nodes.len()))
+            let unexpected: Vec<&String> = names.iter().filter(|n| !want.contains(n)).take(5).collect();
+            Err(format!("{} nodes, {ready} Ready; names not wanted: {unexpected:?}", nodes.len()))
         }
     })
     .await

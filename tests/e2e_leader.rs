@@ -1,0 +1,130 @@
+//! End-to-end: two `kwok-pools run` processes of one instance (a Deployment of two replicas, or
+//! a rollout). One leads and reconciles; the other stands by, serves the webhook and
+//! simulates its shard. Killed with SIGKILL, the leader is replaced within the leader Lease's
+//! duration, and the pool converges to exactly its children.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)]
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use kwok_pools_test_support::pools::{pool_nodes, scoped_nodepool, wait_ready_nodes};
+use kwok_pools_test_support::*;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+/// A counter or gauge of one process (0 when absent), summed over its label sets.
+async fn metric(op: &Operator, name: &str) -> f64 {
+    let text = op.metrics().await;
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn leader_holder(client: &kube::Client, scope: &str) -> Option<String> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    api.get_opt(&format!("{scope}-leader")).await.ok()??.spec?.holder_identity
+}
+
+/// The pool's node names, checked to be exactly `<pool>-0 .. <pool>-{n-1}`.
+async fn assert_exact_children(client: &kube::Client, pool: &str, n: usize) {
+    let names: BTreeSet<String> = pool_nodes(client, pool).await.into_iter().filter_map(|n| n.metadata.name).collect();
+    let want: BTreeSet<String> = (0..n).map(|i| format!("{pool}-{i}")).collect();
+    assert_eq!(names, want, "the pool's nodes are not exactly its {n} children");
+}
+
+#[tokio::test]
+async fn one_of_two_operators_leads_and_the_other_takes_over_when_it_dies() {
+    let client = client().await;
+    let scope = unique("lead");
+    let pool = unique("led");
+    let flags = |id: &'static str| vec!["--identity", id, "--leader-lease-duration", "6s"];
+    let mut ops = [Operator::start(&scope, &flags("op-a")), Operator::start(&scope, &flags("op-b"))];
+    for op in &mut ops {
+        op.wait_ready().await;
+    }
+    apply(&scoped_nodepool(&pool, &scope, 40, "10.200.0.0/16", 24, 110, ""));
+    wait_ready_nodes(&client, &pool, 40, Duration::from_secs(120)).await;
+
+    // Exactly one leads: the Lease names it, its gauge says so, and only it reconciles.
+    let holder = leader_holder(&client, &scope).await.expect("a leader Lease with a holder");
+    let (lead, standby) = if holder == "op-a" { (0, 1) } else { (1, 0) };
+    assert_eq!(metric(&ops[lead], "kwok_pools_leader").await, 1.0);
+    assert_eq!(metric(&ops[standby], "kwok_pools_leader").await, 0.0);
+    assert!(metric(&ops[lead], "kwok_pools_reconciles_total").await > 0.0);
+    assert_eq!(metric(&ops[standby], "kwok_pools_reconciles_total").await, 0.0, "the standby reconciled");
+    // Both simulate: the nodes are split between them.
+    let (a, b) = (
+        metric(&ops[0], "kwok_pools_simulator_managed_nodes").await,
+        metric(&ops[1], "kwok_pools_simulator_managed_nodes").await,
+    );
+    assert!(a > 0.0 && b > 0.0 && a + b == 40.0, "nodes simulated: {a} + {b}");
+    // The standby serves the webhook too: a bad pool is refused through it as well.
+    assert!(ops[standby].is_running());
+
+    // The leader dies mid-scale: the standby takes over and finishes the job, no duplicates.
+    kubectl_ok(&["scale", "nodepool", &pool, "--replicas=120"]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed = Instant::now();
+    ops[lead].kill();
+    let took = wait_for("the standby to lead", Duration::from_secs(30), || async {
+        match leader_holder(&client, &scope).await {
+            Some(h) if h == ["op-a", "op-b"][standby] && metric(&ops[standby], "kwok_pools_leader").await == 1.0 => {
+                Ok(killed.elapsed())
+            }
+            other => Err(format!("holder {other:?}")),
+        }
+    })
+    .await;
+    eprintln!("standby leads {:.1}s after the leader was killed", took.as_secs_f64());
+    assert!(took <= Duration::from_secs(6 + 5), "took over after {took:?} (lease 6s)");
+    wait_ready_nodes(&client, &pool, 120, Duration::from_secs(120)).await;
+    assert_exact_children(&client, &pool, 120).await;
+
+    // Scaling down under the new leader leaves exactly the lower indices.
+    kubectl_ok(&["scale", "nodepool", &pool, "--replicas=30"]);
+    wait_for("30 nodes left", Duration::from_secs(60), || async {
+        let n = pool_nodes(&client, &pool).await.len();
+        if n == 30 { Ok(()) } else { Err(format!("{n} nodes")) }
+    })
+    .await;
+    assert_exact_children(&client, &pool, 30).await;
+
+    // The killed one comes back as a standby: it never reconciles while the other leads.
+    ops[lead].start_again();
+    ops[lead].wait_ready().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(metric(&ops[lead], "kwok_pools_reconciles_total").await, 0.0, "the returning replica reconciled");
+    assert_eq!(leader_holder(&client, &scope).await.as_deref(), Some(["op-a", "op-b"][standby]));
+}
+
+#[tokio::test]
+async fn status_shows_pools_the_leader_and_each_simulators_nodes() {
+    let client = client().await;
+    let scope = unique("stat");
+    let pool = unique("shown");
+    let flags = |id: &'static str| vec!["--identity", id];
+    let mut ops = [Operator::start(&scope, &flags("st-a")), Operator::start(&scope, &flags("st-b"))];
+    for op in &mut ops {
+        op.wait_ready().await;
+    }
+    apply(&scoped_nodepool(&pool, &scope, 20, "10.201.0.0/16", 24, 110, ""));
+    wait_ready_nodes(&client, &pool, 20, Duration::from_secs(120)).await;
+    let text = wait_for("status to show both simulators with all 20 nodes", Duration::from_secs(30), || async {
+        let out = std::process::Command::new(kwok_pools_bin())
+            .args(["status", "--instance", &scope])
+            .env("KUBECONFIG", kubeconfig())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let nodes: Vec<u32> = text
+            .lines()
+            .filter(|l| l.starts_with("st-a") || l.starts_with("st-b"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .collect();
+        if out.status.success() && nodes.len() == 2 && nodes.iter().sum::<u32>() == 20 { Ok(text) } else { Err(text) }
+    })
+    .await;
+    let line = text.lines().find(|l| l.starts_with("NodePool") && l.contains(&pool)).expect("the pool's line");
+    assert!(line.contains("20/20"), "{text}");
+    assert!(text.contains("leader: st-"), "{text}");
+}
