@@ -8,6 +8,11 @@ use ipnet::IpNet;
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
+/// FNV-1a: a stable spread of names over a range (the same in every process and build).
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
 /// Hands out host addresses of one range by key.
 #[derive(Debug, Clone)]
 pub struct HostAllocator {
@@ -28,9 +33,7 @@ impl HostAllocator {
     pub fn seeded(net: IpNet, seed: &str) -> Self {
         let mut a = Self::new(net);
         let (first, last) = host_range(&net);
-        let span = last - first + 1;
-        let h = seed.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-        a.cursor = first + u128::from(h) % span;
+        a.cursor = first + u128::from(fnv(seed)) % (last - first + 1);
         a
     }
 
@@ -62,6 +65,41 @@ impl HostAllocator {
     /// The address of `key`, allocating the next free one if it has none. `None` when the
     /// range is exhausted.
     pub fn allocate(&mut self, key: &str) -> Option<IpAddr> {
+        let start = self.cursor;
+        self.allocate_from(key, start)
+    }
+
+    /// Like [`HostAllocator::allocate`], probing from a point chosen by the key itself, so that
+    /// processes that each see every holder, but allocate for different keys, rarely pick the
+    /// same address (sharded simulators).
+    pub fn allocate_spread(&mut self, key: &str) -> Option<IpAddr> {
+        let (first, last) = host_range(&self.net);
+        let start = first + u128::from(fnv(key)) % (last - first + 1);
+        let cursor = self.cursor;
+        let ip = self.allocate_from(key, start);
+        self.cursor = cursor;
+        ip
+    }
+
+    /// The key holding `ip` (a scan: for the rare clash only).
+    pub fn holder(&self, ip: IpAddr) -> Option<&str> {
+        let offset = self.offset_of(ip)?;
+        self.by_key.iter().find(|(_, o)| **o == offset).map(|(k, _)| k.as_str())
+    }
+
+    /// Gives `ip` to `key`, taking it from whoever held it (who then holds nothing).
+    pub fn hand_to(&mut self, ip: IpAddr, key: &str) -> bool {
+        if let Some(holder) = self.holder(ip).map(str::to_string) {
+            self.by_key.remove(&holder);
+            if let Some(offset) = self.offset_of(ip) {
+                self.used.remove(&offset);
+            }
+        }
+        self.release(key);
+        self.observe(key, ip)
+    }
+
+    fn allocate_from(&mut self, key: &str, start: u128) -> Option<IpAddr> {
         if let Some(offset) = self.by_key.get(key) {
             return Some(self.addr(*offset));
         }
@@ -70,7 +108,7 @@ impl HostAllocator {
         if self.used.len() as u128 >= size {
             return None;
         }
-        let mut offset = self.cursor.clamp(first, last);
+        let mut offset = start.clamp(first, last);
         // Next fit: at most `used.len() + 1` probes find a free slot.
         loop {
             if !self.used.contains(&offset) {
@@ -123,6 +161,34 @@ impl HostAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spread_allocators_of_two_processes_agree_on_different_keys() {
+        // Two simulators, each allocating for its own nodes and observing the other's.
+        let range = net("100.64.0.0/16");
+        let (mut a, mut b) = (HostAllocator::new(range), HostAllocator::new(range));
+        let mut seen = HashSet::new();
+        for i in 0..2000 {
+            let (mine, theirs) = if i % 2 == 0 { (&mut a, &mut b) } else { (&mut b, &mut a) };
+            let key = format!("node-{i}");
+            let ip = mine.allocate_spread(&key).unwrap();
+            assert!(theirs.observe(&key, ip), "{ip} of {key} was taken already");
+            assert!(seen.insert(ip));
+        }
+        // The same key always starts at the same point.
+        let mut c = HostAllocator::new(range);
+        assert_eq!(c.allocate_spread("node-7"), HostAllocator::new(range).allocate_spread("node-7"));
+    }
+
+    #[test]
+    fn hand_to_moves_an_address_between_keys() {
+        let mut a = HostAllocator::new(net("10.0.0.0/29"));
+        let ip = a.allocate("x").unwrap();
+        assert_eq!(a.holder(ip), Some("x"));
+        assert!(a.hand_to(ip, "y"));
+        assert_eq!((a.holder(ip), a.get("x"), a.get("y")), (Some("y"), None, Some(ip)));
+        assert_eq!(a.len(), 1);
+    }
 
     fn net(s: &str) -> IpNet {
         s.parse().unwrap()

@@ -11,6 +11,7 @@ async fn main() {
         Command::Run(args) => run(args, true).await,
         Command::Simulate(args) => run(args, false).await,
         Command::Status(args) => kwok_pools::cli::status::run(args).await,
+        Command::WebhookCert(args) => kwok_pools::cli::webhook_cert::secret_yaml(&args).map(|y| print!("{y}")),
         Command::Crd { kubevirt: false } => {
             print!("{}", kwok_pools::kinds::crds_yaml());
             Ok(())

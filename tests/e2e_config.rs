@@ -60,7 +60,12 @@ async fn the_operator_works_with_exactly_the_rbac_in_config() {
     let scope = unique("rbac");
     let ns = TestNamespace::new(&client, "rbac").await;
     // The default instance: the webhook configuration is the one the ClusterRole names.
-    let mut op = Operator::start_as(&scope, &["--instance", "kwok-pools"], sa_kubeconfig.clone());
+    // Leader and shard Leases where the operator's own namespace is (in a pod: POD_NAMESPACE).
+    let mut op = Operator::start_as(
+        &scope,
+        &["--instance", "kwok-pools", "--lease-namespace", "kwok-pools"],
+        sa_kubeconfig.clone(),
+    );
     op.wait_ready().await;
     let pool = scope.clone();
     apply(&format!(

@@ -168,6 +168,17 @@ async fn three_simulators_share_the_nodes_and_take_over_a_killed_one() {
     // Each node's lease names the replica rendezvous hashing gives it.
     let members: Vec<String> = ["sim-a", "sim-b", "sim-c"].map(String::from).to_vec();
     wait_for("every lease renewed by its node's replica", Duration::from_secs(30), || async {
+        // Node addresses, chosen by three replicas apart: none shared.
+        let nodes = pools::pool_nodes(&client, &pool).await;
+        let ips: Vec<String> = nodes
+            .iter()
+            .flat_map(|n| n.status.as_ref().and_then(|s| s.addresses.clone()).unwrap_or_default())
+            .filter(|a| a.type_ == "InternalIP")
+            .map(|a| a.address)
+            .collect();
+        let unique: HashSet<&String> = ips.iter().collect();
+        assert_eq!((ips.len(), unique.len()), (n, n), "every node has one InternalIP of its own");
+
         let r = record.lock().unwrap();
         let wrong: Vec<String> = (0..n)
             .map(|i| format!("{pool}-{i}"))

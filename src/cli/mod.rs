@@ -3,6 +3,7 @@
 pub mod cluster;
 pub mod run;
 pub mod status;
+pub mod webhook_cert;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +31,9 @@ pub enum Command {
     /// Show the pools (ready/desired, problems), the leader and which simulator replica
     /// simulates how many nodes.
     Status(status::StatusArgs),
+    /// Print a Secret with a webhook serving certificate for a Service, shared by every
+    /// replica (`kwok-pools webhook-cert | kubectl apply -f -`).
+    WebhookCert(webhook_cert::WebhookCertArgs),
     /// Print every CRD as YAML.
     Crd {
         /// Print KubeVirt's VirtualMachineInstance CRD instead (for clusters without KubeVirt).

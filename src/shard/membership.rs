@@ -1,8 +1,8 @@
 //! The membership loop: renews this replica's membership Lease, watches the other members'
 //! Leases, and publishes which keys are ours. A view change is published in two steps: keys
 //! we lose go at once, keys we gain come `handover` later, by when their previous owner has
-//! let go. A replica that cannot renew its own Lease for two thirds of its duration stops
-//! simulating anything before the others may take its keys.
+//! let go. A replica that cannot renew its own Lease for twice its duration stops simulating
+//! anything (the others have taken its keys by then).
 
 use super::members::{self, Member};
 use super::view::{Ownership, Shard};
@@ -45,10 +45,17 @@ impl MembershipConfig {
         self.duration / 3
     }
 
-    /// Past this without a renewal the others may take our keys (from a hand-over later):
-    /// simulate nothing.
+    /// Past this without a renewal the others have long taken our keys: simulate nothing.
+    /// (Any shorter and an API server that is only slow would make every replica drop its
+    /// nodes at once: nodes going NotReady hurt users more than a lease renewed twice for a
+    /// moment.)
     fn fence_after(&self) -> Duration {
-        self.duration
+        self.duration * 2
+    }
+
+    /// How long one renewal may take.
+    fn renew_timeout(&self) -> Duration {
+        self.duration / 2
     }
 }
 
@@ -113,7 +120,7 @@ impl Membership {
 
     async fn renew(&mut self, api: &Api<Lease>) -> bool {
         // A renewal stuck behind a slow API server must not hold up the view.
-        match tokio::time::timeout(self.config.renew_every(), self.try_renew(api)).await {
+        match tokio::time::timeout(self.config.renew_timeout(), self.try_renew(api)).await {
             Ok(ok) => ok,
             Err(_) => {
                 tracing::warn!(lease = %self.config.lease_name(), "renewing the membership Lease timed out; retrying");

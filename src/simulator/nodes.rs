@@ -148,17 +148,26 @@ impl NodeLoop {
 
     /// Notes the node's InternalIPs with the allocator: (an address clashes with another
     /// node's, the default range is full).
-    fn observe_addresses(&self, node: &Node, name: &str) -> (bool, bool) {
-        // Every node's addresses count, managed or not, so defaults never collide. An address
-        // another node already holds (two operator instances picked it at once) is a clash.
+    fn observe_addresses(&self, node: &Node, name: &str) -> (bool, bool, Option<String>) {
+        // Every node's addresses count, managed or not, so defaults never collide. Two nodes
+        // with one address (two replicas or instances picked it at once): the node with the
+        // greater name moves, a rule every replica applies alike.
         let mut addresses = self.sim.addresses.lock().unwrap_or_else(|e| e.into_inner());
         let mut clash = false;
+        let mut loser = None;
         for ip in node_status::internal_ips(node) {
-            if !addresses.observe(name, ip) && addresses.is_used(ip) && addresses.get(name) != Some(ip) {
-                clash = true;
+            if addresses.observe(name, ip) || !addresses.is_used(ip) || addresses.get(name) == Some(ip) {
+                continue;
+            }
+            match addresses.holder(ip).map(str::to_string) {
+                Some(holder) if holder.as_str() > name => {
+                    addresses.hand_to(ip, name);
+                    loser = Some(holder);
+                }
+                _ => clash = true,
             }
         }
-        (clash, addresses.is_full())
+        (clash, addresses.is_full(), loser)
     }
 
     fn untrack(&mut self, name: &str) {
@@ -170,7 +179,13 @@ impl NodeLoop {
 
     fn on_node(&mut self, node: &Arc<Node>) {
         let name = node.name_any();
-        let (clash, range_full) = self.observe_addresses(node, &name);
+        let (clash, range_full, loser) = self.observe_addresses(node, &name);
+        if let Some(loser) = loser
+            && let Some(other) = self.sim.nodes.get(&ObjectRef::new(&loser))
+        {
+            // The other node lost its address to this one: look at it again (it moves, if ours).
+            self.on_node(&other);
+        }
         if !self.sim.config.manage.manages(node)
             || node.metadata.deletion_timestamp.is_some()
             || !self.sim.shard.owns(&name)
@@ -312,7 +327,7 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool) -> 
                 list.retain(|a| a.type_ != "InternalIP" || a.address.parse().is_ok_and(|ip| !theirs(&ip)));
             }
             if ips.is_empty() {
-                match addresses.allocate(&name) {
+                match addresses.allocate_spread(&name) {
                     Some(ip) => ips.push(ip),
                     None => {
                         tracing::warn!(node = %name, range = %addresses.net(), "default node address range is full: raise --node-ip-range")
