@@ -41,7 +41,8 @@ release: ## Build the optimised operator.
 .PHONY: crds
 crds: ## Regenerate crds/ (CRDs and editor JSON schemas) from the Rust types.
 	cargo run --quiet --bin kwok-pools -- crd > crds/kwok-pools.yaml
-	@echo "wrote crds/kwok-pools.yaml"
+	cp crds/kwok-pools.yaml charts/kwok-pools/crds/kwok-pools.yaml
+	@echo "wrote crds/kwok-pools.yaml (and the Helm chart's copy)"
 	cargo run --quiet --bin kwok-pools -- schema --out crds/schemas
 
 # check-jsonschema (PyPI) validates the samples against the editor schemas.
@@ -63,11 +64,22 @@ lint: ## cargo fmt --check and clippy -D warnings.
 unit: schema-tools ## Unit tests only (no cluster).
 	cargo test --lib --bins --test crds --test schemas --test rbac
 
+.PHONY: helm
+helm: ## Build helm from its Go module into a cache (bin/helm).
+	./hack/install-helm.sh
+
+.PHONY: chart
+chart: helm ## helm lint and helm template of charts/kwok-pools (the e2e tests also dry-run it on the API server).
+	bin/helm lint --strict charts/kwok-pools
+	bin/helm template kwok-pools charts/kwok-pools --namespace kwok-pools >/dev/null
+	bin/helm template other charts/kwok-pools --namespace other --set replicas=3,webhook.certSource=secret,webhook.secretName=mine,leaderElection.enabled=false,simulator.shard.enabled=false >/dev/null
+	@echo "chart ok"
+
 .PHONY: test
-test: controlplane build unit e2e ## Unit and end-to-end tests; builds what it needs first.
+test: controlplane build unit chart e2e ## Unit and end-to-end tests; builds what it needs first.
 
 .PHONY: e2e
-e2e: controlplane build ## End-to-end tests on a fresh local cluster (created, then deleted).
+e2e: controlplane build helm ## End-to-end tests on a fresh local cluster (created, then deleted).
 	@export KWOK_POOLS_HOME=$(E2E_HOME); \
 	$(DEBUG_BIN) cluster delete --name $(E2E_CLUSTER) >/dev/null 2>&1 || true; \
 	$(DEBUG_BIN) cluster create --name $(E2E_CLUSTER) --kubevirt \

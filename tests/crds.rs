@@ -10,6 +10,14 @@ fn committed_crds_are_up_to_date() {
 }
 
 #[test]
+fn the_helm_chart_ships_the_same_crds() {
+    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/crds/kwok-pools.yaml")).unwrap();
+    let chart = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/charts/kwok-pools/crds/kwok-pools.yaml"))
+        .unwrap();
+    assert!(committed == chart, "charts/kwok-pools/crds/kwok-pools.yaml differs from crds/: run `make crds`");
+}
+
+#[test]
 fn crds_stay_well_under_the_size_limits() {
     for crd in kwok_pools::kinds::crds() {
         let bytes = serde_json::to_vec(&crd).unwrap().len();

@@ -49,6 +49,22 @@ pub fn next_change(members: &[Member], now: Timestamp) -> Option<Timestamp> {
     members.iter().filter_map(|m| after(m.renewed, m.duration)).filter(|t| *t > now).min()
 }
 
+/// The newest renewal of each member, from the watch's view and a fresher read (a watch can
+/// lag by seconds behind a busy API server; a member is only given up once a fresh read says
+/// so too).
+pub fn merge(watched: Vec<Member>, fresh: &[Member]) -> Vec<Member> {
+    let mut by_id: std::collections::BTreeMap<String, Member> = std::collections::BTreeMap::new();
+    for m in watched.into_iter().chain(fresh.iter().cloned()) {
+        match by_id.get(&m.identity) {
+            Some(known) if known.renewed >= m.renewed => {}
+            _ => {
+                by_id.insert(m.identity.clone(), m);
+            }
+        }
+    }
+    by_id.into_values().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +89,17 @@ mod tests {
     fn members_are_sorted_and_counted_once() {
         let ms = [m("b", 99, 99), m("a", 99, 99), m("a", 98, 99)];
         assert_eq!(sharing(&ms, t(100)), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn a_fresh_read_keeps_a_member_the_lagging_watch_shows_expired() {
+        let watched = vec![m("a", 0, 80), m("b", 0, 95)];
+        let fresh = [m("a", 0, 99)];
+        let all = merge(watched, &fresh);
+        assert_eq!(sharing(&all, t(100)), vec!["a", "b"]);
+        // An older fresh read never hides a newer watched renewal.
+        let all = merge(vec![m("a", 0, 99)], &[m("a", 0, 80)]);
+        assert_eq!(all[0].renewed, t(99));
     }
 
     #[test]

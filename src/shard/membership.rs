@@ -78,6 +78,9 @@ pub struct Membership {
     handing_over: Option<(Instant, Ownership)>,
     /// When the last renewal that went through was sent.
     renewed: Option<Instant>,
+    /// The members as a direct read last showed them, and when (see `members::merge`).
+    fresh: Vec<Member>,
+    fresh_at: Option<Instant>,
     joined: bool,
 }
 
@@ -85,8 +88,18 @@ pub struct Membership {
 pub fn membership(client: Client, config: MembershipConfig, metrics: Arc<Metrics>) -> (Shard, Membership) {
     let nothing = Ownership::nothing(&config.identity);
     let (tx, rx) = watch::channel(Arc::new(nothing.clone()));
-    let m =
-        Membership { client, config, metrics, tx, settled: nothing, handing_over: None, renewed: None, joined: false };
+    let m = Membership {
+        client,
+        config,
+        metrics,
+        tx,
+        settled: nothing,
+        handing_over: None,
+        renewed: None,
+        fresh: Vec::new(),
+        fresh_at: None,
+        joined: false,
+    };
     (Shard::new(rx), m)
 }
 
@@ -104,6 +117,9 @@ impl Membership {
                 let ok = self.renew(&api).await;
                 self.collect_garbage(&api, &store).await;
                 next_renewal = Instant::now() + if ok { self.config.renew_every() } else { Duration::from_secs(1) };
+            }
+            if self.someone_expires(&store) {
+                self.read_fresh(&api).await;
             }
             self.recompute(&store);
             let wake = self.next_wake(&store, next_renewal);
@@ -207,13 +223,43 @@ impl Membership {
         self.renewed.is_none_or(|at| at.elapsed() > self.config.fence_after())
     }
 
+    /// The members as the watch shows them, with any fresher direct read.
+    fn members_now(&self, store: &Store<Lease>) -> Vec<Member> {
+        let watched: Vec<Member> = store.state().iter().filter_map(|l| Member::from_lease(l)).collect();
+        let fresh_enough = self.fresh_at.is_some_and(|at| at.elapsed() < self.config.duration);
+        members::merge(watched, if fresh_enough { &self.fresh } else { &[] })
+    }
+
+    /// Whether a member of the view looks expired and no direct read confirmed it lately.
+    fn someone_expires(&self, store: &Store<Lease>) -> bool {
+        if self.fresh_at.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
+            return false;
+        }
+        let sharing = members::sharing(&self.members_now(store), Timestamp::now());
+        let aiming_at = self.handing_over.as_ref().map_or(&self.settled, |(_, o)| o);
+        aiming_at.members().iter().any(|m| *m != self.config.identity && !sharing.contains(m))
+    }
+
+    /// Reads the membership Leases directly (past the watch, which may lag).
+    async fn read_fresh(&mut self, api: &Api<Lease>) {
+        let lp = kube::api::ListParams::default().labels(&format!("{SHARD_LABEL}={}", self.config.instance));
+        match tokio::time::timeout(self.config.renew_timeout(), api.list(&lp)).await {
+            Ok(Ok(list)) => {
+                self.fresh = list.items.iter().filter_map(Member::from_lease).collect();
+                self.fresh_at = Some(Instant::now());
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "reading the membership Leases failed"),
+            Err(_) => tracing::warn!("reading the membership Leases timed out"),
+        }
+    }
+
     fn target(&self, store: &Store<Lease>) -> Ownership {
         if self.fenced() {
             return Ownership::nothing(&self.config.identity);
         }
-        // The others as the watch shows them; this replica by its own renewals (the watch may
-        // lag behind them under load).
-        let all: Vec<Member> = store.state().iter().filter_map(|l| Member::from_lease(l)).collect();
+        // The others as the watch (or a fresher read) shows them; this replica by its own
+        // renewals.
+        let all = self.members_now(store);
         let mut sharing = members::sharing(&all, Timestamp::now());
         sharing.push(self.config.identity.clone());
         Ownership::settled(&self.config.identity, sharing)
@@ -247,7 +293,7 @@ impl Membership {
         if let Some((until, _)) = &self.handing_over {
             wake = wake.min(*until);
         }
-        let all: Vec<Member> = store.state().iter().filter_map(|l| Member::from_lease(l)).collect();
+        let all = self.members_now(store);
         let now = Timestamp::now();
         if let Some(at) = members::next_change(&all, now)
             && let Ok(d) = Duration::try_from(at.duration_since(now))
