@@ -258,9 +258,15 @@ impl Membership {
             return Ownership::nothing(&self.config.identity);
         }
         // The others as the watch (or a fresher read) shows them; this replica by its own
-        // renewals.
+        // renewals. A member of the current view that looks expired stays until a direct read
+        // of the last second agrees (a failed read proves nothing).
         let all = self.members_now(store);
         let mut sharing = members::sharing(&all, Timestamp::now());
+        let confirmed = self.fresh_at.is_some_and(|at| at.elapsed() < Duration::from_secs(2));
+        if !confirmed {
+            let aiming_at = self.handing_over.as_ref().map_or(&self.settled, |(_, o)| o);
+            sharing.extend(aiming_at.members().iter().cloned());
+        }
         sharing.push(self.config.identity.clone());
         Ownership::settled(&self.config.identity, sharing)
     }

@@ -130,10 +130,15 @@ pub struct Operator {
 
 impl Operator {
     pub async fn start(bench: &Bench, extra: &[&str]) -> Self {
+        Self::start_command(bench, "run", "operator", extra).await
+    }
+
+    /// `kwok-pools <command>` (run, simulate) logging to `<log>.log` in the bench home.
+    pub async fn start_command(bench: &Bench, command: &str, log: &str, extra: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let log = std::fs::File::create(bench.home.join("operator.log")).unwrap();
+        let log = std::fs::File::create(bench.home.join(format!("{log}.log"))).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_kwok-pools"))
-            .arg("run")
+            .arg(command)
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
             .args(extra)
             .env("KUBECONFIG", bench.kubeconfig())

@@ -1,10 +1,11 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
-//! Usage: cargo bench --bench scale -- [nodes] [pods] [vmis] [webhook] [--quick]
+//! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [vmis] [webhook] [shards[=N]] [--quick]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 mod harness;
 mod nodes;
 mod pods;
+mod shards;
 mod vmis;
 mod webhook;
 
@@ -45,6 +46,13 @@ async fn main() {
         } else {
             vmis::run(100, 1000).await;
         }
+    }
+    let shard_nodes: Vec<u32> =
+        picked.iter().filter_map(|a| a.strip_prefix("shards=")).filter_map(|v| v.parse().ok()).collect();
+    if let Some(n) = shard_nodes.first() {
+        shards::run(*n, Duration::from_secs(120)).await;
+    } else if all || picked.contains(&"shards") {
+        shards::run(if quick { 2000 } else { 20_000 }, Duration::from_secs(if quick { 20 } else { 120 })).await;
     }
     if !sizes.is_empty() {
         nodes::run(&sizes, Duration::from_secs(if quick { 20 } else { 120 })).await;
