@@ -62,7 +62,7 @@ lint: ## cargo fmt --check and clippy -D warnings.
 
 .PHONY: unit
 unit: schema-tools ## Unit tests only (no cluster).
-	cargo test --lib --bins --test crds --test schemas --test rbac
+	cargo test --lib --bins --test crds --test schemas --test rbac --test dashboard
 
 .PHONY: helm
 helm: ## Build helm from its Go module into a cache (bin/helm).

@@ -106,6 +106,8 @@ fn the_kustomize_base_is_accepted_as_a_whole() {
     let out = kubectl(&["kustomize", repo().join("config").to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rendered = String::from_utf8(out.stdout).unwrap();
+    // A dry run creates no namespace: the base's own must exist for its other objects.
+    kubectl_ok(&["apply", "-f", repo().join("config/namespace.yaml").to_str().unwrap()]);
     let (replicas, args) = deployment_args(&rendered);
     assert_eq!(replicas, 2, "the Deployment in config/ runs two replicas");
     assert!(args.iter().any(|a| a == "--webhook-cert-dir=/certs"), "{args:?}");
