@@ -52,12 +52,15 @@ async fn one_of_two_operators_leads_and_the_other_takes_over_when_it_dies() {
     assert_eq!(metric(&ops[standby], "kwok_pools_leader").await, 0.0);
     assert!(metric(&ops[lead], "kwok_pools_reconciles_total").await > 0.0);
     assert_eq!(metric(&ops[standby], "kwok_pools_reconciles_total").await, 0.0, "the standby reconciled");
-    // Both simulate: the nodes are split between them.
-    let (a, b) = (
-        metric(&ops[0], "kwok_pools_simulator_managed_nodes").await,
-        metric(&ops[1], "kwok_pools_simulator_managed_nodes").await,
-    );
-    assert!(a > 0.0 && b > 0.0 && a + b == 40.0, "nodes simulated: {a} + {b}");
+    // Both simulate: the nodes are split between them (once the shard's hand-over is done).
+    wait_for("the nodes split between both replicas", Duration::from_secs(30), || async {
+        let (a, b) = (
+            metric(&ops[0], "kwok_pools_simulator_managed_nodes").await,
+            metric(&ops[1], "kwok_pools_simulator_managed_nodes").await,
+        );
+        if a > 0.0 && b > 0.0 && a + b == 40.0 { Ok(()) } else { Err(format!("{a} + {b}")) }
+    })
+    .await;
     // The standby serves the webhook too: a bad pool is refused through it as well.
     assert!(ops[standby].is_running());
 
