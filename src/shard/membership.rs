@@ -111,6 +111,8 @@ impl Membership {
         let watch = watcher::Config::default().labels(&format!("{SHARD_LABEL}={}", self.config.instance));
         let mut events = watcher(api.clone(), watch).default_backoff().reflect(writer).boxed();
         let mut next_renewal = Instant::now();
+        // No view before the first list of the members: alone by ignorance is not alone.
+        let mut synced = false;
         tracing::info!(identity = %self.config.identity, lease = %self.config.lease_name(), namespace = %self.config.namespace, "joining the simulator shard");
         loop {
             if Instant::now() >= next_renewal {
@@ -118,14 +120,17 @@ impl Membership {
                 self.collect_garbage(&api, &store).await;
                 next_renewal = Instant::now() + if ok { self.config.renew_every() } else { Duration::from_secs(1) };
             }
-            if self.someone_expires(&store) {
-                self.read_fresh(&api).await;
+            if synced && self.someone_expires(&store) {
+                self.read_fresh(&api, &store).await;
             }
-            self.recompute(&store);
+            if synced {
+                self.recompute(&store);
+            }
             let wake = self.next_wake(&store, next_renewal);
             tokio::select! {
                 event = events.next() => match event {
                     Some(Err(e)) => tracing::warn!(error = %e, namespace = %self.config.namespace, "watching membership Leases failed (the operator needs list/watch on leases there); retrying"),
+                    Some(Ok(watcher::Event::InitDone)) => synced = true,
                     Some(Ok(_)) => {}
                     None => return,
                 },
@@ -230,27 +235,47 @@ impl Membership {
         members::merge(watched, if fresh_enough { &self.fresh } else { &[] })
     }
 
+    /// The members of the view that look expired, with their Lease names.
+    fn expiring(&self, store: &Store<Lease>) -> Vec<String> {
+        let sharing = members::sharing(&self.members_now(store), Timestamp::now());
+        let aiming_at = self.handing_over.as_ref().map_or(&self.settled, |(_, o)| o);
+        aiming_at
+            .members()
+            .iter()
+            .filter(|m| **m != self.config.identity && !sharing.contains(m))
+            .map(|m| lease_name(&self.config.instance, m))
+            .collect()
+    }
+
     /// Whether a member of the view looks expired and no direct read confirmed it lately.
     fn someone_expires(&self, store: &Store<Lease>) -> bool {
         if self.fresh_at.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
             return false;
         }
-        let sharing = members::sharing(&self.members_now(store), Timestamp::now());
-        let aiming_at = self.handing_over.as_ref().map_or(&self.settled, |(_, o)| o);
-        aiming_at.members().iter().any(|m| *m != self.config.identity && !sharing.contains(m))
+        !self.expiring(store).is_empty()
     }
 
-    /// Reads the membership Leases directly (past the watch, which may lag).
-    async fn read_fresh(&mut self, api: &Api<Lease>) {
-        let lp = kube::api::ListParams::default().labels(&format!("{SHARD_LABEL}={}", self.config.instance));
-        match tokio::time::timeout(self.config.renew_timeout(), api.list(&lp)).await {
-            Ok(Ok(list)) => {
-                self.fresh = list.items.iter().filter_map(Member::from_lease).collect();
-                self.fresh_at = Some(Instant::now());
+    /// Reads the Leases of the members that look expired directly: a GET goes to etcd, past
+    /// the watch (which lags under load) and past the watch cache (which a consistent LIST
+    /// waits for, and which is busiest for Leases when thousands of nodes renew theirs).
+    async fn read_fresh(&mut self, api: &Api<Lease>, store: &Store<Lease>) {
+        let mut fresh = Vec::new();
+        for name in self.expiring(store) {
+            match tokio::time::timeout(self.config.renew_timeout(), api.get_opt(&name)).await {
+                Ok(Ok(Some(lease))) => fresh.extend(Member::from_lease(&lease)),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, lease = %name, "reading a membership Lease failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!(lease = %name, "reading a membership Lease timed out");
+                    return;
+                }
             }
-            Ok(Err(e)) => tracing::warn!(error = %e, "reading the membership Leases failed"),
-            Err(_) => tracing::warn!("reading the membership Leases timed out"),
         }
+        self.fresh = fresh;
+        self.fresh_at = Some(Instant::now());
     }
 
     fn target(&self, store: &Store<Lease>) -> Ownership {
