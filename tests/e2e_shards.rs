@@ -139,30 +139,27 @@ async fn three_simulators_share_the_nodes_and_take_over_a_killed_one() {
     let n = node_count();
     let scope = unique("shard");
     let pool = unique("sharded");
-    let ns = TestNamespace::new(&client, "shard").await;
+    // The namespace goes with the cluster.
+    let ns = unique("shard");
+    cluster.apply(&format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"));
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    wait_for("the namespace's default ServiceAccount", Duration::from_secs(60), || async {
+        accounts.get_opt("default").await.map_err(|e| e.to_string())?.ok_or("not yet".to_string())
+    })
+    .await;
     let record = Arc::new(Mutex::new(Record::default()));
     watch_leases(client.clone(), format!("{pool}-"), record.clone());
     watch_nodes(client.clone(), format!("{pool}-"), record.clone());
 
-    // Pool controllers in one process; three simulators of one instance beside it. Node leases
-    // of 30 s renewed every 7.5 s; a dead member is noticed within 6 s and its nodes taken a
-    // second later, well inside the test cluster's 20 s node grace period.
-    let mut controllers = Operator::start(&scope, &["--no-simulator"]);
+    // Pool controllers in one process; three simulators of one instance beside it, with the
+    // defaults a user gets (node leases of 40 s renewed every 10 s, membership of 12 s).
+    let mut controllers = Operator::start_as(&scope, &["--no-simulator"], kc.clone());
     controllers.wait_ready().await;
-    let sim_flags = |id: &'static str| {
-        vec![
-            "--identity",
-            id,
-            "--node-lease-duration-seconds",
-            "40",
-            "--shard-lease-duration",
-            "4s",
-            "--shard-handover",
-            "2s",
-        ]
-    };
-    let mut sims: Vec<Operator> =
-        ["sim-a", "sim-b", "sim-c"].into_iter().map(|id| Operator::simulator_only(&scope, &sim_flags(id))).collect();
+    let sim_flags = |id: &'static str| vec!["--simulate-only", "--identity", id, "--node-lease-duration-seconds", "40"];
+    let mut sims: Vec<Operator> = ["sim-a", "sim-b", "sim-c"]
+        .into_iter()
+        .map(|id| Operator::start_as(&scope, &sim_flags(id), kc.clone()))
+        .collect();
     for s in &mut sims {
         s.wait_ready().await;
     }
@@ -203,8 +200,8 @@ async fn three_simulators_share_the_nodes_and_take_over_a_killed_one() {
 
     // Pods on those nodes, with their addresses.
     let app = unique("web");
-    cluster.apply(&scoped_podpool(&app, &ns.name, &scope, 300, "", "      containers: [{name: c, image: nginx}]\n"));
-    assert_unique_ips(&wait_pods_running(&client, &ns.name, &app, 300).await);
+    cluster.apply(&scoped_podpool(&app, &ns, &scope, 300, "", "      containers: [{name: c, image: nginx}]\n"));
+    assert_unique_ips(&wait_pods_running(&client, &ns, &app, 300).await);
 
     // sim-c dies without a word: the others take its nodes before their leases lapse.
     let killed = Instant::now();
@@ -213,8 +210,8 @@ async fn three_simulators_share_the_nodes_and_take_over_a_killed_one() {
     eprintln!("sim-c's nodes taken over in {:.1}s: {counts:?}", killed.elapsed().as_secs_f64());
 
     // New pods while sim-c is gone: addresses on the taken-over nodes stay unique.
-    kubectl_here(&["scale", "podpool", &app, "-n", &ns.name, "--replicas=450"]);
-    assert_unique_ips(&wait_pods_running(&client, &ns.name, &app, 450).await);
+    kubectl_here(&["scale", "podpool", &app, "-n", &ns, "--replicas=450"]);
+    assert_unique_ips(&wait_pods_running(&client, &ns, &app, 450).await);
 
     // Back again: it gets its share back.
     let back = Instant::now();
@@ -222,8 +219,8 @@ async fn three_simulators_share_the_nodes_and_take_over_a_killed_one() {
     sims[2].wait_ready().await;
     let counts = wait_shares(&sims.iter().collect::<Vec<_>>(), n, Duration::from_secs(60)).await;
     eprintln!("sim-c back with its share in {:.1}s: {counts:?}", back.elapsed().as_secs_f64());
-    kubectl_here(&["scale", "podpool", &app, "-n", &ns.name, "--replicas=600"]);
-    assert_unique_ips(&wait_pods_running(&client, &ns.name, &app, 600).await);
+    kubectl_here(&["scale", "podpool", &app, "-n", &ns, "--replicas=600"]);
+    assert_unique_ips(&wait_pods_running(&client, &ns, &app, 600).await);
     // A renewal round after the hand-back, then judge the record.
     tokio::time::sleep(Duration::from_secs(15)).await;
 
