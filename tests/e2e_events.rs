@@ -38,6 +38,12 @@ async fn wait_event(client: &kube::Client, pool: &str, type_: &str, reason: &str
     .await
 }
 
+/// Sets a label in the pool's node template.
+fn label_template(pool: &str, key: &str, value: &str) {
+    let patch = serde_json::json!({"spec": {"nodeTemplate": {"metadata": {"labels": {key: value}}}}}).to_string();
+    kubectl_ok(&["patch", "nodepool", pool, "--type=merge", "-p", &patch]);
+}
+
 #[tokio::test]
 async fn pools_get_events_for_what_happens_to_them() {
     let client = client().await;
@@ -54,14 +60,7 @@ async fn pools_get_events_for_what_happens_to_them() {
     wait_ready_nodes(&client, &pool, 5, Duration::from_secs(60)).await;
 
     // A template change rolls the nodes.
-    kubectl_ok(&[
-        "patch",
-        "nodepool",
-        &pool,
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"nodeTemplate":{"metadata":{"labels":{"rolled":"yes"}}}}}"#,
-    ]);
+    label_template(&pool, "rolled", "yes");
     wait_event(&client, &pool, "Normal", "RollingUpdate").await;
 
     // A node of the next index's name that is not the pool's: a Warning naming it.
@@ -73,14 +72,7 @@ async fn pools_get_events_for_what_happens_to_them() {
     delete_quietly("node", &foreign);
 
     // An invalid spec the schema lets through (a reserved label in the template).
-    kubectl_ok(&[
-        "patch",
-        "nodepool",
-        &pool,
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"nodeTemplate":{"metadata":{"labels":{"pools.kwok.x-k8s.io/index":"9"}}}}}"#,
-    ]);
+    label_template(&pool, "pools.kwok.x-k8s.io/index", "9");
     let note = wait_event(&client, &pool, "Warning", "InvalidSpec").await;
     assert!(note.contains("pools.kwok.x-k8s.io/index"), "{note}");
 

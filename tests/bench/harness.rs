@@ -292,3 +292,26 @@ where
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The oldest lease renewal among the pool's nodes, in seconds.
+pub async fn oldest_lease(client: &kube::Client, name: &str) -> (usize, f64) {
+    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), "kube-node-lease")
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let prefix = format!("{name}-");
+    let ages: Vec<f64> = leases
+        .iter()
+        .filter(|l| l.metadata.name.as_deref().is_some_and(|n| n.starts_with(&prefix)))
+        .filter_map(|l| {
+            l.spec
+                .as_ref()?
+                .renew_time
+                .as_ref()
+                .map(|t| (now - t.0).total(k8s_openapi::jiff::Unit::Second).unwrap_or(f64::MAX))
+        })
+        .collect();
+    (ages.len(), ages.into_iter().fold(0.0, f64::max))
+}

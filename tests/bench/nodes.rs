@@ -2,7 +2,6 @@
 //! memory, and a 2-minute hold checking that every lease is renewed on time.
 
 use super::harness::*;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kwok_pools::api::NodePool;
@@ -36,29 +35,6 @@ async fn listed_ready(client: &kube::Client, name: &str) -> (usize, usize) {
     let nodes = Api::<Node>::all(client.clone()).list(&lp).await.map(|l| l.items).unwrap_or_default();
     let ready = nodes.iter().filter(|n| kwok_pools::kubelet::node::is_ready(n)).count();
     (nodes.len(), ready)
-}
-
-/// The oldest lease renewal among the pool's nodes, in seconds.
-async fn oldest_lease(client: &kube::Client, name: &str) -> (usize, f64) {
-    let leases = Api::<Lease>::namespaced(client.clone(), "kube-node-lease")
-        .list(&Default::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let prefix = format!("{name}-");
-    let ages: Vec<f64> = leases
-        .iter()
-        .filter(|l| l.metadata.name.as_deref().is_some_and(|n| n.starts_with(&prefix)))
-        .filter_map(|l| {
-            l.spec
-                .as_ref()?
-                .renew_time
-                .as_ref()
-                .map(|t| (now - t.0).total(k8s_openapi::jiff::Unit::Second).unwrap_or(f64::MAX))
-        })
-        .collect();
-    (ages.len(), ages.into_iter().fold(0.0, f64::max))
 }
 
 pub async fn run(sizes: &[u32], hold: Duration) {

@@ -3,30 +3,9 @@
 //! share, CPU and memory, and whether every lease was renewed on time.
 
 use super::harness::*;
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams};
 use kwok_pools::api::NodePool;
 use std::time::{Duration, Instant};
-
-/// The oldest lease renewal among the pool's nodes, in seconds, and how many leases there are.
-async fn oldest_lease(client: &kube::Client, prefix: &str) -> (usize, f64) {
-    let leases = Api::<Lease>::namespaced(client.clone(), "kube-node-lease").list(&Default::default()).await;
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let ages: Vec<f64> = leases
-        .map(|l| l.items)
-        .unwrap_or_default()
-        .iter()
-        .filter(|l| l.metadata.name.as_deref().is_some_and(|n| n.starts_with(prefix)))
-        .filter_map(|l| {
-            l.spec
-                .as_ref()?
-                .renew_time
-                .as_ref()
-                .map(|t| (now - t.0).total(k8s_openapi::jiff::Unit::Second).unwrap_or(f64::MAX))
-        })
-        .collect();
-    (ages.len(), ages.into_iter().fold(0.0, f64::max))
-}
 
 async fn ready(client: &kube::Client, name: &str) -> i32 {
     Api::<NodePool>::all(client.clone())
@@ -81,7 +60,7 @@ pub async fn run(n: u32, hold: Duration) {
     let end = Instant::now() + hold;
     while Instant::now() < end {
         tokio::time::sleep(Duration::from_secs(10)).await;
-        let (_, age) = oldest_lease(&client, &format!("{name}-")).await;
+        let (_, age) = oldest_lease(&client, &name).await;
         let r = ready(&client, &name).await;
         worst_age = worst_age.max(age);
         min_ready = min_ready.min(r);
