@@ -295,7 +295,7 @@ where
 
 /// The oldest lease renewal among the pool's nodes, in seconds.
 pub async fn oldest_lease(client: &kube::Client, name: &str) -> (usize, f64) {
-    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), "kube-node-lease")
+    let leases = kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), "kube-node-lease")
         .list(&Default::default())
         .await
         .map(|l| l.items)
