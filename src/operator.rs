@@ -374,9 +374,9 @@ fn wire_simulator(
     metrics: &Arc<Metrics>,
     shard: &Shard,
 ) -> impl Future<Output = anyhow::Result<Simulator>> + use<> {
-    use crate::informer::shared::{leases, nodes, pods, pools};
+    use crate::informer::shared::{nodes, pods, pools};
     let informers = &shared.informers;
-    let (nodes, pods, leases) = (nodes(informers), pods(informers), leases(informers));
+    let (nodes, pods) = (nodes(informers), pods(informers));
     let node_changes = nodes.subscribe();
     let node_changes_for_pods = nodes.subscribe();
     let pod_changes = pods.subscribe();
@@ -396,7 +396,6 @@ fn wire_simulator(
             defaults: config.node_defaults.clone(),
         },
         nodes: nodes.store(),
-        leases: leases.store(),
         addresses: shared.addresses.clone(),
         metrics: metrics.clone(),
         writes: writes.clone(),
@@ -416,7 +415,6 @@ fn wire_simulator(
     let addresses = shared.addresses.clone();
     async move {
         wait_synced("nodes", &nodes.store()).await?;
-        wait_synced("leases", &leases.store()).await?;
         wait_synced("pods", &pods.store()).await?;
         // Rebuild the default address allocator from the nodes that exist.
         let mut a = addresses.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,11 +1,11 @@
 //! The informers every part of the operator shares, each asked for by type from
-//! [`Informers`]: nodes (trimmed), pods (as [`SlimPod`]), leases of the node-lease namespace,
-//! and the pools of a kind.
+//! [`Informers`]: nodes (trimmed), pods (as [`SlimPod`]), the pools of a kind and VMIs. Node
+//! leases are written, never watched (a watch of every lease in every replica would multiply
+//! the API server's work for each renewal).
 
 use super::pod::SlimPod;
 use super::{Informer, Informers, trim_meta, trimmed};
 use crate::api::kubevirt::VirtualMachineInstance;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::watcher;
 use kube::{Api, Resource};
@@ -38,13 +38,6 @@ pub fn nodes(informers: &Informers) -> Arc<Informer<Node>> {
 pub fn pods(informers: &Informers) -> Arc<Informer<SlimPod>> {
     informers.shared(|i: &Arc<Informer<SlimPod>>, client| {
         i.start(Api::<Pod>::all(client), watcher::Config::default(), SlimPod::from)
-    })
-}
-
-/// The node leases.
-pub fn leases(informers: &Informers) -> Arc<Informer<Lease>> {
-    informers.shared(|i: &Arc<Informer<Lease>>, client| {
-        i.start(Api::<Lease>::namespaced(client, LEASE_NAMESPACE), watcher::Config::default(), trimmed)
     })
 }
 

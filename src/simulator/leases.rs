@@ -4,9 +4,8 @@ use crate::api::conventions::FIELD_MANAGER;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
+use kube::Api;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, ResourceExt};
 
 pub use crate::informer::shared::LEASE_NAMESPACE;
 
@@ -42,56 +41,49 @@ pub fn lease(node_name: &str, node_uid: &str, duration_secs: i32, now: MicroTime
 /// On a node Lease: the simulator replica that renews it (sharded simulators only).
 pub const SIMULATOR_ANNOTATION: &str = "kwok-pools.x-k8s.io/simulator";
 
-/// Renews (or creates) the lease of a node: one write in the steady state. A sharded replica
-/// names itself on the lease (`simulator`) when the lease names another.
+/// Renews (or creates) the lease of a node: one write. The first renewal by this replica
+/// (`first`) creates the lease, or on a conflict writes it whole (holder, duration, the node as
+/// owner, and `simulator`, the replica, when sharded); later renewals send only the renew time.
+/// No lease store is needed (and none is kept: a watch of every lease by every replica would
+/// multiply the API server's work for each renewal).
 pub async fn renew(
     api: &Api<Lease>,
-    store: &Store<Lease>,
     node: &Node,
     duration_secs: i32,
     simulator: Option<&str>,
+    first: bool,
 ) -> Result<&'static str, kube::Error> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let uid = node.metadata.uid.clone().unwrap_or_default();
     let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-    let existing = store.get(&ObjectRef::<Lease>::new(&name).within(LEASE_NAMESPACE));
     let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-    if let Some(existing) = existing {
-        let mut patch = serde_json::json!({
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": duration_secs, "renewTime": now}
-        });
-        let owned_by_node = existing.owner_references().iter().any(|o| o.uid == uid);
-        if !owned_by_node && !uid.is_empty() {
-            patch["metadata"]["ownerReferences"] = serde_json::json!([owner(&name, &uid)]);
-        }
-        if let Some(me) = simulator
-            && existing.annotations().get(SIMULATOR_ANNOTATION).map(String::as_str) != Some(me)
-        {
-            patch["metadata"]["annotations"] = serde_json::json!({ SIMULATOR_ANNOTATION: me });
-        }
+    if !first {
+        let patch = serde_json::json!({ "spec": { "renewTime": now } });
         match api.patch(&name, &pp, &Patch::Merge(&patch)).await {
             Ok(_) => return Ok("renew"),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e),
         }
     }
-    let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let post = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
     let mut fresh = lease(&name, &uid, duration_secs, now.clone());
     if let Some(me) = simulator {
         fresh.metadata.annotations = Some([(SIMULATOR_ANNOTATION.to_string(), me.to_string())].into());
     }
-    match api.create(&pp, &fresh).await {
+    match api.create(&post, &fresh).await {
         Ok(_) => Ok("create"),
         Err(kube::Error::Api(s)) if s.code == 409 => {
-            // Created meanwhile (by us before a restart, or the store lags): renew it.
+            // It exists (kept from before a restart, or another replica's until now): make it
+            // this node's and this replica's.
             let mut patch = serde_json::json!({
-                "metadata": {"ownerReferences": [owner(&name, &uid)]},
                 "spec": {"holderIdentity": name, "leaseDurationSeconds": duration_secs, "renewTime": now}
             });
+            if !uid.is_empty() {
+                patch["metadata"]["ownerReferences"] = serde_json::json!([owner(&name, &uid)]);
+            }
             if let Some(me) = simulator {
                 patch["metadata"]["annotations"] = serde_json::json!({ SIMULATOR_ANNOTATION: me });
             }
-            let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
             api.patch(&name, &pp, &Patch::Merge(&patch)).await.map(|_| "renew")
         }
         Err(e) => Err(e),

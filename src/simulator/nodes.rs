@@ -41,7 +41,6 @@ pub struct NodeSimulator {
     pub client: Client,
     pub config: NodeSimConfig,
     pub nodes: Store<Node>,
-    pub leases: Store<Lease>,
     pub addresses: Arc<Mutex<HostAllocator>>,
     pub metrics: Arc<Metrics>,
     pub writes: Arc<Semaphore>,
@@ -67,6 +66,8 @@ struct Tracked {
     status: Attempts,
     /// Never two renewals at once for one node; failures in a row for the back-off.
     lease: Attempts,
+    /// A renewal by this replica went through (later ones send only the renew time).
+    lease_written: bool,
 }
 
 enum Done {
@@ -135,6 +136,7 @@ impl NodeLoop {
             }
             Done::Lease { name, ok } => {
                 let Some(t) = self.tracked.get_mut(&name) else { return };
+                t.lease_written |= ok;
                 if let Some(failures) = t.lease.finish(ok) {
                     // Retry sooner than a whole interval, backing off while the API server
                     // keeps failing.
@@ -208,6 +210,7 @@ impl NodeLoop {
                 away: false,
                 status: Attempts::default(),
                 lease: Attempts::default(),
+                lease_written: false,
             };
             self.tracked.insert(name.clone(), t);
         }
@@ -277,17 +280,17 @@ impl NodeLoop {
         }
         // The last renewal has not come back: not a second one beside it.
         if t.lease.begin() {
-            self.writes.spawn(lease_write(self.sim.clone(), node, due));
+            self.writes.spawn(lease_write(self.sim.clone(), node, due, !t.lease_written));
         }
     }
 }
 
 /// Renews the node's lease (created if missing); `due` is when the renewal was due.
-async fn lease_write(this: Arc<NodeSimulator>, node: Arc<Node>, due: Instant) -> Done {
+async fn lease_write(this: Arc<NodeSimulator>, node: Arc<Node>, due: Instant, first: bool) -> Done {
     let api: Api<Lease> = Api::namespaced(this.client.clone(), leases::LEASE_NAMESPACE);
     let secs = this.config.lease_duration.as_secs().max(1) as i32;
     let lateness = due.elapsed();
-    let result = leases::renew(&api, &this.leases, &node, secs, this.identity.as_deref()).await;
+    let result = leases::renew(&api, &node, secs, this.identity.as_deref(), first).await;
     let ok = result.is_ok();
     let verb = match &result {
         Ok(v) => *v,
