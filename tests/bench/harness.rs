@@ -315,3 +315,14 @@ pub async fn oldest_lease(client: &kube::Client, name: &str) -> (usize, f64) {
         .collect();
     (ages.len(), ages.into_iter().fold(0.0, f64::max))
 }
+
+/// The NodePool's ready replicas, as its status says (0 when unknown).
+pub async fn ready_count(client: &kube::Client, name: &str) -> i32 {
+    kube::Api::<kwok_pools::api::NodePool>::all(client.clone())
+        .get(name)
+        .await
+        .ok()
+        .and_then(|p| p.status)
+        .map(|s| s.ready_replicas)
+        .unwrap_or(0)
+}

@@ -19,16 +19,6 @@ fn pool(name: &str, count: u32) -> serde_json::Value {
     })
 }
 
-async fn ready_count(client: &kube::Client, name: &str) -> i32 {
-    Api::<NodePool>::all(client.clone())
-        .get(name)
-        .await
-        .ok()
-        .and_then(|p| p.status)
-        .map(|s| s.ready_replicas)
-        .unwrap_or(0)
-}
-
 /// Nodes of the pool that are Ready according to the API server (one list).
 async fn listed_ready(client: &kube::Client, name: &str) -> (usize, usize) {
     let lp = ListParams::default().labels(&format!("pools.kwok.x-k8s.io/pool={name}"));

@@ -7,16 +7,6 @@ use kube::api::{Api, Patch, PatchParams};
 use kwok_pools::api::NodePool;
 use std::time::{Duration, Instant};
 
-async fn ready(client: &kube::Client, name: &str) -> i32 {
-    Api::<NodePool>::all(client.clone())
-        .get(name)
-        .await
-        .ok()
-        .and_then(|p| p.status)
-        .map(|s| s.ready_replicas)
-        .unwrap_or(0)
-}
-
 pub async fn run(n: u32, hold: Duration) {
     println!("\n## Sharded simulator: {n} nodes, 3 simulate processes ({})", machine());
     let bench = Bench::cluster("bench-shards").await;
@@ -37,7 +27,7 @@ pub async fn run(n: u32, hold: Duration) {
         .await
         .unwrap();
     let all_ready = wait_until(&format!("{n} nodes Ready"), Duration::from_secs(1200), || async {
-        let r = ready(&client, &name).await;
+        let r = ready_count(&client, &name).await;
         if r as u32 >= n { Ok(()) } else { Err(format!("{r} Ready")) }
     })
     .await;
@@ -61,7 +51,7 @@ pub async fn run(n: u32, hold: Duration) {
     while Instant::now() < end {
         tokio::time::sleep(Duration::from_secs(10)).await;
         let (_, age) = oldest_lease(&client, &name).await;
-        let r = ready(&client, &name).await;
+        let r = ready_count(&client, &name).await;
         worst_age = worst_age.max(age);
         min_ready = min_ready.min(r);
         eprintln!("    … hold: oldest lease {age:.1}s, {r} Ready");
