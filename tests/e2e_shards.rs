@@ -44,8 +44,10 @@ struct Record {
 fn watch_leases(client: kube::Client, prefix: String, record: Arc<Mutex<Record>>) {
     tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, "kube-node-lease");
-        let mut s = watcher(api, watcher::Config::default()).applied_objects().boxed();
-        while let Some(Ok(lease)) = s.next().await {
+        // A watch error (a re-list under load) must not end the record.
+        let mut s = watcher(api, watcher::Config::default()).default_backoff().applied_objects().boxed();
+        while let Some(event) = s.next().await {
+            let Ok(lease) = event else { continue };
             let name = lease.metadata.name.clone().unwrap_or_default();
             if !name.starts_with(&prefix) {
                 continue;
@@ -62,8 +64,9 @@ fn watch_leases(client: kube::Client, prefix: String, record: Arc<Mutex<Record>>
 fn watch_nodes(client: kube::Client, prefix: String, record: Arc<Mutex<Record>>) {
     tokio::spawn(async move {
         let api: Api<Node> = Api::all(client);
-        let mut s = watcher(api, watcher::Config::default()).applied_objects().boxed();
-        while let Some(Ok(node)) = s.next().await {
+        let mut s = watcher(api, watcher::Config::default()).default_backoff().applied_objects().boxed();
+        while let Some(event) = s.next().await {
+            let Ok(node) = event else { continue };
             let name = node.metadata.name.clone().unwrap_or_default();
             let conditions = node.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
             let ready = conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.status.clone());
