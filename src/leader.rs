@@ -69,10 +69,6 @@ impl Leader {
         Ok(Self { manager, state, config, client })
     }
 
-    pub fn is_leader(&self) -> bool {
-        *self.state.borrow()
-    }
-
     /// Waits until this replica leads, saying who does meanwhile.
     pub async fn acquired(&mut self) {
         let start = Instant::now();

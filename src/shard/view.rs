@@ -44,10 +44,6 @@ impl Ownership {
         Self { me: next.me.clone(), members: next.members.clone(), before }
     }
 
-    pub fn is_sharded(&self) -> bool {
-        self.members.is_some()
-    }
-
     pub fn in_hand_over(&self) -> bool {
         !self.before.is_empty()
     }
@@ -88,10 +84,6 @@ impl Shard {
 
     pub fn owns(&self, key: &str) -> bool {
         self.0.borrow().owns(key)
-    }
-
-    pub fn current(&self) -> Arc<Ownership> {
-        self.0.borrow().clone()
     }
 
     /// Resolves when the view changes; never, if it cannot change any more.
