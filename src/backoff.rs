@@ -15,6 +15,30 @@ pub fn retry_after(failures: u32, cap: Duration) -> Duration {
     base.min(cap).mul_f64(rand::rng().random_range(0.8..1.2))
 }
 
+/// Retries of a watch: [`retry_after`] capped at 5 s (kube's default grows to 30 s), so every
+/// watch is back within seconds of an API server that returns; reset by the first event.
+#[derive(Debug, Default)]
+pub struct WatchBackoff {
+    failures: u32,
+}
+
+pub const WATCH_RETRY_CAP: Duration = Duration::from_secs(5);
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        self.failures = self.failures.saturating_add(1);
+        Some(retry_after(self.failures, WATCH_RETRY_CAP))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
 /// The longest delay a timer wheel accepts is about two years; anything longer (a pod with a
 /// grace period of years, a flag set absurdly high) waits a year and is looked at again.
 pub fn timer_delay(d: Duration) -> Duration {
@@ -55,6 +79,18 @@ impl<K: Eq + Hash> Backoffs<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watch_retries_within_the_cap_and_starts_over_after_a_success() {
+        use kube::runtime::utils::Backoff;
+        let mut b = WatchBackoff::default();
+        let delays: Vec<Duration> = (0..10).map(|_| b.next().unwrap()).collect();
+        assert!(delays[0] < Duration::from_millis(1300), "{delays:?}");
+        assert!(delays.iter().all(|d| *d <= WATCH_RETRY_CAP.mul_f64(1.2)), "{delays:?}");
+        assert!(delays[9] >= WATCH_RETRY_CAP.mul_f64(0.8), "grows to the cap: {delays:?}");
+        b.reset();
+        assert!(b.next().unwrap() < Duration::from_millis(1300));
+    }
 
     #[test]
     fn retries_back_off_exponentially_with_jitter_up_to_a_cap() {

@@ -58,6 +58,11 @@ impl Authority {
 
     /// Issues a leaf certificate signed by this CA.
     pub fn issue(&self, spec: &LeafSpec<'_>) -> Result<CertPair, rcgen::Error> {
+        self.issue_valid_for(spec, VALIDITY)
+    }
+
+    /// Issues a leaf certificate valid for `lifetime` from now (an hour earlier, for clock skew).
+    pub fn issue_valid_for(&self, spec: &LeafSpec<'_>, lifetime: Duration) -> Result<CertPair, rcgen::Error> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(spec.sans.clone())?;
         params.distinguished_name.push(DnType::CommonName, spec.common_name);
@@ -71,7 +76,8 @@ impl Authority {
         if spec.client {
             params.extended_key_usages.push(ExtendedKeyUsagePurpose::ClientAuth);
         }
-        validity(&mut params);
+        params.not_before = time_now() - Duration::from_secs(3600);
+        params.not_after = time_now() + lifetime;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(CertPair { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
     }

@@ -1,6 +1,11 @@
 use clap::Parser;
 use kwok_pools::cli::{Cli, Command};
 
+// mimalloc instead of glibc's malloc: the operator allocates from many tokio worker threads,
+// and glibc's per-thread arenas kept freed memory as RSS (see README, Benchmarks).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();

@@ -15,6 +15,7 @@ use crate::pool::{PoolKind, Shared};
 use crate::shard::Shard;
 use crate::shard::membership::{self, MembershipConfig};
 use crate::simulator::lifecycle::{self, Lifecycles};
+use crate::simulator::machinery::WriteBudget;
 use crate::simulator::manage::Manage;
 use crate::simulator::nodes::{NodeSimConfig, NodeSimulator};
 use crate::simulator::pods::{PodSimConfig, PodSimulator};
@@ -197,12 +198,21 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     })?;
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
-    let bound = server::serve(config.metrics_addr, Health { metrics: metrics.clone(), ready: ready.clone() }).await?;
+    let informers = Informers::new(client.clone());
+    let watched = informers.clone();
+    let problems: server::Problems = Arc::new(move || watched.problems());
+    let watched = informers.clone();
+    let dead: server::Problems = Arc::new(move || watched.dead());
+    let watched = informers.clone();
+    let cached: server::Cached =
+        Arc::new(move || watched.watched().iter().map(|w| (w.watched(), w.cached())).collect());
+    let health = Health { metrics: metrics.clone(), ready: ready.clone(), problems, dead, cached };
+    let bound = server::serve(config.metrics_addr, health).await?;
     tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
 
     let shared = Shared {
         client: client.clone(),
-        informers: Informers::new(client.clone()),
+        informers,
         simulate: config.simulate,
         node_defaults: config.node_defaults.clone(),
         // The default instance counts from the start of the range; others from a point of their own.
@@ -214,6 +224,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     };
     let mut tasks = JoinSet::new();
     let mut cleanup: Vec<Cleanup> = Vec::new();
+    filter_pods(&config, &shared.informers, &mut tasks);
     let (peers, syncs, leader_work) = wire_kinds(&config, &shared, &metrics);
     let shard = join_shard(&config, &client, &metrics, &mut tasks, &mut cleanup);
     let simulator = config.simulate.then(|| wire_simulator(&config, &shared, &metrics, &shard));
@@ -253,6 +264,29 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     ready.store(true, Ordering::Relaxed);
     tracing::info!(controllers = config.controllers, simulate = config.simulate, identity = %config.identity, "kwok-pools running");
     supervise(tasks, cleanup).await
+}
+
+/// Pods are kept only when the operator needs them ([`PodFilter`]); a node that becomes
+/// managed has its pods listed again.
+fn filter_pods(config: &OperatorConfig, informers: &Arc<Informers>, tasks: &mut JoinSet<String>) {
+    use crate::simulator::pod_filter::PodFilter;
+    let nodes = crate::informer::shared::nodes(informers);
+    let filter = Arc::new(PodFilter::new(nodes.store(), config.simulate.then(|| config.manage.clone())));
+    let keep = filter.clone();
+    informers.keep::<crate::informer::pod::SlimPod>(Arc::new(move |p| keep.keep(p)));
+    let pods = crate::informer::shared::pods(informers);
+    let mut changes = nodes.subscribe();
+    tasks.spawn(async move {
+        while let Some(change) = changes.recv().await {
+            if let crate::informer::Change::Applied(node) = change
+                && filter.now_managed(&node)
+            {
+                tracing::info!(node = %node.name_any(), "a node became managed: listing pods again for the pods on it");
+                pods.relist();
+            }
+        }
+        "pod filter".to_string()
+    });
 }
 
 /// Something to do on a clean shutdown (give the lead up, leave the shard).
@@ -351,7 +385,7 @@ struct Simulator {
     pod_changes: UnboundedReceiver<Change<SlimPod>>,
     node_changes_for_pods: UnboundedReceiver<Change<Node>>,
     /// The simulator's write budget, shared by every simulated kind.
-    writes: Arc<Semaphore>,
+    writes: WriteBudget,
 }
 
 impl Simulator {
@@ -385,7 +419,7 @@ fn wire_simulator(
         pod_pools: Some(pools::<PodPool>(informers).store()),
         defaults: lifecycle::Defaults { exit_delay: config.pod_termination_delay, job_run_time: config.job_run_time },
     };
-    let writes = Arc::new(Semaphore::new(config.max_simulator_writes_in_flight));
+    let writes = WriteBudget::new(config.max_simulator_writes_in_flight);
     let budget = writes.clone();
     let node_sim = NodeSimulator {
         client: shared.client.clone(),
@@ -441,7 +475,7 @@ async fn run_vmi_simulator(
     config: &OperatorConfig,
     informers: &Arc<Informers>,
     metrics: Arc<Metrics>,
-    sim_writes: Arc<Semaphore>,
+    sim_writes: WriteBudget,
     shard: Shard,
 ) {
     use crate::simulator::vmis::{KubevirtRole, VmiSimulator};

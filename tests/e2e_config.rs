@@ -35,9 +35,10 @@ fn the_manifests_pass_server_side_validation() {
 #[tokio::test]
 async fn the_operator_works_with_exactly_the_rbac_in_config() {
     let client = client().await;
-    for file in ["namespace.yaml", "rbac.yaml"] {
+    // The webhook configurations ship with the operator: it may only patch them.
+    for file in ["namespace.yaml", "rbac.yaml", "webhook.yaml"] {
         let path = repo().join("config").join(file);
-        kubectl_ok(&["apply", "-f", path.to_str().unwrap()]);
+        kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", path.to_str().unwrap()]);
     }
     // A kubeconfig that acts as the operator's service account.
     let mut kc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(kubeconfig()).unwrap()).unwrap();
@@ -59,6 +60,18 @@ async fn the_operator_works_with_exactly_the_rbac_in_config() {
 
     let scope = unique("rbac");
     let ns = TestNamespace::new(&client, "rbac").await;
+    // Children are created only where pools live: the namespace gets the binding, as the
+    // README tells a user to do.
+    let cannot_create = std::process::Command::new(kubectl_bin())
+        .args(["auth", "can-i", "create", "pods", "-n", &ns.name])
+        .env("KUBECONFIG", &sa_kubeconfig)
+        .output()
+        .unwrap();
+    assert!(!cannot_create.status.success(), "pods may not be created in a namespace without pools");
+    apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: kwok-pools-pool-children, namespace: {}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kwok-pools-pool-children}}\nsubjects: [{{kind: ServiceAccount, name: kwok-pools, namespace: kwok-pools}}]\n",
+        ns.name
+    ));
     // The default instance: the webhook configuration is the one the ClusterRole names.
     // Leader and shard Leases where the operator's own namespace is (in a pod: POD_NAMESPACE).
     let mut op = Operator::start_as(
@@ -142,4 +155,9 @@ spec:
     let log = std::fs::read_to_string(&op.log).unwrap_or_default();
     assert!(!log.contains("forbidden"), "the operator hit a permission error:\n{}", op.log_tail());
     op.stop();
+    // The configurations now point at this test's operator: leave none behind for the
+    // install tests' dry runs of the shipped ones.
+    for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+        delete_quietly(kind, "kwok-pools");
+    }
 }

@@ -228,10 +228,15 @@ spec:
         let started = s.start_time.clone().unwrap().0;
         let ready = at("Ready").unwrap_or_else(|| panic!("{name} has no Ready")).0;
         let scheduled = at("PodScheduled").unwrap_or_else(|| panic!("{name} has no PodScheduled")).0;
+        // Whole seconds, and the scheduler's binding in between: how soon after creation it was
+        // taken depends on the machine's load; that the start delay lies between being taken and
+        // Ready does not.
         let taken = seconds(&created, &started);
-        assert!(taken <= 1.0, "{name} was taken {taken}s after it was created");
         let became_ready = seconds(&created, &ready);
-        assert!(became_ready >= 1.0, "{name} was Ready {became_ready}s after it was created");
+        assert!(
+            became_ready - taken >= 1.0,
+            "{name} was taken {taken}s and Ready {became_ready}s after it was created: the 2 s start delay lies between"
+        );
         assert!(scheduled <= started, "{name}: PodScheduled at {scheduled:?}, started {started:?}");
     }
     // The pool's status counts them.

@@ -135,8 +135,11 @@ async fn template_edits_reach_every_node_and_deleted_nodes_come_back() {
     let _op = Operator::start(&scope, &[]);
     let pool = scope.clone();
     let ranges = "  podCIDR:\n    cidr: 10.200.0.0/16\n    maskSize: 24\n  internalIPs: 10.201.0.0/24\n";
-    apply(&nodepool_yaml(&pool, &scope, 3, ranges));
+    // A label the nodes are created with (by POST), removed later by an edit.
+    let scope_line = format!("        {SCOPE_LABEL}: {scope}\n");
+    apply(&nodepool_yaml(&pool, &scope, 3, ranges).replace(&scope_line, &format!("{scope_line}        born: here\n")));
     let nodes = wait_ready_nodes(&client, &pool, 3, T).await;
+    assert!(nodes.iter().all(|n| kube::ResourceExt::labels(n).get("born").map(String::as_str) == Some("here")));
     for (i, n) in nodes.iter().enumerate() {
         assert_eq!(pod_cidr(n), format!("10.200.{i}.0/24"), "pool podCIDR, i-th subnet");
         assert_eq!(internal_ip(n), format!("10.201.0.{}", i + 1), "pool internalIPs, i-th host");
@@ -173,12 +176,16 @@ async fn template_edits_reach_every_node_and_deleted_nodes_come_back() {
     let uids_before: HashSet<String> = nodes.iter().filter_map(|n| n.metadata.uid.clone()).collect();
     assert_eq!(uids_before, uids_after_edit, "nodes are patched in place, not replaced");
 
-    // Remove the label again: it goes from the nodes.
-    let patch = r#"{"spec":{"nodeTemplate":{"metadata":{"labels":{"tier":null}}}}}"#.to_string();
+    // Remove the labels again (one from the edit, one the nodes were created with): they go
+    // from the nodes.
+    let patch = r#"{"spec":{"nodeTemplate":{"metadata":{"labels":{"tier":null,"born":null}}}}}"#.to_string();
     kubectl_ok(&["patch", "nodepool", &pool, "--type", "merge", "-p", &patch]);
-    wait_for("the removed label to leave every node", T, || async {
+    wait_for("the removed labels to leave every node", T, || async {
         let nodes = pool_nodes(&client, &pool).await;
-        let with = nodes.iter().filter(|n| n.metadata.labels.as_ref().is_some_and(|l| l.contains_key("tier"))).count();
+        let with = nodes
+            .iter()
+            .filter(|n| n.metadata.labels.as_ref().is_some_and(|l| l.contains_key("tier") || l.contains_key("born")))
+            .count();
         if with == 0 && nodes.len() == 3 { Ok(()) } else { Err(format!("{with} nodes still labelled")) }
     })
     .await;

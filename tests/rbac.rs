@@ -5,13 +5,17 @@
 use serde_yaml::Value;
 
 fn cluster_role_rules() -> Vec<Value> {
+    role_rules("kwok-pools")
+}
+
+fn role_rules(name: &str) -> Vec<Value> {
     let text =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/rbac.yaml")).expect("config/rbac.yaml");
     serde_yaml::Deserializer::from_str(&text)
         .filter_map(|doc| Value::deserialize(doc).ok())
-        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "kwok-pools")
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == name)
         .and_then(|d| d["rules"].as_sequence().cloned())
-        .expect("a ClusterRole kwok-pools with rules")
+        .unwrap_or_else(|| panic!("a ClusterRole {name} with rules"))
 }
 
 use serde::Deserialize;
@@ -36,7 +40,7 @@ fn every_registered_kind_and_its_children_are_granted() {
             assert!(granted(&rules, group, &kind.plural, verb), "{verb} on {} missing", kind.plural);
         }
         assert!(granted(&rules, group, &format!("{}/status", kind.plural), "patch"), "{}/status", kind.plural);
-        for verb in ["get", "list", "watch", "create", "delete"] {
+        for verb in ["get", "list", "watch", "delete"] {
             assert!(
                 granted(&rules, &kind.child_group, &kind.child_plural, verb),
                 "{verb} on {} (children of {}) missing",
@@ -44,7 +48,54 @@ fn every_registered_kind_and_its_children_are_granted() {
                 kind.kind
             );
         }
+        // Children are created only where pools live: by the role bound per namespace.
+        if !kind.child_group.is_empty() || kind.child_plural != "nodes" {
+            assert!(
+                !granted(&rules, &kind.child_group, &kind.child_plural, "create"),
+                "create on every {}",
+                kind.child_plural
+            );
+            assert!(
+                granted(&role_rules("kwok-pools-pool-children"), &kind.child_group, &kind.child_plural, "create"),
+                "create on {} missing from kwok-pools-pool-children",
+                kind.child_plural
+            );
+        }
         assert!(granted(&rules, &kind.child_group, &format!("{}/status", kind.child_plural), "patch"));
     }
     assert!(!granted(&rules, "", "secrets", "get"), "nothing on secrets");
+    for verb in ["create", "update", "patch", "delete"] {
+        for hooks in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
+            assert!(!granted(&rules, "admissionregistration.k8s.io", hooks, verb), "{verb} on every {hooks}");
+        }
+    }
+}
+
+#[test]
+fn nothing_grants_secrets_and_the_webhook_configurations_ship_with_the_operator() {
+    let rbac = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/rbac.yaml")).unwrap();
+    let docs: Vec<Value> =
+        serde_yaml::Deserializer::from_str(&rbac).filter_map(|d| Value::deserialize(d).ok()).collect();
+    for doc in docs.iter().filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role") {
+        for rule in doc["rules"].as_sequence().unwrap() {
+            let resources = rule["resources"].as_sequence().unwrap();
+            assert!(
+                !resources.iter().any(|r| r.as_str() == Some("secrets")),
+                "{:?} grants secrets",
+                doc["metadata"]["name"]
+            );
+        }
+    }
+    let kustomization =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/kustomization.yaml")).unwrap();
+    assert!(kustomization.contains("webhook.yaml") && kustomization.contains("networkpolicy.yaml"));
+    let policy = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/networkpolicy.yaml")).unwrap();
+    let policy: Value = serde_yaml::from_str(&policy).unwrap();
+    let ports: Vec<i64> = policy["spec"]["ingress"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["ports"].as_sequence().unwrap().iter().map(|p| p["port"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(ports, vec![9443, 8080], "only the webhook and the metrics port are open");
 }

@@ -4,6 +4,7 @@
 pub mod mutate;
 pub mod register;
 pub mod review;
+pub mod serve;
 pub mod tls;
 
 use crate::telemetry::metrics::{AdmissionLabels, Metrics};
@@ -32,27 +33,46 @@ pub struct WebhookConfig {
     pub cert_dir: Option<PathBuf>,
     /// Only pools matching this selector are sent to the webhook.
     pub object_selector: Option<LabelSelector>,
+    /// Connections, timeouts and body size a client may take.
+    pub limits: serve::Limits,
 }
 
 #[derive(Clone)]
 struct AppState {
     judge: review::Judge,
     metrics: Arc<Metrics>,
+    review_timeout: std::time::Duration,
+}
+
+/// Decodes (on a blocking thread: a body can be megabytes) and judges one review, in a task
+/// of its own and within the time limit.
+async fn judge_body(
+    body: Bytes,
+    judge: review::Judge,
+    limit: std::time::Duration,
+) -> Result<Result<review::Answer, review::BadReview>, String> {
+    let task = tokio::spawn(async move {
+        let decoded = tokio::task::spawn_blocking(move || review::decode(&body)).await;
+        match decoded {
+            Ok(Ok(review)) => Ok(review::answer_decoded(review, &judge).await),
+            Ok(Err(bad)) => Ok(Err(bad)),
+            Err(e) => Err(e),
+        }
+    });
+    match tokio::time::timeout(limit, task).await {
+        Ok(Ok(Ok(judged))) => Ok(judged),
+        Ok(Ok(Err(e)) | Err(e)) if e.is_panic() => Err(crate::pool::reconcile::panic_message(e.into_panic().as_ref())),
+        Ok(Ok(Err(_)) | Err(_)) => Err("the review was cancelled".to_string()),
+        Err(_) => Err(format!("judging took longer than {limit:?}")),
+    }
 }
 
 async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
     // Judged in a task of its own: a panic (a bug met by one object) refuses that object with
     // the reason, and the webhook goes on serving.
-    let judge = state.judge.clone();
-    let task_body = body.clone();
-    let judged = match tokio::spawn(async move { review::answer(&task_body, &judge).await }).await {
+    let judged = match judge_body(body.clone(), state.judge.clone(), state.review_timeout).await {
         Ok(judged) => judged,
-        Err(e) => {
-            let message = if e.is_panic() {
-                crate::pool::reconcile::panic_message(e.into_panic().as_ref())
-            } else {
-                "the review was cancelled".to_string()
-            };
+        Err(message) => {
             tracing::error!(panic = %message, "judging an AdmissionReview panicked; the object is refused");
             state
                 .metrics
@@ -103,11 +123,59 @@ async fn mutate(body: Bytes) -> Response {
 /// The webhook's routes. With a `client`, the API server judges each pool's rendered child by
 /// a server-side dry run.
 pub fn router(peers: review::Peers, client: Option<kube::Client>, metrics: Arc<Metrics>) -> Router {
+    router_with(peers, client, metrics, &serve::Limits::default())
+}
+
+/// [`router`] with other limits.
+pub fn router_with(
+    peers: review::Peers,
+    client: Option<kube::Client>,
+    metrics: Arc<Metrics>,
+    limits: &serve::Limits,
+) -> Router {
     let judge = review::Judge { peers, client };
     Router::new()
         .route(register::PATH, post(validate))
         .route(register::MUTATE_PATH, post(mutate))
-        .with_state(AppState { judge, metrics })
+        .layer(axum::extract::DefaultBodyLimit::max(limits.body_limit))
+        .with_state(AppState { judge, metrics, review_timeout: limits.review_timeout })
+}
+
+/// The certificate to serve (and how to renew it). A certificate from files must cover the
+/// host the API server is told to call, or every review would fail TLS: refused at start.
+pub fn certificate_for(config: &WebhookConfig, bound: SocketAddr) -> anyhow::Result<(tls::Source, tls::ServingCert)> {
+    let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), bound.ip().to_string()];
+    hosts.extend(config.hosts.iter().cloned());
+    let url_host = match &config.endpoint {
+        Some(register::Endpoint::Url(url)) => Some(tls::url_host(url).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--webhook-url {url:?} is not an https://HOST[:PORT]/PATH URL; the API server calls webhooks over TLS"
+            )
+        })?),
+        _ => None,
+    };
+    hosts.extend(url_host.iter().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string()));
+    hosts.sort();
+    hosts.dedup();
+    let Some(dir) = &config.cert_dir else {
+        return Ok(tls::Source::generated(&hosts, tls::GENERATED_LIFETIME)?);
+    };
+    let cert = tls::from_dir(dir)?;
+    let needed: Vec<String> = match (&config.endpoint, url_host) {
+        (_, Some(host)) => vec![host],
+        (Some(register::Endpoint::Service { .. }), None) => config.hosts.iter().take(1).cloned().collect(),
+        _ => vec![],
+    };
+    for host in needed {
+        if !tls::covers(&cert.cert_pem, &host) {
+            let names = tls::subject_names(&cert.cert_pem).map(|(d, i)| format!("{d:?} {i:?}")).unwrap_or_default();
+            anyhow::bail!(
+                "the certificate in {} is for {names}, not for {host}, which the API server would call: issue it for {host} (or point --webhook-url at a name it has)",
+                dir.display()
+            );
+        }
+    }
+    Ok((tls::Source::Dir(dir.clone()), cert))
 }
 
 /// Starts the TLS server in the background and registers the webhook configuration.
@@ -124,7 +192,7 @@ impl Registration {
     pub async fn apply(self) -> anyhow::Result<()> {
         register::register(self.client, &self.vwc, &self.mwc).await.map_err(|e| {
             anyhow::anyhow!(
-                "cannot register the webhook configurations {}: {e}; the operator needs create/patch on validatingwebhookconfigurations and mutatingwebhookconfigurations (or run with --no-webhook)",
+                "cannot register the webhook configurations {}: {e}; in a cluster they are installed with the operator (config/webhook.yaml or the Helm chart) and it needs get/patch on them by name; locally it needs create too (or run with --no-webhook)",
                 self.name
             )
         })?;
@@ -145,23 +213,19 @@ pub async fn start(
     })?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
-    let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), bound.ip().to_string()];
-    hosts.extend(config.hosts.iter().cloned());
-    hosts.dedup();
-    let cert = match &config.cert_dir {
-        Some(dir) => tls::from_dir(dir)?,
-        None => tls::generate(&hosts)?,
-    };
-    let rustls = axum_server::tls_rustls::RustlsConfig::from_pem(
+    let (source, cert) = certificate_for(&config, bound)?;
+    let ca_pem = cert.ca_pem.clone();
+    // Refuse an unusable certificate here, not at the first connection.
+    axum_server::tls_rustls::RustlsConfig::from_pem(
         cert.cert_pem.clone().into_bytes(),
         cert.key_pem.clone().into_bytes(),
     )
     .await
     .map_err(|e| anyhow::anyhow!("the webhook certificate is not usable: {e}"))?;
-    let app = router(peers, Some(client.clone()), metrics);
-    let server = axum_server::from_tcp_rustls(listener, rustls)?;
+    let app = router_with(peers, Some(client.clone()), metrics, &config.limits);
+    let limits = config.limits.clone();
     tokio::spawn(async move {
-        if let Err(e) = server.serve(app.into_make_service()).await {
+        if let Err(e) = serve::serve(listener, source, cert, app, &limits).await {
             tracing::error!(error = %e, "webhook server stopped");
         }
     });
@@ -169,8 +233,7 @@ pub async fn start(
         let host = if bound.ip().is_unspecified() { "127.0.0.1".to_string() } else { bound.ip().to_string() };
         register::Endpoint::Url(format!("https://{host}:{}{}", bound.port(), register::PATH))
     });
-    let vwc =
-        register::configuration(&config.configuration_name, &endpoint, &cert.ca_pem, config.object_selector.clone());
+    let vwc = register::configuration(&config.configuration_name, &endpoint, &ca_pem, config.object_selector.clone());
     let mwc = register::mutating_configuration(&vwc);
     tracing::info!(%bound, configuration = %config.configuration_name, ?endpoint, "admission webhook serving");
     Ok((bound, Registration { client, name: config.configuration_name.clone(), vwc, mwc }))

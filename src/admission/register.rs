@@ -109,10 +109,27 @@ pub async fn register(
     validating: &ValidatingWebhookConfiguration,
     mutating: &MutatingWebhookConfiguration,
 ) -> kube::Result<()> {
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    let name = validating.metadata.name.clone().unwrap_or_default();
-    Api::<ValidatingWebhookConfiguration>::all(client.clone()).patch(&name, &pp, &Patch::Apply(validating)).await?;
-    Api::<MutatingWebhookConfiguration>::all(client).patch(&name, &pp, &Patch::Apply(mutating)).await.map(|_| ())
+    put(Api::<ValidatingWebhookConfiguration>::all(client.clone()), validating).await?;
+    put(Api::<MutatingWebhookConfiguration>::all(client), mutating).await
+}
+
+/// Makes the configuration exactly `desired`: a merge patch that replaces its webhooks whole
+/// (one installed with a Service keeps no stale `service` beside our `url`); created when it
+/// is missing (locally; in a cluster it ships with the operator, which may only patch it).
+async fn put<K>(api: Api<K>, desired: &K) -> kube::Result<()>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let name = desired.meta().name.clone().unwrap_or_default();
+    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    match api.patch(&name, &pp, &Patch::Merge(desired)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            let post = kube::api::PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            api.create(&post, desired).await.map(|_| ())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

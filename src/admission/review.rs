@@ -103,13 +103,22 @@ pub fn refused_after_panic(body: &[u8], message: &str) -> Option<AdmissionReview
     Some(AdmissionResponse::from(&req).deny(reason).into_review())
 }
 
-/// Answers an AdmissionReview body. Returns the kind judged (a metric label from a fixed
-/// set: a registered kind or `other`), whether it was allowed, and the review to send back.
-pub async fn answer(
-    body: &[u8],
-    judge_with: &Judge,
-) -> Result<(&'static str, bool, AdmissionReview<DynamicObject>), BadReview> {
-    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
+/// The kind judged (a metric label from a fixed set: a registered kind or `other`), whether
+/// it was allowed, and the review to send back.
+pub type Answer = (&'static str, bool, AdmissionReview<DynamicObject>);
+
+/// An AdmissionReview body, decoded.
+pub fn decode(body: &[u8]) -> Result<AdmissionReview<DynamicObject>, BadReview> {
+    Ok(serde_json::from_slice(body)?)
+}
+
+/// Answers an AdmissionReview body.
+pub async fn answer(body: &[u8], judge_with: &Judge) -> Result<Answer, BadReview> {
+    answer_decoded(decode(body)?, judge_with).await
+}
+
+/// Answers a decoded AdmissionReview.
+pub async fn answer_decoded(review: AdmissionReview<DynamicObject>, judge_with: &Judge) -> Result<Answer, BadReview> {
     let req: AdmissionRequest<DynamicObject> = review
         .try_into()
         .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| BadReview::NoRequest(e.to_string()))?;

@@ -52,7 +52,8 @@ pub struct RunArgs {
     /// Writes in flight to the API server from the pool controllers, all pools together.
     #[arg(long, default_value_t = 96)]
     pub max_writes_in_flight: usize,
-    /// Writes in flight from the simulator (leases, node and pod status).
+    /// Writes in flight from the simulator (node, pod and VMI status); lease renewals have as
+    /// many again of their own, so heartbeats never wait behind status writes.
     #[arg(long, default_value_t = 96)]
     pub max_simulator_writes_in_flight: usize,
     /// Writes in flight for one pool.
@@ -184,6 +185,7 @@ impl RunArgs {
             hosts,
             cert_dir: self.webhook_cert_dir.clone(),
             object_selector,
+            limits: crate::admission::serve::Limits::default(),
         }))
     }
 

@@ -15,10 +15,6 @@ pub fn resolve_bin_dir(flag: Option<&Path>) -> PathBuf {
     if let Some(dir) = std::env::var_os(BIN_DIR_ENV).filter(|v| !v.is_empty()) {
         return PathBuf::from(dir);
     }
-    let cwd_bin = PathBuf::from("bin");
-    if cwd_bin.join("kube-apiserver").exists() {
-        return std::path::absolute(&cwd_bin).unwrap_or(cwd_bin);
-    }
     if let Ok(exe) = std::env::current_exe() {
         for ancestor in exe.ancestors().skip(1) {
             let candidate = ancestor.join("bin");
@@ -27,7 +23,8 @@ pub fn resolve_bin_dir(flag: Option<&Path>) -> PathBuf {
             }
         }
     }
-    std::path::absolute(&cwd_bin).unwrap_or(cwd_bin)
+    // Never the current directory: a binary planted there must not run as the control plane.
+    PathBuf::from("/nonexistent: set KWOK_POOLS_BIN_DIR or --bin-dir")
 }
 
 /// Checks that every component's binary is present and returns the directory, absolute.

@@ -44,7 +44,7 @@ impl Component {
     /// The URL that says the component is ready.
     pub fn health_url(self, ports: &Ports) -> String {
         match self {
-            Component::Etcd => format!("http://127.0.0.1:{}/readyz", ports.etcd_client),
+            Component::Etcd => format!("https://127.0.0.1:{}/readyz", ports.etcd_client),
             Component::KubeApiserver => format!("https://127.0.0.1:{}/readyz", ports.apiserver),
             Component::KubeControllerManager => {
                 format!("https://127.0.0.1:{}/healthz", ports.controller_manager)
@@ -58,7 +58,8 @@ impl Component {
         let p = |path: std::path::PathBuf| path.display().to_string();
         match self {
             Component::Etcd => {
-                let client = format!("http://127.0.0.1:{}", ports.etcd_client);
+                // Clients over TLS with a certificate of the etcd CA (the API server's only).
+                let client = format!("https://127.0.0.1:{}", ports.etcd_client);
                 let peer = format!("http://127.0.0.1:{}", ports.etcd_peer);
                 vec![
                     "--name=default".into(),
@@ -68,6 +69,10 @@ impl Component {
                     format!("--listen-peer-urls={peer}"),
                     format!("--initial-advertise-peer-urls={peer}"),
                     format!("--initial-cluster=default={peer}"),
+                    format!("--cert-file={}", p(layout.cert("etcd-server"))),
+                    format!("--key-file={}", p(layout.key("etcd-server"))),
+                    "--client-cert-auth=true".into(),
+                    format!("--trusted-ca-file={}", p(layout.cert("etcd-ca"))),
                     // A throw-away test cluster: durability is not worth the fsync cost.
                     "--unsafe-no-fsync=true".into(),
                     "--quota-backend-bytes=8589934592".into(),
@@ -75,13 +80,16 @@ impl Component {
                 ]
             }
             Component::KubeApiserver => vec![
-                format!("--etcd-servers=http://127.0.0.1:{}", ports.etcd_client),
+                format!("--etcd-servers=https://127.0.0.1:{}", ports.etcd_client),
+                format!("--etcd-cafile={}", p(layout.cert("etcd-ca"))),
+                format!("--etcd-certfile={}", p(layout.cert("apiserver-etcd-client"))),
+                format!("--etcd-keyfile={}", p(layout.key("apiserver-etcd-client"))),
                 "--bind-address=127.0.0.1".into(),
                 "--advertise-address=127.0.0.1".into(),
                 format!("--secure-port={}", ports.apiserver),
                 "--endpoint-reconciler-type=none".into(),
-                format!("--tls-cert-file={}", p(layout.admin_cert())),
-                format!("--tls-private-key-file={}", p(layout.admin_key())),
+                format!("--tls-cert-file={}", p(layout.cert("apiserver"))),
+                format!("--tls-private-key-file={}", p(layout.key("apiserver"))),
                 format!("--client-ca-file={}", p(layout.ca_cert())),
                 "--authorization-mode=Node,RBAC".into(),
                 format!("--service-cluster-ip-range={SERVICE_CIDR}"),
@@ -95,9 +103,9 @@ impl Component {
                 "--max-mutating-requests-inflight=1000".into(),
             ],
             Component::KubeControllerManager => vec![
-                format!("--kubeconfig={}", p(layout.kubeconfig())),
-                format!("--authentication-kubeconfig={}", p(layout.kubeconfig())),
-                format!("--authorization-kubeconfig={}", p(layout.kubeconfig())),
+                format!("--kubeconfig={}", p(layout.component_kubeconfig("kube-controller-manager"))),
+                format!("--authentication-kubeconfig={}", p(layout.component_kubeconfig("kube-controller-manager"))),
+                format!("--authorization-kubeconfig={}", p(layout.component_kubeconfig("kube-controller-manager"))),
                 "--bind-address=127.0.0.1".into(),
                 format!("--secure-port={}", ports.controller_manager),
                 "--leader-elect=false".into(),
@@ -117,8 +125,8 @@ impl Component {
             ],
             Component::KubeScheduler => vec![
                 format!("--config={}", p(layout.scheduler_config())),
-                format!("--authentication-kubeconfig={}", p(layout.kubeconfig())),
-                format!("--authorization-kubeconfig={}", p(layout.kubeconfig())),
+                format!("--authentication-kubeconfig={}", p(layout.component_kubeconfig("kube-scheduler"))),
+                format!("--authorization-kubeconfig={}", p(layout.component_kubeconfig("kube-scheduler"))),
                 "--bind-address=127.0.0.1".into(),
                 format!("--secure-port={}", ports.scheduler),
                 "--profiling=false".into(),
@@ -141,7 +149,7 @@ pub fn scheduler_config(layout: &Layout) -> String {
          kind: KubeSchedulerConfiguration\n\
          clientConnection:\n  kubeconfig: {}\n  qps: 1000\n  burst: 2000\n\
          leaderElection:\n  leaderElect: false\n",
-        layout.kubeconfig().display()
+        layout.component_kubeconfig("kube-scheduler").display()
     )
 }
 

@@ -93,6 +93,17 @@ impl Layout {
     pub fn admin_key(&self) -> PathBuf {
         self.pki().join("admin.key")
     }
+    /// `pki/<name>.crt` and `pki/<name>.key`: the certificate and key of one identity.
+    pub fn cert(&self, name: &str) -> PathBuf {
+        self.pki().join(format!("{name}.crt"))
+    }
+    pub fn key(&self, name: &str) -> PathBuf {
+        self.pki().join(format!("{name}.key"))
+    }
+    /// The kubeconfig a component uses (its own client certificate).
+    pub fn component_kubeconfig(&self, component: &str) -> PathBuf {
+        self.dir.join(format!("{component}.kubeconfig"))
+    }
     pub fn sa_private(&self) -> PathBuf {
         self.pki().join("sa.key")
     }

@@ -1,6 +1,9 @@
-//! The cluster's PKI on disk: a CA, one admin certificate (O=system:masters) used both as the
-//! client certificate of every component and as the API server's serving certificate, and a
-//! service-account signing key. Then the kubeconfig that uses them.
+//! The cluster's PKI on disk, one identity per part: a cluster CA; the API server's serving
+//! certificate; client certificates for the admin (O=system:masters, the user's kubeconfig),
+//! the controller manager (system:kube-controller-manager) and the scheduler
+//! (system:kube-scheduler), each with a kubeconfig of its own; a separate etcd CA with etcd's
+//! serving certificate and the API server's etcd client certificate (etcd takes only those);
+//! and the service-account signing key. Private keys are created with mode 0600.
 
 use super::component::SERVICE_IP;
 use super::error::{ClusterError, IoContext};
@@ -28,31 +31,57 @@ pub fn apiserver_sans() -> Vec<String> {
     .collect()
 }
 
+/// Writes `content` to `path`; a private file is created with mode 0600 (never readable by
+/// others, not even for a moment).
 fn write(path: &Path, content: &str, private: bool) -> Result<(), ClusterError> {
-    std::fs::write(path, content).ctx(|| format!("writing {}", path.display()))?;
-    if private {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .ctx(|| format!("restricting {}", path.display()))?;
-    }
-    Ok(())
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mode = if private { 0o600 } else { 0o644 };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)
+        .ctx(|| format!("creating {}", path.display()))?;
+    // A file that existed keeps its old mode through open: set it.
+    file.set_permissions(std::fs::Permissions::from_mode(mode)).ctx(|| format!("restricting {}", path.display()))?;
+    file.write_all(content.as_bytes()).ctx(|| format!("writing {}", path.display()))
 }
 
-/// Writes the CA, the admin certificate and the service-account key pair.
+/// The identities of the cluster: (file name, common name, organization, server, client).
+const IDENTITIES: [(&str, &str, Option<&str>, bool, bool); 4] = [
+    ("apiserver", "kube-apiserver", None, true, false),
+    ("admin", "kubernetes-admin", Some("system:masters"), false, true),
+    ("kube-controller-manager", "system:kube-controller-manager", None, false, true),
+    ("kube-scheduler", "system:kube-scheduler", None, false, true),
+];
+
+/// Writes the CAs, every identity's certificate and key, and the service-account key pair.
 pub fn write_pki(layout: &Layout) -> Result<(), ClusterError> {
     std::fs::create_dir_all(layout.pki()).ctx(|| format!("creating {}", layout.pki().display()))?;
     let ca = Authority::new("kwok-pools-ca")?;
-    let admin = ca.issue(&LeafSpec {
-        common_name: "kubernetes-admin",
-        organization: Some("system:masters"),
-        sans: apiserver_sans(),
-        server: true,
-        client: true,
-    })?;
-    let (sa_private, sa_public) = signing_key()?;
     write(&layout.ca_cert(), &ca.pair.cert_pem, false)?;
     write(&layout.ca_key(), &ca.pair.key_pem, true)?;
-    write(&layout.admin_cert(), &admin.cert_pem, false)?;
-    write(&layout.admin_key(), &admin.key_pem, true)?;
+    for (file, cn, org, server, client) in IDENTITIES {
+        let sans = if server { apiserver_sans() } else { vec![] };
+        let pair = ca.issue(&LeafSpec { common_name: cn, organization: org, sans, server, client })?;
+        write(&layout.cert(file), &pair.cert_pem, false)?;
+        write(&layout.key(file), &pair.key_pem, true)?;
+    }
+    let etcd_ca = Authority::new("kwok-pools-etcd-ca")?;
+    write(&layout.cert("etcd-ca"), &etcd_ca.pair.cert_pem, false)?;
+    write(&layout.key("etcd-ca"), &etcd_ca.pair.key_pem, true)?;
+    let loopback = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    for (file, cn, server, client) in
+        [("etcd-server", "etcd", true, false), ("apiserver-etcd-client", "kube-apiserver-etcd-client", false, true)]
+    {
+        let sans = if server { loopback.clone() } else { vec![] };
+        let pair = etcd_ca.issue(&LeafSpec { common_name: cn, organization: None, sans, server, client })?;
+        write(&layout.cert(file), &pair.cert_pem, false)?;
+        write(&layout.key(file), &pair.key_pem, true)?;
+    }
+    let (sa_private, sa_public) = signing_key()?;
     write(&layout.sa_private(), &sa_private, true)?;
     write(&layout.sa_public(), &sa_public, false)?;
     Ok(())
@@ -74,17 +103,19 @@ pub fn kubeconfig_text(name: &str, port: u16, ca: &str, cert: &str, key: &str) -
     )
 }
 
-/// Writes the kubeconfig from the PKI already on disk.
+/// Writes the kubeconfigs from the PKI already on disk: the user's (admin) and one per
+/// component with its own identity.
 pub fn write_kubeconfig(layout: &Layout, name: &str, port: u16) -> Result<(), ClusterError> {
     let read = |p: &Path| std::fs::read_to_string(p).ctx(|| format!("reading {}", p.display()));
-    let text = kubeconfig_text(
-        name,
-        port,
-        &read(&layout.ca_cert())?,
-        &read(&layout.admin_cert())?,
-        &read(&layout.admin_key())?,
-    );
-    write(&layout.kubeconfig(), &text, true)
+    let ca = read(&layout.ca_cert())?;
+    let text = |id: &str| -> Result<String, ClusterError> {
+        Ok(kubeconfig_text(name, port, &ca, &read(&layout.cert(id))?, &read(&layout.key(id))?))
+    };
+    write(&layout.kubeconfig(), &text("admin")?, true)?;
+    for component in ["kube-controller-manager", "kube-scheduler"] {
+        write(&layout.component_kubeconfig(component), &text(component)?, true)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -116,7 +147,43 @@ mod tests {
         ] {
             assert!(p.exists(), "{}", p.display());
         }
-        let mode = std::fs::metadata(layout.admin_key()).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        // Every private key and kubeconfig is 0600; certificates are not secret.
+        for entry in std::fs::read_dir(layout.pki()).unwrap() {
+            let path = entry.unwrap().path();
+            let want = if path.extension().is_some_and(|e| e == "key") { 0o600 } else { 0o644 };
+            assert_eq!(mode(&path), want, "{}", path.display());
+        }
+        for kc in [
+            layout.kubeconfig(),
+            layout.component_kubeconfig("kube-scheduler"),
+            layout.component_kubeconfig("kube-controller-manager"),
+        ] {
+            assert_eq!(mode(&kc), 0o600, "{}", kc.display());
+        }
+        // One identity per part: the API server does not serve with the admin's certificate,
+        // the components are not system:masters, and etcd trusts a CA of its own.
+        let read = |id: &str| std::fs::read_to_string(layout.cert(id)).unwrap();
+        assert_ne!(read("apiserver"), read("admin"));
+        let subject = |id: &str| {
+            let pem = read(id);
+            let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+            pem.parse_x509().unwrap().subject().to_string()
+        };
+        assert!(subject("admin").contains("O=system:masters"));
+        assert_eq!(subject("kube-scheduler"), "CN=system:kube-scheduler");
+        assert_eq!(subject("kube-controller-manager"), "CN=system:kube-controller-manager");
+        assert_ne!(read("etcd-ca"), std::fs::read_to_string(layout.ca_cert()).unwrap());
+    }
+
+    #[test]
+    fn a_private_file_is_never_world_readable_even_when_it_existed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.key");
+        std::fs::write(&path, "old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write(&path, "secret", true).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "secret");
     }
 }

@@ -10,11 +10,16 @@ use std::time::{Duration, Instant};
 /// controller manager and scheduler serve self-signed certificates on loopback, so their
 /// health checks do not verify the server.
 pub fn http_client(layout: &Layout, verify: bool) -> Result<reqwest::Client, ClusterError> {
+    client_as(layout, "admin", verify)
+}
+
+/// An HTTP client presenting identity `id` (`pki/<id>.crt`): etcd takes only its own CA's.
+fn client_as(layout: &Layout, id: &str, verify: bool) -> Result<reqwest::Client, ClusterError> {
     let read = |p: std::path::PathBuf| {
         std::fs::read(&p).map_err(|e| ClusterError::Other(format!("reading {}: {e}", p.display())))
     };
-    let mut identity = read(layout.admin_cert())?;
-    identity.extend(read(layout.admin_key())?);
+    let mut identity = read(layout.cert(id))?;
+    identity.extend(read(layout.key(id))?);
     let mut b = reqwest::Client::builder()
         .timeout(Duration::from_secs(3))
         .use_rustls_tls()
@@ -40,7 +45,10 @@ pub async fn wait_healthy(
     deadline: Instant,
 ) -> Result<Duration, ClusterError> {
     let verify = component == Component::KubeApiserver;
-    let client = http_client(layout, verify)?;
+    let client = match component {
+        Component::Etcd => client_as(layout, "apiserver-etcd-client", false)?,
+        _ => http_client(layout, verify)?,
+    };
     let url = component.health_url(ports);
     let start = Instant::now();
     let mut last_report = Instant::now();

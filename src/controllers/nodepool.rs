@@ -70,6 +70,9 @@ impl PoolKind for NodePool {
     type Env = NodeEnv;
     const NOUN: &'static str = "node";
     const TEMPLATE_PATH: &'static str = "spec.nodeTemplate";
+    // A POST never takes over a real Node that appeared under a child's name after the store
+    // was read (a forced apply would); later writes are applies guarded by the node's UID.
+    const CREATE_WITH_POST: bool = true;
 
     fn validation_env() -> NodeEnv {
         // Nodes rendered for validation carry the template's status, not a simulated one, and

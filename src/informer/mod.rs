@@ -4,6 +4,7 @@
 //! before they are stored, so memory grows with what the operator must remember, not with
 //! whole objects.
 
+pub mod health;
 pub mod pod;
 pub mod registry;
 pub mod shared;
@@ -36,6 +37,56 @@ pub struct Informer<K: Resource<DynamicType = ()> + Clone + 'static> {
     reader: Store<K>,
     writer: Mutex<Option<reflector::store::Writer<K>>>,
     subscribers: Arc<Mutex<Vec<UnboundedSender<Change<K>>>>>,
+    state: Mutex<health::WatchState>,
+    relist: tokio::sync::Notify,
+}
+
+/// Marks the informer's watch as ended when dropped (its task is over).
+struct Ended<K: Resource<DynamicType = ()> + Clone + 'static>(Arc<Informer<K>>);
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Ended<K> {
+    fn mark(&self, how: &str) {
+        tracing::error!(kind = %K::kind(&()), how, "a watch task ended; the operator is no longer healthy");
+        self.0.state.lock().unwrap_or_else(|e| e.into_inner()).ended = true;
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Drop for Ended<K> {
+    fn drop(&mut self) {
+        // A task cancelled at shutdown is not a failure; one that unwinds is.
+        if std::thread::panicking() {
+            self.mark("panicked");
+        }
+    }
+}
+
+/// What an informer stores (the rest of what it watches is dropped on arrival).
+pub type Keep<K> = Arc<dyn Fn(&K) -> bool + Send + Sync>;
+
+/// An informer seen without its type: what `/readyz` asks.
+pub trait Watched: Send + Sync {
+    /// The plural of what it watches.
+    fn watched(&self) -> String;
+    fn state(&self) -> health::WatchState;
+    /// Objects in its store.
+    fn cached(&self) -> usize;
+}
+
+impl<K> Watched for Informer<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    fn watched(&self) -> String {
+        K::plural(&()).to_string()
+    }
+
+    fn state(&self) -> health::WatchState {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn cached(&self) -> usize {
+        self.reader.len()
+    }
 }
 
 impl<K> Informer<K>
@@ -44,7 +95,13 @@ where
 {
     pub fn new() -> Arc<Self> {
         let writer = reflector::store::Writer::<K>::default();
-        Arc::new(Self { reader: writer.as_reader(), writer: Mutex::new(Some(writer)), subscribers: Arc::default() })
+        Arc::new(Self {
+            reader: writer.as_reader(),
+            writer: Mutex::new(Some(writer)),
+            subscribers: Arc::default(),
+            state: Mutex::default(),
+            relist: tokio::sync::Notify::new(),
+        })
     }
 
     pub fn store(&self) -> Store<K> {
@@ -65,29 +122,67 @@ where
     where
         W: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     {
+        self.start_filtered(api, config, convert, None);
+    }
+
+    /// Lists and watches again from scratch (e.g. when what `keep` keeps grew).
+    pub fn relist(&self) {
+        self.relist.notify_one();
+    }
+
+    /// [`Informer::start`], storing only what `keep` keeps (an object that stops being kept
+    /// leaves the store as if deleted).
+    pub fn start_filtered<W>(
+        self: &Arc<Self>,
+        api: Api<W>,
+        config: watcher::Config,
+        convert: fn(W) -> K,
+        keep: Option<Keep<K>>,
+    ) where
+        W: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    {
         let Some(mut writer) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             tracing::warn!(kind = %K::kind(&()), "informer started twice");
             return;
         };
         let this = self.clone();
+        let kept = move |obj: &K| keep.as_ref().is_none_or(|k| k(obj));
         tokio::spawn(async move {
             let kind = W::kind(&()).to_string();
-            let mut stream = watcher(api, config).default_backoff().boxed();
+            // However the task ends (a panic included), the store stops being fed: say so.
+            let ended = Ended(this.clone());
+            let watch =
+                move || watcher(api.clone(), config.clone()).backoff(crate::backoff::WatchBackoff::default()).boxed();
+            let mut stream = watch();
             // What the current list holds, with UIDs: an object replaced under the same name
             // while the watch was down counts as deleted too.
             let mut listing: HashMap<ObjectRef<K>, Option<String>> = HashMap::new();
-            while let Some(next) = stream.next().await {
-                let event: Event<K> = match next {
-                    Ok(Event::Apply(obj)) => Event::Apply(convert(obj)),
-                    Ok(Event::InitApply(obj)) => Event::InitApply(convert(obj)),
-                    Ok(Event::Delete(obj)) => Event::Delete(convert(obj)),
-                    Ok(Event::Init) => Event::Init,
-                    Ok(Event::InitDone) => Event::InitDone,
-                    Err(e) => {
-                        tracing::warn!(%kind, error = %e, "watch failed; retrying with backoff");
+            loop {
+                let next = tokio::select! {
+                    next = stream.next() => match next { Some(next) => next, None => break },
+                    () = this.relist.notified() => {
+                        tracing::info!(%kind, "listing again");
+                        stream = watch();
                         continue;
                     }
                 };
+                let event: Event<K> = match next {
+                    Ok(event) => match admit(event, convert, &kept, &this.reader) {
+                        Some(event) => event,
+                        None => continue,
+                    },
+                    Err(e) => {
+                        let advice = health::advice(&kind, &e);
+                        tracing::warn!(%kind, error = %advice, "watch failed; retrying with backoff");
+                        this.set_state(|s| s.failed(advice, std::time::Instant::now()));
+                        continue;
+                    }
+                };
+                this.set_state(if matches!(event, Event::InitDone) {
+                    health::WatchState::synced
+                } else {
+                    health::WatchState::ok
+                });
                 match &event {
                     Event::Init => listing.clear(),
                     Event::InitApply(obj) => {
@@ -124,7 +219,12 @@ where
                     _ => {}
                 }
             }
+            ended.mark("its stream ended");
         });
+    }
+
+    fn set_state(&self, f: impl FnOnce(&mut health::WatchState)) {
+        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
     fn send(&self, change: Change<K>) {
@@ -134,6 +234,36 @@ where
 }
 
 use kube::runtime::watcher::watcher;
+
+/// A watch event as it is stored: converted, and what `kept` refuses dropped (a change that
+/// makes a stored object no longer kept is its deletion).
+fn admit<W, K>(event: Event<W>, convert: fn(W) -> K, kept: &impl Fn(&K) -> bool, store: &Store<K>) -> Option<Event<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    Some(match event {
+        Event::Apply(obj) => {
+            let obj = convert(obj);
+            if kept(&obj) {
+                Event::Apply(obj)
+            } else if store.get(&ObjectRef::from_obj(&obj)).is_some() {
+                Event::Delete(obj)
+            } else {
+                return None;
+            }
+        }
+        Event::InitApply(obj) => {
+            let obj = convert(obj);
+            if !kept(&obj) {
+                return None;
+            }
+            Event::InitApply(obj)
+        }
+        Event::Delete(obj) => Event::Delete(convert(obj)),
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+    })
+}
 
 /// Stores the object as it is, less [`trim_meta`].
 pub fn trimmed<K: Resource>(mut obj: K) -> K {

@@ -9,6 +9,88 @@ use kube::Resource;
 use kube::core::NamespaceResourceScope;
 use std::borrow::Cow;
 use std::net::IpAddr;
+use std::ops::Deref;
+
+/// The words the kubelet and the API server write into pods (phases, condition types and
+/// statuses, QoS classes, restart policies): held without an allocation of their own (a
+/// running pod has about a dozen of them).
+const KNOWN_WORDS: &[&str] = &[
+    "True",
+    "False",
+    "Unknown",
+    "PodScheduled",
+    "PodReadyToStartContainers",
+    "Initialized",
+    "ContainersReady",
+    "Ready",
+    "DisruptionTarget",
+    "Pending",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "Guaranteed",
+    "Burstable",
+    "BestEffort",
+    "Always",
+    "OnFailure",
+    "Never",
+];
+
+/// A short string read from a pod: one of [`KNOWN_WORDS`] (no allocation) or its own.
+#[derive(Clone, Debug)]
+pub enum Word {
+    Known(&'static str),
+    Own(Box<str>),
+}
+
+impl Word {
+    fn new(s: &str) -> Self {
+        KNOWN_WORDS.iter().find(|w| **w == s).map_or_else(|| Word::Own(s.into()), |w| Word::Known(w))
+    }
+}
+
+impl Default for Word {
+    fn default() -> Self {
+        Word::Known("")
+    }
+}
+
+impl Deref for Word {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            Word::Known(s) => s,
+            Word::Own(s) => s,
+        }
+    }
+}
+
+impl PartialEq for Word {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl PartialEq<str> for Word {
+    fn eq(&self, other: &str) -> bool {
+        &**self == other
+    }
+}
+
+impl From<&str> for Word {
+    fn from(s: &str) -> Self {
+        Word::new(s)
+    }
+}
+
+impl From<String> for Word {
+    fn from(s: String) -> Self {
+        match KNOWN_WORDS.iter().find(|w| **w == s) {
+            Some(w) => Word::Known(w),
+            None => Word::Own(s.into_boxed_str()),
+        }
+    }
+}
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SlimContainer {
@@ -28,13 +110,13 @@ pub struct SlimPod {
     pub init_containers: Vec<SlimContainer>,
     /// Condition types of the readiness gates.
     pub readiness_gates: Vec<String>,
-    pub phase: Option<String>,
+    pub phase: Option<Word>,
     /// (type, status) of each condition.
-    pub conditions: Vec<(String, String)>,
+    pub conditions: Vec<(Word, Word)>,
     pub pod_ips: Vec<IpAddr>,
     pub start_time: Option<Timestamp>,
     /// `spec.restartPolicy` (`Always` when unset).
-    pub restart_policy: Option<String>,
+    pub restart_policy: Option<Word>,
     /// The highest restartCount of its containers.
     pub restart_count: i32,
     /// A container waits in CrashLoopBackOff.
@@ -42,7 +124,7 @@ pub struct SlimPod {
     /// (reason, message) of a PodScheduled=False condition: why the scheduler cannot place it.
     pub unschedulable: Option<Box<(String, String)>>,
     /// `status.qosClass`.
-    pub qos_class: Option<String>,
+    pub qos_class: Option<Word>,
 }
 
 impl Resource for SlimPod {
@@ -102,18 +184,23 @@ impl From<Pod> for SlimPod {
             containers: spec.containers.iter().map(slim).collect(),
             init_containers: spec.init_containers.iter().flatten().map(slim).collect(),
             readiness_gates: spec.readiness_gates.into_iter().flatten().map(|g| g.condition_type).collect(),
-            phase: status.phase,
+            phase: status.phase.map(Word::from),
             unschedulable: status
                 .conditions
                 .iter()
                 .flatten()
                 .find(|c| c.type_ == "PodScheduled" && c.status == "False")
                 .map(|c| Box::new((c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))),
-            qos_class: status.qos_class,
-            conditions: status.conditions.into_iter().flatten().map(|c| (c.type_, c.status)).collect(),
+            qos_class: status.qos_class.map(Word::from),
+            conditions: status
+                .conditions
+                .into_iter()
+                .flatten()
+                .map(|c| (Word::from(c.type_), Word::from(c.status)))
+                .collect(),
             pod_ips,
             start_time: status.start_time.map(|t| t.0),
-            restart_policy: spec.restart_policy,
+            restart_policy: spec.restart_policy.map(Word::from),
             restart_count: status.container_statuses.iter().flatten().map(|c| c.restart_count).max().unwrap_or(0),
             crash_looping: status.container_statuses.iter().flatten().any(|c| {
                 c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref())
@@ -144,7 +231,7 @@ impl SlimPod {
     }
 
     pub fn condition(&self, type_: &str) -> Option<&str> {
-        self.conditions.iter().find(|(t, _)| t == type_).map(|(_, s)| s.as_str())
+        self.conditions.iter().find(|(t, _)| t == type_).map(|(_, s)| &**s)
     }
 
     pub fn phase(&self) -> &str {
@@ -177,6 +264,9 @@ mod tests {
         assert_eq!(s.condition("Ready"), Some("True"));
         assert_eq!(s.pod_ips.len(), 2);
         assert!(s.metadata.annotations.is_none());
+        assert!(matches!(s.phase, Some(Word::Known("Running"))), "a kubelet's word costs no allocation");
+        assert!(matches!(Word::from("example.com/own"), Word::Own(_)));
+        assert_eq!(&*Word::from("example.com/own"), "example.com/own");
         assert_eq!(s.metadata.owner_references.unwrap()[0].kind, "Job");
     }
 }

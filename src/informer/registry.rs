@@ -20,6 +20,10 @@ pub struct Informers {
 #[derive(Default)]
 struct Inner {
     by_type: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    /// The same informers, for health.
+    watched: Vec<Arc<dyn super::Watched>>,
+    /// What the informer of a type keeps, when not everything ([`Informers::keep`]).
+    keep: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
     /// Starts of informers created before [`Informers::start_all`].
     waiting: Vec<Start>,
     started: bool,
@@ -48,6 +52,7 @@ impl Informers {
         }
         let informer = Informer::<K>::new();
         inner.by_type.insert(TypeId::of::<K>(), informer.clone());
+        inner.watched.push(informer.clone());
         let handle = informer.clone();
         let run: Start = Box::new(move |client| start(&handle, client));
         if inner.started {
@@ -66,6 +71,41 @@ impl Informers {
     {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner.by_type.get(&TypeId::of::<K>()).cloned()?.downcast::<Informer<K>>().ok()
+    }
+
+    /// Stores of `K` keep only what `keep` keeps: set before the informer is first asked for.
+    pub fn keep<K: Send + Sync + 'static>(&self, keep: super::Keep<K>) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).keep.insert(TypeId::of::<K>(), Arc::new(keep));
+    }
+
+    /// What stores of `K` keep (`None`: everything).
+    pub fn kept<K: Send + Sync + 'static>(&self) -> Option<super::Keep<K>> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.keep.get(&TypeId::of::<K>())?.downcast_ref::<super::Keep<K>>().cloned()
+    }
+
+    /// What keeps the operator from being ready: watches not listed yet or failing for
+    /// longer than the grace.
+    pub fn problems(&self) -> Vec<String> {
+        let now = std::time::Instant::now();
+        self.watched()
+            .iter()
+            .filter_map(|w| w.state().problem(&w.watched(), now, super::health::FAILING_GRACE))
+            .collect()
+    }
+
+    /// Watches whose task ended: the process is broken (`/healthz` fails, so it is restarted).
+    pub fn dead(&self) -> Vec<String> {
+        self.watched()
+            .iter()
+            .filter(|w| w.state().ended)
+            .map(|w| format!("the watch of {} ended", w.watched()))
+            .collect()
+    }
+
+    /// Every informer asked for so far.
+    pub fn watched(&self) -> Vec<Arc<dyn super::Watched>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).watched.clone()
     }
 
     /// Starts every informer created so far; later ones start when created.

@@ -34,10 +34,11 @@ pub fn nodes(informers: &Informers) -> Arc<Informer<Node>> {
     })
 }
 
-/// Every pod of the cluster, compact.
+/// The pods of the cluster the operator needs (see [`Informers::keep`]), compact.
 pub fn pods(informers: &Informers) -> Arc<Informer<SlimPod>> {
-    informers.shared(|i: &Arc<Informer<SlimPod>>, client| {
-        i.start(Api::<Pod>::all(client), watcher::Config::default(), SlimPod::from)
+    let keep = informers.kept::<SlimPod>();
+    informers.shared(move |i: &Arc<Informer<SlimPod>>, client| {
+        i.start_filtered(Api::<Pod>::all(client), watcher::Config::default(), SlimPod::from, keep)
     })
 }
 

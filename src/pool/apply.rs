@@ -91,6 +91,11 @@ async fn create<P: PoolKind>(api: &Api<P::Child>, name: &str, child: &P::Child) 
     match api.create(&pp, child).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(mut s)) if s.code == 409 => {
+            // Ours already: an earlier POST that the API server carried out but whose answer
+            // never came back (a client timeout under load).
+            if ours_already(api, name, child).await {
+                return Ok(());
+            }
             s.message = format!("{name} already exists and is not owned by this pool; it is left alone");
             Err(kube::Error::Api(s))
         }
@@ -98,8 +103,66 @@ async fn create<P: PoolKind>(api: &Api<P::Child>, name: &str, child: &P::Child) 
     }
 }
 
-/// The in-place writes to one child, in order; the first failure stops the rest.
-async fn update<C>(api: &Api<C>, name: &str, writes: Vec<Write<C>>) -> Vec<(&'static str, String, kube::Result<()>)>
+/// Whether the object called `name` is owned by the same controller as `child` (by UID), as
+/// the reconcile tells its own children.
+async fn ours_already<C>(api: &Api<C>, name: &str, child: &C) -> bool
+where
+    C: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let controller = |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
+        refs.iter().find(|o| o.controller == Some(true)).map(|o| o.uid.clone())
+    };
+    let Some(want) = controller(child.owner_references()) else { return false };
+    matches!(api.get_metadata_opt(name).await, Ok(Some(found)) if controller(found.owner_references()) == Some(want))
+}
+
+/// The JSON patch that hands the fields a POST gave our field manager (operation `Update`)
+/// to its server-side apply (operation `Apply`), so that an apply which leaves a field out
+/// removes it — as `kubectl`'s client-side-apply upgrade does. `None`: nothing to hand over
+/// (already applied once, or not ours). Guarded by the child's UID.
+pub fn claim_patch(
+    entries: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry],
+    uid: &str,
+) -> Option<serde_json::Value> {
+    let ours = |e: &&k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry, op: &str| {
+        e.manager.as_deref() == Some(FIELD_MANAGER)
+            && e.operation.as_deref() == Some(op)
+            && e.subresource.as_deref().unwrap_or_default().is_empty()
+    };
+    if entries.iter().any(|e| ours(&e, "Apply")) {
+        return None;
+    }
+    let mut ops = vec![serde_json::json!({"op": "test", "path": "/metadata/uid", "value": uid})];
+    for (i, _) in entries.iter().enumerate().filter(|(_, e)| ours(e, "Update")) {
+        ops.push(serde_json::json!({"op": "replace", "path": format!("/metadata/managedFields/{i}/operation"), "value": "Apply"}));
+    }
+    (ops.len() > 1).then_some(serde_json::Value::Array(ops))
+}
+
+/// Before the first apply to a child created by POST: [`claim_patch`] on its current fields.
+async fn claim_fields<C>(api: &Api<C>, name: &str, uid: &str) -> kube::Result<()>
+where
+    C: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let meta = api.get_metadata(name).await?;
+    if meta.metadata.uid.as_deref() != Some(uid) {
+        return Ok(()); // replaced: the apply below is refused by its UID
+    }
+    let Some(ops) = claim_patch(meta.metadata.managed_fields.as_deref().unwrap_or_default(), uid) else {
+        return Ok(());
+    };
+    let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+    api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)).await.map(|_| ())
+}
+
+/// The in-place writes to one child, in order; the first failure stops the rest. `posted`:
+/// the child was created by POST (its fields are claimed for apply first).
+async fn update<C>(
+    api: &Api<C>,
+    name: &str,
+    writes: Vec<Write<C>>,
+    posted: bool,
+) -> Vec<(&'static str, String, kube::Result<()>)>
 where
     C: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
 {
@@ -108,6 +171,13 @@ where
     let mut done = Vec::new();
     for w in writes {
         let (verb, r) = match w {
+            Write::Apply(c) if posted && c.meta().uid.is_some() => {
+                let uid = c.meta().uid.clone().unwrap_or_default();
+                match claim_fields(api, name, &uid).await {
+                    Ok(()) => ("apply", api.patch(name, &apply, &Patch::Apply(&c)).await.map(|_| ())),
+                    Err(e) => ("claim", Err(e)),
+                }
+            }
             Write::Apply(c) => ("apply", api.patch(name, &apply, &Patch::Apply(&c)).await.map(|_| ())),
             Write::MergeStatus(v) => {
                 ("patch-status", api.patch_status(name, &merge, &Patch::Merge(&v)).await.map(|_| ()))
@@ -152,7 +222,7 @@ async fn run_op<P: PoolKind>(
             let r = create::<P>(&api, &name, &child).await;
             vec![("create", name, r)]
         }
-        Op::Update(name, writes) => update(&api, &name, writes).await,
+        Op::Update(name, writes) => update(&api, &name, writes, P::CREATE_WITH_POST).await,
         Op::Delete(name, uid) => {
             let r = delete(&api, &name, uid).await;
             vec![("delete", name, r)]
@@ -221,7 +291,48 @@ pub async fn execute<P: PoolKind>(
 /// A short description of an API error, without the noise.
 pub fn describe(e: &kube::Error) -> String {
     match e {
+        kube::Error::Api(s) if s.code == 403 && s.message.contains("cannot create") => format!(
+            "{} ({}): the operator creates children only where it is allowed to; bind the ClusterRole kwok-pools-pool-children in this namespace (see README, Install in a cluster)",
+            s.message, s.code
+        ),
         kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod claim_tests {
+    use super::claim_patch;
+    use crate::api::conventions::FIELD_MANAGER;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+    fn entry(manager: &str, operation: &str, subresource: Option<&str>) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some(operation.into()),
+            subresource: subresource.map(String::from),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_fields_of_a_post_are_handed_to_apply_once_and_only_ours() {
+        let entries = vec![
+            entry("kube-controller-manager", "Update", None),
+            entry(FIELD_MANAGER, "Update", Some("status")),
+            entry(FIELD_MANAGER, "Update", None),
+        ];
+        let patch = claim_patch(&entries, "u-1").expect("ours to hand over");
+        assert_eq!(
+            patch,
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/uid", "value": "u-1"},
+                {"op": "replace", "path": "/metadata/managedFields/2/operation", "value": "Apply"},
+            ])
+        );
+        let mut applied = entries.clone();
+        applied.push(entry(FIELD_MANAGER, "Apply", None));
+        assert_eq!(claim_patch(&applied, "u-1"), None, "already applied once: nothing to do");
+        assert_eq!(claim_patch(&entries[..2], "u-1"), None, "nothing of ours outside status");
     }
 }

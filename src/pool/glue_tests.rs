@@ -59,7 +59,7 @@ fn context(client: kube::Client, children: Vec<Node>, pools: Vec<NodePool>) -> A
 }
 
 fn node_writes(log: &[Seen]) -> Vec<&Seen> {
-    log.iter().filter(|s| s.path.starts_with("/api/v1/nodes/")).collect()
+    log.iter().filter(|s| s.path == "/api/v1/nodes" || s.path.starts_with("/api/v1/nodes/")).collect()
 }
 
 fn status_writes(log: &[Seen]) -> Vec<&Seen> {
@@ -74,9 +74,10 @@ async fn missing_children_are_applied_with_the_conventions_and_the_status_is_wri
     let log = log.lock().unwrap().clone();
     let nodes = node_writes(&log);
     assert_eq!(nodes.len(), 2, "{log:?}");
-    let np1 = nodes.iter().find(|s| s.path.ends_with("/np-1")).expect("np-1 applied");
-    assert_eq!(np1.method, "PATCH");
-    assert!(np1.query.contains("fieldManager=kwok-pools") && np1.query.contains("force=true"), "{}", np1.query);
+    let np1 = nodes.iter().find(|s| s.body["metadata"]["name"] == "np-1").expect("np-1 created");
+    // A POST: never takes over a Node that appeared under this name meanwhile (a forced apply would).
+    assert_eq!((np1.method.as_str(), np1.path.as_str()), ("POST", "/api/v1/nodes"));
+    assert!(np1.query.contains("fieldManager=kwok-pools") && !np1.query.contains("force"), "{}", np1.query);
     let body = &np1.body;
     let fake_taint = json!({"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"});
     assert!(body["spec"]["taints"].as_array().unwrap().contains(&fake_taint), "{body}");
@@ -130,7 +131,7 @@ async fn an_invalid_pool_is_reported_and_waits_for_a_change_without_touching_chi
 #[tokio::test]
 async fn failed_child_writes_are_counted_reported_and_retried_with_backoff() {
     let (client, _) = mock_api(|seen: &Seen| {
-        if seen.path.starts_with("/api/v1/nodes/") {
+        if seen.path.starts_with("/api/v1/nodes") {
             return Reply::json(
                 500,
                 json!({"kind": "Status", "apiVersion": "v1", "code": 500, "message": "etcd is sad"}),

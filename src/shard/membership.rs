@@ -109,7 +109,8 @@ impl Membership {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.namespace);
         let (store, writer) = reflector::store();
         let watch = watcher::Config::default().labels(&format!("{SHARD_LABEL}={}", self.config.instance));
-        let mut events = watcher(api.clone(), watch).default_backoff().reflect(writer).boxed();
+        let mut events =
+            watcher(api.clone(), watch).backoff(crate::backoff::WatchBackoff::default()).reflect(writer).boxed();
         let mut next_renewal = Instant::now();
         // No view before the first list of the members: alone by ignorance is not alone.
         let mut synced = false;

@@ -41,6 +41,22 @@ pub fn lease(node_name: &str, node_uid: &str, duration_secs: i32, now: MicroTime
 /// On a node Lease: the simulator replica that renews it (sharded simulators only).
 pub const SIMULATOR_ANNOTATION: &str = "kwok-pools.x-k8s.io/simulator";
 
+/// A renewal that went through: its verb, and whether the Lease still names this replica (a
+/// renewal that finds another replica's name must write the lease whole next time: another
+/// replica held the node for a while and this one did not notice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Renewed {
+    pub verb: &'static str,
+    pub ours: bool,
+}
+
+/// Whether `lease` names `simulator` (always, when not sharded).
+pub fn names(lease: &Lease, simulator: Option<&str>) -> bool {
+    simulator.is_none_or(|me| {
+        lease.metadata.annotations.as_ref().and_then(|a| a.get(SIMULATOR_ANNOTATION)).map(String::as_str) == Some(me)
+    })
+}
+
 /// Renews (or creates) the lease of a node: one write. The first renewal by this replica
 /// (`first`) creates the lease, or on a conflict writes it whole (holder, duration, the node as
 /// owner, and `simulator`, the replica, when sharded); later renewals send only the renew time.
@@ -52,7 +68,7 @@ pub async fn renew(
     duration_secs: i32,
     simulator: Option<&str>,
     first: bool,
-) -> Result<&'static str, kube::Error> {
+) -> Result<Renewed, kube::Error> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let uid = node.metadata.uid.clone().unwrap_or_default();
     let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
@@ -60,7 +76,7 @@ pub async fn renew(
     if !first {
         let patch = serde_json::json!({ "spec": { "renewTime": now } });
         match api.patch(&name, &pp, &Patch::Merge(&patch)).await {
-            Ok(_) => return Ok("renew"),
+            Ok(lease) => return Ok(Renewed { verb: "renew", ours: names(&lease, simulator) }),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e),
         }
@@ -71,7 +87,7 @@ pub async fn renew(
         fresh.metadata.annotations = Some([(SIMULATOR_ANNOTATION.to_string(), me.to_string())].into());
     }
     match api.create(&post, &fresh).await {
-        Ok(_) => Ok("create"),
+        Ok(_) => Ok(Renewed { verb: "create", ours: true }),
         Err(kube::Error::Api(s)) if s.code == 409 => {
             // It exists (kept from before a restart, or another replica's until now): make it
             // this node's and this replica's.
@@ -84,8 +100,23 @@ pub async fn renew(
             if let Some(me) = simulator {
                 patch["metadata"]["annotations"] = serde_json::json!({ SIMULATOR_ANNOTATION: me });
             }
-            api.patch(&name, &pp, &Patch::Merge(&patch)).await.map(|_| "renew")
+            api.patch(&name, &pp, &Patch::Merge(&patch)).await.map(|_| Renewed { verb: "renew", ours: true })
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_names_the_replica_in_its_annotation() {
+        let mut l = lease("n", "u", 40, MicroTime(k8s_openapi::jiff::Timestamp::now()));
+        assert!(names(&l, None), "unsharded: always ours");
+        assert!(!names(&l, Some("sim-a")), "no annotation: not ours");
+        l.metadata.annotations = Some([(SIMULATOR_ANNOTATION.to_string(), "sim-b".to_string())].into());
+        assert!(!names(&l, Some("sim-a")), "another replica's");
+        assert!(names(&l, Some("sim-b")));
     }
 }

@@ -3,7 +3,7 @@
 //! in a row), and writes run as bounded background tasks that report back to the loop.
 //!
 //! Channels: the loop's `done` channel carries at most one message per write in flight, and
-//! writes in flight are bounded by the semaphore's permits plus one per tracked object
+//! writes in flight are bounded by the budget plus one per tracked object
 //! (each object has at most one write of each kind on its way), so it cannot grow beyond what
 //! is tracked.
 
@@ -103,19 +103,67 @@ impl Attempts {
     }
 }
 
-/// Writes run as background tasks, at most as many at once as `permits` allows (shared by
-/// every simulated kind), each reporting its outcome on the loop's channel.
+/// The simulator's write budget, shared by every simulated kind: at most `total` writes in
+/// flight. Heartbeats (lease renewals) may use all of it; every other write at most
+/// `total - reserved`, so a flood of pod or status writes never makes a heartbeat wait (a
+/// kubelet's lease does not queue behind its status updates), and the API server never sees
+/// more than `total` at once from this replica.
+#[derive(Clone, Debug)]
+pub struct WriteBudget {
+    all: Arc<Semaphore>,
+    others: Arc<Semaphore>,
+}
+
+impl WriteBudget {
+    /// A quarter of `total` reserved for heartbeats (at least one, when `total` > 1).
+    pub fn new(total: usize) -> Self {
+        let total = total.max(1);
+        let reserved = (total / 4).max(usize::from(total > 1));
+        Self { all: Arc::new(Semaphore::new(total)), others: Arc::new(Semaphore::new(total - reserved)) }
+    }
+
+    /// Writes of one class under this budget, reporting on `done`.
+    pub fn writes<D>(&self, class: Class, done: UnboundedSender<D>) -> Writes<D> {
+        Writes { budget: self.clone(), class, done }
+    }
+
+    /// Waits for room for a write of `class`; the room is held until the guard drops.
+    async fn room(&self, class: Class) -> Room {
+        // Closed semaphores (never done here) still let the write through.
+        let other = match class {
+            Class::Heartbeat => None,
+            Class::Other => self.others.clone().acquire_owned().await.ok(),
+        };
+        let all = self.all.clone().acquire_owned().await.ok();
+        Room { _all: all, _other: other }
+    }
+}
+
+/// What kind of write: heartbeats have room reserved for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    Heartbeat,
+    Other,
+}
+
+struct Room {
+    _all: Option<tokio::sync::OwnedSemaphorePermit>,
+    _other: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// Writes of one class run as background tasks within the budget, each reporting its outcome
+/// on the loop's channel.
 pub struct Writes<D> {
-    pub permits: Arc<Semaphore>,
-    pub done: UnboundedSender<D>,
+    budget: WriteBudget,
+    class: Class,
+    done: UnboundedSender<D>,
 }
 
 impl<D: Send + 'static> Writes<D> {
     pub fn spawn(&self, write: impl Future<Output = D> + Send + 'static) {
-        let (permits, done) = (self.permits.clone(), self.done.clone());
+        let (budget, class, done) = (self.budget.clone(), self.class, self.done.clone());
         tokio::spawn(async move {
-            // A closed semaphore (never done here) still lets the write through.
-            let _permit = permits.acquire_owned().await.ok();
+            let _room = budget.room(class).await;
             let _ = done.send(write.await);
         });
     }
@@ -157,25 +205,78 @@ mod tests {
         assert_eq!(a, Attempts::default());
     }
 
-    #[tokio::test]
-    async fn writes_report_back_and_respect_the_permits() {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let permits = Arc::new(Semaphore::new(1));
-        let writes = Writes { permits: permits.clone(), done: tx };
-        let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        for i in 0..4 {
-            let busy = busy.clone();
+    /// Spawns `n` writes of `class` that each stay in flight until `release` is notified and
+    /// count themselves in `busy`.
+    fn hold(
+        writes: &Writes<usize>,
+        n: usize,
+        busy: &Arc<std::sync::atomic::AtomicUsize>,
+        release: &Arc<tokio::sync::Notify>,
+    ) {
+        for i in 0..n {
+            let (busy, release) = (busy.clone(), release.clone());
             writes.spawn(async move {
-                let now = busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                tokio::task::yield_now().await;
-                busy.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                (i, now)
+                busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                release.notified().await;
+                i
             });
         }
-        let mut seen = Vec::new();
-        for _ in 0..4 {
-            seen.push(rx.recv().await.expect("a report per write"));
+    }
+
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
         }
-        assert!(seen.iter().all(|(_, concurrent)| *concurrent == 0), "one at a time: {seen:?}");
+    }
+
+    #[tokio::test]
+    async fn writes_report_back_and_stay_within_the_budget() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let budget = WriteBudget::new(8);
+        let (others, heartbeats) = (budget.writes(Class::Other, tx.clone()), budget.writes(Class::Heartbeat, tx));
+        let (busy_others, busy_beats) =
+            (Arc::new(std::sync::atomic::AtomicUsize::new(0)), Arc::new(std::sync::atomic::AtomicUsize::new(0)));
+        let release = Arc::new(tokio::sync::Notify::new());
+        // A flood of status writes takes only the unreserved room…
+        hold(&others, 20, &busy_others, &release);
+        settle().await;
+        assert_eq!(busy_others.load(std::sync::atomic::Ordering::SeqCst), 6);
+        // …so heartbeats still go at once, and the total stays within the budget.
+        hold(&heartbeats, 5, &busy_beats, &release);
+        settle().await;
+        assert_eq!(busy_beats.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // Everything is done in the end, one report per write.
+        let mut reports = 0;
+        while reports < 25 {
+            release.notify_waiters();
+            settle().await;
+            while rx.try_recv().is_ok() {
+                reports += 1;
+            }
+        }
+        assert_eq!(busy_others.load(std::sync::atomic::Ordering::SeqCst), 20);
+        assert_eq!(busy_beats.load(std::sync::atomic::Ordering::SeqCst), 5);
+    }
+
+    #[tokio::test]
+    async fn heartbeats_may_use_the_whole_budget_when_nothing_else_writes() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let budget = WriteBudget::new(8);
+        let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let release = Arc::new(tokio::sync::Notify::new());
+        hold(&budget.writes(Class::Heartbeat, tx), 12, &busy, &release);
+        settle().await;
+        assert_eq!(busy.load(std::sync::atomic::Ordering::SeqCst), 8);
+        release.notify_waiters();
+    }
+
+    #[test]
+    fn a_budget_of_one_still_lets_every_class_write() {
+        let b = WriteBudget::new(1);
+        assert_eq!((b.all.available_permits(), b.others.available_permits()), (1, 1));
+        let b = WriteBudget::new(0);
+        assert_eq!((b.all.available_permits(), b.others.available_permits()), (1, 1));
+        let b = WriteBudget::new(96);
+        assert_eq!((b.all.available_permits(), b.others.available_permits()), (96, 72));
     }
 }

@@ -6,6 +6,7 @@ pub mod lifecycle;
 pub mod machinery;
 pub mod manage;
 pub mod nodes;
+pub mod pod_filter;
 pub mod pod_ipam;
 pub mod pod_status;
 pub mod pods;

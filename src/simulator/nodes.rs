@@ -6,7 +6,7 @@
 
 use super::leases;
 use super::lifecycle::{Lifecycles, epoch_now};
-use super::machinery::{Attempts, Timers, Writes};
+use super::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
 use super::manage::Manage;
 use crate::api::conventions::FIELD_MANAGER;
 use crate::informer::Change;
@@ -24,7 +24,6 @@ use rand::Rng;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 #[derive(Clone, Debug)]
@@ -43,7 +42,9 @@ pub struct NodeSimulator {
     pub nodes: Store<Node>,
     pub addresses: Arc<Mutex<HostAllocator>>,
     pub metrics: Arc<Metrics>,
-    pub writes: Arc<Semaphore>,
+    /// The write budget shared with the pod and VMI simulators (lease renewals have room
+    /// reserved in it).
+    pub writes: WriteBudget,
     /// The pools' lifecycle knobs (flapping nodes).
     pub lifecycles: Lifecycles,
     /// Which nodes are this replica's (all, unless the simulator is sharded).
@@ -71,8 +72,15 @@ struct Tracked {
 }
 
 enum Done {
-    Status { name: String },
-    Lease { name: String, ok: bool },
+    Status {
+        name: String,
+    },
+    /// `ours`: the lease names this replica (else the next renewal writes it whole).
+    Lease {
+        name: String,
+        ok: bool,
+        ours: bool,
+    },
 }
 
 fn jittered(base: Duration, low: f64, high: f64) -> Duration {
@@ -85,6 +93,7 @@ struct NodeLoop {
     tracked: HashMap<String, Tracked>,
     timers: Timers<Timer>,
     writes: Writes<Done>,
+    lease_writes: Writes<Done>,
 }
 
 impl NodeSimulator {
@@ -95,9 +104,11 @@ impl NodeSimulator {
     /// Runs until the change stream ends.
     pub async fn run(self, mut changes: UnboundedReceiver<Change<Node>>) {
         let (done_tx, mut done_rx) = unbounded_channel::<Done>();
-        let writes = Writes { permits: self.writes.clone(), done: done_tx };
+        let writes = self.writes.writes(Class::Other, done_tx.clone());
+        let lease_writes = self.writes.writes(Class::Heartbeat, done_tx);
         let mut shard = self.shard.clone();
-        let mut l = NodeLoop { sim: Arc::new(self), tracked: HashMap::new(), timers: Timers::default(), writes };
+        let mut l =
+            NodeLoop { sim: Arc::new(self), tracked: HashMap::new(), timers: Timers::default(), writes, lease_writes };
         loop {
             tokio::select! {
                 () = shard.changed() => l.on_shard_change(),
@@ -134,9 +145,11 @@ impl NodeLoop {
                     t.status.finish(true);
                 }
             }
-            Done::Lease { name, ok } => {
+            Done::Lease { name, ok, ours } => {
                 let Some(t) = self.tracked.get_mut(&name) else { return };
-                t.lease_written |= ok;
+                if ok {
+                    t.lease_written = ours;
+                }
                 if let Some(failures) = t.lease.finish(ok) {
                     // Retry sooner than a whole interval, backing off while the API server
                     // keeps failing.
@@ -280,7 +293,7 @@ impl NodeLoop {
         }
         // The last renewal has not come back: not a second one beside it.
         if t.lease.begin() {
-            self.writes.spawn(lease_write(self.sim.clone(), node, due, !t.lease_written));
+            self.lease_writes.spawn(lease_write(self.sim.clone(), node, due, !t.lease_written));
         }
     }
 }
@@ -292,8 +305,12 @@ async fn lease_write(this: Arc<NodeSimulator>, node: Arc<Node>, due: Instant, fi
     let lateness = due.elapsed();
     let result = leases::renew(&api, &node, secs, this.identity.as_deref(), first).await;
     let ok = result.is_ok();
+    let ours = result.as_ref().is_ok_and(|r| r.ours);
+    if ok && !ours {
+        tracing::debug!(node = %node.name_any(), "its lease names another replica; this replica writes it whole next time");
+    }
     let verb = match &result {
-        Ok(v) => *v,
+        Ok(r) => r.verb,
         Err(e) => {
             tracing::warn!(node = %node.name_any(), error = %e, "lease renewal failed; retrying in 1s");
             "renew"
@@ -309,7 +326,7 @@ async fn lease_write(this: Arc<NodeSimulator>, node: Arc<Node>, due: Instant, fi
     if ok && due.elapsed() > this.renew_interval() {
         this.metrics.late_lease_renewals.inc();
     }
-    Done::Lease { name: node.name_any(), ok }
+    Done::Lease { name: node.name_any(), ok, ours }
 }
 
 /// Writes the node status: the full healthy status when `full`, else only the conditions'

@@ -5,7 +5,7 @@
 //! crash-loop, and set how long it takes to exit.
 
 use super::lifecycle::{self, Fate, Lifecycles, PodPlan};
-use super::machinery::{Attempts, Timers, Writes};
+use super::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
 use super::manage::Manage;
 use super::pod_ipam::{Allocation, PodIpam};
 use super::pod_status;
@@ -25,7 +25,6 @@ use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 #[derive(Clone)]
@@ -41,7 +40,7 @@ pub struct PodSimulator {
     pub nodes: Store<Node>,
     pub pods: Store<SlimPod>,
     pub metrics: Arc<Metrics>,
-    pub writes: Arc<Semaphore>,
+    pub writes: WriteBudget,
     /// Which nodes' pods are this replica's (all, unless the simulator is sharded).
     pub shard: Shard,
 }
@@ -145,7 +144,7 @@ impl PodSimulator {
         let _ = self.nodes.wait_until_ready().await;
         let recorder = Recorder::new(self.client.clone(), Reporter { controller: "kwok-pools".into(), instance: None });
         let (done_tx, mut done_rx) = unbounded_channel();
-        let writes = Writes { permits: self.writes.clone(), done: done_tx };
+        let writes = self.writes.writes(Class::Other, done_tx);
         let mut l = Loop {
             sim: Arc::new(self),
             ipam: PodIpam::default(),

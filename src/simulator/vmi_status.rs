@@ -307,7 +307,7 @@ pub fn scheduled_patch(vmi: &VirtualMachineInstance, pod: &SlimPod, node: &str, 
         "conditions": other_conditions(vmi, &["PodScheduled"]),
     });
     if let Some(qos) = &pod.qos_class {
-        status["qosClass"] = json!(qos);
+        status["qosClass"] = json!(&**qos);
     }
     json!({"metadata": {"uid": vmi.metadata.uid, "labels": labels}, "status": status})
 }
@@ -452,7 +452,7 @@ mod tests {
                 ..Default::default()
             },
             phase: Some(phase.into()),
-            conditions: conditions.iter().map(|(t, s)| (t.to_string(), s.to_string())).collect(),
+            conditions: conditions.iter().map(|(t, s)| ((*t).into(), (*s).into())).collect(),
             ..Default::default()
         }
     }

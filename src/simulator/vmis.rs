@@ -4,7 +4,7 @@
 //! since KubeVirt's webhook puts back status written by anyone else). The launcher pods are
 //! ordinary pods: the pod simulator runs them and gives them their addresses.
 
-use super::machinery::{Attempts, Timers, Writes};
+use super::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
 use super::manage::Manage;
 use super::selector::Selector;
 use super::vmi_status::{self, APP_LABEL, CREATED_BY_LABEL, Step};
@@ -22,7 +22,6 @@ use kube::{Api, Client, ResourceExt};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 /// Which part of KubeVirt the simulator plays.
@@ -47,7 +46,7 @@ pub struct VmiSimulator {
     pub pods: Store<SlimPod>,
     pub vmis: Store<VirtualMachineInstance>,
     pub metrics: Arc<Metrics>,
-    pub writes: Arc<Semaphore>,
+    pub writes: WriteBudget,
     /// Which VMIs are this replica's: those on its nodes, and (before they have one) those
     /// whose own key is its (all, unless the simulator is sharded).
     pub shard: Shard,
@@ -126,7 +125,7 @@ impl VmiSimulator {
         mut pods: UnboundedReceiver<Change<SlimPod>>,
     ) {
         let (done_tx, mut done_rx) = unbounded_channel::<Done>();
-        let writes = Writes { permits: self.writes.clone(), done: done_tx };
+        let writes = self.writes.writes(Class::Other, done_tx);
         let mut l = VmiLoop {
             sim: Arc::new(self),
             launchers: HashMap::new(),

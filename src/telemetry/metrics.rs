@@ -77,6 +77,8 @@ pub struct Metrics {
     pub shard_members: Gauge,
     /// Changes of the shard's membership this replica went through.
     pub shard_handovers: Counter,
+    /// Objects in each watch cache (set at each scrape).
+    pub cached_objects: Family<ResourceLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -96,6 +98,12 @@ struct Operations {
     leader: Gauge,
     shard_members: Gauge,
     shard_handovers: Counter,
+    cached_objects: Family<ResourceLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub resource: String,
 }
 
 fn register_operations(registry: &mut Registry) -> Operations {
@@ -106,7 +114,13 @@ fn register_operations(registry: &mut Registry) -> Operations {
         leader: Gauge::default(),
         shard_members: Gauge::default(),
         shard_handovers: Counter::default(),
+        cached_objects: Family::default(),
     };
+    registry.register(
+        "informer_cached_objects",
+        "Objects held in the operator's watch caches, by resource (what its memory grows with)",
+        o.cached_objects.clone(),
+    );
     registry.register("pool_child_writes", "Writes of a pool's children by verb and result", o.child_writes.clone());
     registry.register(
         "simulator_lease_lateness_seconds",
@@ -185,6 +199,7 @@ impl Default for Metrics {
             leader: ops.leader,
             shard_members: ops.shard_members,
             shard_handovers: ops.shard_handovers,
+            cached_objects: ops.cached_objects,
             registry,
             reconciles,
             reconcile_errors,

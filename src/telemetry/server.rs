@@ -10,28 +10,55 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// What keeps the process from being ready once started (failing watches), by name.
+pub type Problems = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
+
+/// Objects in each watch cache, by resource (read at each scrape).
+pub type Cached = Arc<dyn Fn() -> Vec<(String, usize)> + Send + Sync>;
+
 #[derive(Clone)]
 pub struct Health {
     pub metrics: Arc<Metrics>,
+    /// Set once the stores synced and the parts started.
     pub ready: Arc<AtomicBool>,
+    pub problems: Problems,
+    /// What makes the process broken for good (`/healthz` fails: restart it).
+    pub dead: Problems,
+    pub cached: Cached,
 }
 
 async fn metrics(State(h): State<Health>) -> impl IntoResponse {
+    for (resource, n) in (h.cached)() {
+        h.metrics.cached_objects.get_or_create(&super::metrics::ResourceLabels { resource }).set(n as i64);
+    }
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], h.metrics.encode())
 }
 
 async fn ready(State(h): State<Health>) -> impl IntoResponse {
-    if h.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok")
+    if !h.ready.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "starting: stores not synced yet\n".to_string());
+    }
+    let problems = (h.problems)();
+    if problems.is_empty() {
+        (StatusCode::OK, "ok\n".to_string())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "stores not synced yet")
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", problems.join("\n")))
+    }
+}
+
+async fn healthy(State(h): State<Health>) -> impl IntoResponse {
+    let dead = (h.dead)();
+    if dead.is_empty() {
+        (StatusCode::OK, "ok\n".to_string())
+    } else {
+        (StatusCode::INTERNAL_SERVER_ERROR, format!("{}\n", dead.join("\n")))
     }
 }
 
 pub fn router(health: Health) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthy))
         .route("/readyz", get(ready))
         .with_state(health)
 }

@@ -56,8 +56,8 @@ impl Bench {
         let _ = cluster::delete(&self.home, &self.name);
     }
 
-    /// Write requests the API server has answered, by resource (all verbs that write).
-    pub async fn writes(&self) -> BTreeMap<String, f64> {
+    /// Every request the API server has answered, by (verb, resource[/subresource]).
+    pub async fn requests(&self) -> BTreeMap<(String, String), f64> {
         let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
         let text = self.client.request_text(req).await.unwrap_or_default();
         let mut out = BTreeMap::new();
@@ -66,13 +66,20 @@ impl Bench {
             let get = |k: &str| {
                 labels.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_string()
             };
-            let verb = get("verb");
-            if !matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE" | "DELETECOLLECTION") {
-                continue;
-            }
             let sub = get("subresource");
             let resource = if sub.is_empty() { get("resource") } else { format!("{}/{}", get("resource"), sub) };
-            *out.entry(resource).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+            *out.entry((get("verb"), resource)).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+        }
+        out
+    }
+
+    /// Write requests the API server has answered, by resource (all verbs that write).
+    pub async fn writes(&self) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        for ((verb, resource), n) in self.requests().await {
+            if matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE" | "DELETECOLLECTION") {
+                *out.entry(resource).or_insert(0.0) += n;
+            }
         }
         out
     }
@@ -122,6 +129,25 @@ fn status_kib(pid: i32, key: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// A TCP port free on loopback right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Whether `url` answers with a success within `timeout` (asked every 100 ms).
+pub async fn answers(url: &str, timeout: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok(r) = reqwest::get(url).await
+            && r.status().is_success()
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
 /// The release operator, stopped when dropped.
 pub struct Operator {
     pub child: Child,
@@ -135,8 +161,9 @@ impl Operator {
 
     /// `kwok-pools <command>` (run, simulate) logging to `<log>.log` in the bench home.
     pub async fn start_command(bench: &Bench, command: &str, log: &str, extra: &[&str]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let log = std::fs::File::create(bench.home.join(format!("{log}.log"))).unwrap();
+        let port = free_port();
+        let log_path = bench.home.join(format!("{log}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_kwok-pools"))
             .arg(command)
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
@@ -149,16 +176,10 @@ impl Operator {
             .spawn()
             .expect("starting the operator");
         let op = Self { child, metrics_port: port };
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(60) {
-            if let Ok(r) = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await
-                && r.status().is_success()
-            {
-                return op;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if !answers(&format!("http://127.0.0.1:{port}/readyz"), Duration::from_secs(60)).await {
+            panic!("the operator did not become ready; see {}", log_path.display());
         }
-        panic!("the operator did not become ready; see {}", bench.home.join("operator.log").display());
+        op
     }
 
     pub fn pid(&self) -> i32 {
@@ -166,6 +187,11 @@ impl Operator {
     }
 
     pub async fn metric(&self, name: &str) -> f64 {
+        self.metric_with(name, "").await
+    }
+
+    /// The sum of metric `name` over the series whose labels contain `labels`.
+    pub async fn metric_with(&self, name: &str, labels: &str) -> f64 {
         let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.metrics_port))
             .await
             .unwrap()
@@ -176,6 +202,7 @@ impl Operator {
             .filter(|l| {
                 l.starts_with(name)
                     && (l.as_bytes().get(name.len()) == Some(&b' ') || l.as_bytes().get(name.len()) == Some(&b'{'))
+                    && l.contains(labels)
             })
             .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
             .sum()

@@ -1,11 +1,14 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
-//! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [vmis] [webhook] [shards[=N]] [--quick]
+//! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [vmis] [webhook] [shards[=N]]
+//! [unrelated[=N]] [leases[=N]] [--quick]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 mod harness;
+mod leases;
 mod nodes;
 mod pods;
 mod shards;
+mod unrelated;
 mod vmis;
 mod webhook;
 
@@ -53,6 +56,20 @@ async fn main() {
         shards::run(*n, Duration::from_secs(120)).await;
     } else if all || picked.contains(&"shards") {
         shards::run(if quick { 2000 } else { 20_000 }, Duration::from_secs(if quick { 20 } else { 120 })).await;
+    }
+    let unrelated_pods: Vec<u32> =
+        picked.iter().filter_map(|a| a.strip_prefix("unrelated=")).filter_map(|v| v.parse().ok()).collect();
+    if let Some(n) = unrelated_pods.first() {
+        unrelated::run(*n).await;
+    } else if all || picked.contains(&"unrelated") {
+        unrelated::run(if quick { 5000 } else { 50_000 }).await;
+    }
+    let lease_counts: Vec<u32> =
+        picked.iter().filter_map(|a| a.strip_prefix("leases=")).filter_map(|v| v.parse().ok()).collect();
+    if let Some(n) = lease_counts.first() {
+        leases::run(*n, 3).await;
+    } else if all || picked.contains(&"leases") {
+        leases::run(if quick { 1000 } else { 5000 }, 3).await;
     }
     if !sizes.is_empty() {
         nodes::run(&sizes, Duration::from_secs(if quick { 20 } else { 120 })).await;

@@ -50,7 +50,7 @@ fn review(i: usize) -> Vec<u8> {
 pub async fn run(requests: usize, concurrency: usize) {
     println!("\n## Admission webhook ({})", machine());
     let bench = Bench::cluster("bench-webhook").await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let op = Operator::start(&bench, &["--webhook-addr", &format!("127.0.0.1:{port}")]).await;
     let url = format!("https://127.0.0.1:{port}/validate");
     let http = reqwest::Client::builder().danger_accept_invalid_certs(true).build().unwrap();

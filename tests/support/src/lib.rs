@@ -410,6 +410,35 @@ impl OwnCluster {
         assert!(out.status.success(), "kubectl apply failed: {}\n---\n{yaml}", String::from_utf8_lossy(&out.stderr));
     }
 
+    /// Kills one component of the control plane (`kube-apiserver`, `etcd`, ...) with SIGKILL.
+    pub fn kill_component(&self, component: &str) {
+        let pid_file = self.home.path().join("clusters").join(&self.name).join("run").join(format!("{component}.pid"));
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
+            .trim()
+            .parse()
+            .expect("a pid");
+        let pid = nix::unistd::Pid::from_raw(pid);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("killing the component");
+        // Gone once signal 0 fails.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while nix::sys::signal::kill(pid, None).is_ok() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("  killed {component} of {}", self.name);
+    }
+
+    /// Starts the components that do not run (`kwok-pools cluster start`), waiting until ready.
+    pub fn start_stopped(&self) {
+        let out = Command::new(kwok_pools_bin())
+            .args(["cluster", "start", "--name", &self.name])
+            .env("KWOK_POOLS_HOME", self.home.path())
+            .env("KWOK_POOLS_BIN_DIR", repo().join("bin"))
+            .output()
+            .expect("running kwok-pools cluster start");
+        assert!(out.status.success(), "cluster start failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
     /// The lines of a component's log that match `pattern` (the last 40).
     pub fn log(&self, component: &str, pattern: &str) -> String {
         let path = self.home.path().join("clusters").join(&self.name).join("logs").join(format!("{component}.log"));

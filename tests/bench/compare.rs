@@ -1,0 +1,85 @@
+//! `make bench-compare`: kwok-pools side by side with kwok and with a bare writer (the limit:
+//! objects created already in their final state), each tool in a fresh local cluster, the
+//! same workloads and the same neutral parallel client. Writes a markdown table (medians of
+//! the runs with min and max), CSV time series and PNG plots under `bench/results/`.
+//!
+//! Usage: cargo bench --bench compare -- [--runs 3] [--nodes 5000,10000] [--pods 10000]
+//! [--pod-nodes 100] [--hold 600] [--tools kwok,kwok-pools,bare] [--out bench/results]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // bench code: a failed unwrap is a failed run
+
+mod harness;
+#[path = "compare/observe.rs"]
+mod observe;
+#[path = "compare/report.rs"]
+mod report;
+#[path = "compare/tools.rs"]
+mod tools;
+#[path = "compare/workloads.rs"]
+mod workloads;
+#[path = "compare/writer.rs"]
+mod writer;
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "kwok-pools vs kwok vs a bare writer, each in a fresh local cluster")]
+pub struct Args {
+    /// Runs of every workload per tool (the table shows the median, min and max).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Node counts, each made Ready from zero in a cluster of its own.
+    #[arg(long, value_delimiter = ',', default_value = "5000,10000")]
+    nodes: Vec<u32>,
+    /// Pods made Running on `--pod-nodes` nodes (then deleted), in the cluster of the smallest
+    /// node count while all its nodes are held; 0 skips the pod workloads.
+    #[arg(long, default_value_t = 10_000)]
+    pods: u32,
+    #[arg(long, default_value_t = 100)]
+    pod_nodes: u32,
+    /// Seconds the largest node count is held after it is Ready; 0 skips the hold.
+    #[arg(long, default_value_t = 600)]
+    hold: u64,
+    /// Which tools, in this order.
+    #[arg(long, value_delimiter = ',', default_value = "kwok,kwok-pools,bare")]
+    tools: Vec<tools::Tool>,
+    /// Parallel requests of the shared client.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
+    /// Give up on a workload after this many seconds (the row then says so).
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+}
+
+impl Args {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout)
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let argv: Vec<String> = std::env::args().filter(|a| a != "--bench").collect();
+    let args = Args::parse_from(argv);
+    let out = if args.out.is_absolute() { args.out.clone() } else { harness::repo().join(&args.out) };
+    std::fs::create_dir_all(&out).expect("creating the results directory");
+    if args.tools.contains(&tools::Tool::Kwok) && !tools::kwok_installed() {
+        eprintln!("kwok is not built: run `make kwok` (or `make bench-compare`, which does it)");
+        std::process::exit(2);
+    }
+    println!("# kwok-pools vs kwok {} vs bare writer ({})", tools::KWOK_VERSION, harness::machine());
+    println!("# {} run(s); results in {}", args.runs, out.display());
+    let mut outcomes = Vec::new();
+    for run in 1..=args.runs {
+        for &tool in &args.tools {
+            outcomes.extend(workloads::run_all(&args, tool, run).await);
+            report::write(&out, &args, &outcomes);
+        }
+    }
+    report::write(&out, &args, &outcomes);
+    report::plot(&out);
+    println!("\n{}", std::fs::read_to_string(out.join("compare.md")).unwrap_or_default());
+}

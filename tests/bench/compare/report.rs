@@ -1,0 +1,225 @@
+//! The report: per workload a markdown table of medians (min–max) per tool, the ratios the
+//! targets are stated in, the API requests by verb and resource, one CSV row per outcome and
+//! the median run's time series as CSV, plotted to PNG by `hack/plot-compare.py`.
+
+use super::Args;
+use super::tools::Tool;
+use super::workloads::Outcome;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+fn median_min_max(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = if v.len() % 2 == 1 { v[v.len() / 2] } else { (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0 };
+    Some((mid, v[0], v[v.len() - 1]))
+}
+
+fn cell(v: Vec<f64>, digits: usize) -> String {
+    match median_min_max(v) {
+        None => "—".into(),
+        Some((m, lo, hi)) if (hi - lo).abs() < f64::EPSILON => format!("{m:.digits$}"),
+        Some((m, lo, hi)) => format!("{m:.digits$} ({lo:.digits$}–{hi:.digits$})"),
+    }
+}
+
+fn median(v: Vec<f64>) -> Option<f64> {
+    median_min_max(v).map(|(m, _, _)| m)
+}
+
+fn workloads(outcomes: &[Outcome]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for o in outcomes {
+        if !names.contains(&o.workload) {
+            names.push(o.workload.clone());
+        }
+    }
+    names
+}
+
+fn of<'a>(outcomes: &'a [Outcome], workload: &str, tool: Tool) -> Vec<&'a Outcome> {
+    outcomes.iter().filter(|o| o.workload == workload && o.tool == tool).collect()
+}
+
+fn rate(o: &Outcome) -> f64 {
+    o.seconds.map_or(f64::NAN, |s| f64::from(o.objects) / s)
+}
+
+/// Writes compare.md, runs.csv and the median runs' series.
+pub fn write(out: &Path, args: &Args, outcomes: &[Outcome]) {
+    let mut md = String::new();
+    let _ = writeln!(md, "# kwok-pools vs kwok {} vs bare writer\n", super::tools::KWOK_VERSION);
+    let _ = writeln!(
+        md,
+        "Machine: {}. Control plane built by `make controlplane`; each tool in a fresh local cluster per workload group; \
+         objects created by one neutral parallel client ({} requests in flight, no rate limit). Cells: median (min–max) \
+         over {} run(s). Lease renewals: on time within 1.5× the renewal interval (a quarter of the 40 s lease), late within \
+         the lease, missed after it expired.\n",
+        super::harness::machine(),
+        args.concurrency,
+        args.runs
+    );
+    for w in workloads(outcomes) {
+        let _ = writeln!(md, "## {w}\n");
+        let _ = writeln!(
+            md,
+            "| tool | runs | seconds | objects/s | tool CPU s | tool peak RSS MiB | API server CPU s | API server CPU ms/object | leases on time / late / missed | nodes NotReady |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+        for &tool in &args.tools {
+            let os = of(outcomes, &w, tool);
+            if os.is_empty() {
+                continue;
+            }
+            let done = os.iter().filter(|o| o.seconds.is_some()).count();
+            let leases = if os.iter().any(|o| o.leases.is_some()) {
+                let l = |f: fn(&super::observe::LeaseStats) -> u64| {
+                    cell(os.iter().filter_map(|o| o.leases.as_ref().map(|s| f(s) as f64)).collect(), 0)
+                };
+                format!("{} / {} / {}", l(|s| s.on_time), l(|s| s.late), l(|s| s.missed))
+            } else {
+                "—".into()
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {done}/{} done | {} | {} | {} | {} | {} | {} | {leases} | {} |",
+                tool.label(),
+                os.len(),
+                cell(os.iter().map(|o| o.seconds.unwrap_or(f64::NAN)).collect(), 1),
+                cell(os.iter().map(|o| rate(o)).collect(), 0),
+                cell(os.iter().filter_map(|o| o.tool_cpu).collect(), 1),
+                cell(os.iter().filter_map(|o| o.tool_rss).collect(), 0),
+                cell(os.iter().map(|o| o.apiserver_cpu).collect(), 1),
+                cell(os.iter().map(|o| 1000.0 * o.apiserver_cpu / f64::from(o.objects.max(1))).collect(), 2),
+                if os.iter().any(|o| o.leases.is_some()) {
+                    cell(os.iter().map(|o| o.not_ready as f64).collect(), 0)
+                } else {
+                    "—".into()
+                },
+            );
+        }
+        md.push('\n');
+    }
+    ratios(&mut md, outcomes);
+    request_tables(&mut md, args, outcomes);
+    let _ = std::fs::write(out.join("compare.md"), md);
+    let _ = std::fs::write(out.join("runs.csv"), runs_csv(outcomes));
+    write_series(out, args, outcomes);
+}
+
+fn ratios(md: &mut String, outcomes: &[Outcome]) {
+    let _ = writeln!(md, "## Ratios (medians)\n");
+    let _ = writeln!(
+        md,
+        "| workload | rate ÷ kwok | rate ÷ bare writer | tool CPU ÷ kwok | tool RSS ÷ kwok | API server CPU per object ÷ kwok |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|");
+    let m = |w: &str, t: Tool, f: &dyn Fn(&Outcome) -> Option<f64>| {
+        median(of(outcomes, w, t).into_iter().filter_map(f).collect())
+    };
+    let show = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "—".into(),
+    };
+    for w in workloads(outcomes).iter().filter(|w| !w.starts_with("hold")) {
+        let r = |t| m(w, t, &|o| o.seconds.map(|_| rate(o)));
+        let cpu = |t| m(w, t, &|o| o.tool_cpu);
+        let rss = |t| m(w, t, &|o| o.tool_rss);
+        let api = |t| m(w, t, &|o| Some(o.apiserver_cpu / f64::from(o.objects.max(1))));
+        let _ = writeln!(
+            md,
+            "| {w} | {} | {} | {} | {} | {} |",
+            show(r(Tool::KwokPools), r(Tool::Kwok)),
+            show(r(Tool::KwokPools), r(Tool::Bare)),
+            show(cpu(Tool::KwokPools), cpu(Tool::Kwok)),
+            show(rss(Tool::KwokPools), rss(Tool::Kwok)),
+            show(api(Tool::KwokPools), api(Tool::Kwok)),
+        );
+    }
+    md.push('\n');
+}
+
+fn request_tables(md: &mut String, args: &Args, outcomes: &[Outcome]) {
+    let _ = writeln!(md, "## API requests by verb and resource (run 1, all clients, the ten most frequent)\n");
+    for w in workloads(outcomes) {
+        for &tool in &args.tools {
+            let Some(o) = outcomes.iter().find(|o| o.workload == w && o.tool == tool && o.run == 1) else { continue };
+            let mut top: Vec<(&String, &f64)> = o.requests.iter().filter(|(k, _)| !k.starts_with("WATCH")).collect();
+            top.sort_by(|a, b| b.1.total_cmp(a.1));
+            let total: f64 = o.requests.values().sum();
+            let list: Vec<String> = top.iter().take(10).map(|(k, v)| format!("{k} {v:.0}")).collect();
+            let _ = writeln!(md, "- {w}, {}: {total:.0} in all — {}", tool.label(), list.join(", "));
+        }
+    }
+    md.push('\n');
+}
+
+fn runs_csv(outcomes: &[Outcome]) -> String {
+    let mut s = String::from(
+        "workload,tool,run,objects,seconds,tool_cpu_s,tool_peak_rss_mib,apiserver_cpu_s,leases_on_time,leases_late,leases_missed,nodes_not_ready\n",
+    );
+    for o in outcomes {
+        let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
+        let l = o.leases.unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{:.3},{},{},{},{}",
+            o.workload,
+            o.tool.slug(),
+            o.run,
+            o.objects,
+            opt(o.seconds),
+            opt(o.tool_cpu),
+            opt(o.tool_rss),
+            o.apiserver_cpu,
+            l.on_time,
+            l.late,
+            l.missed,
+            o.not_ready
+        );
+    }
+    s
+}
+
+/// The series of the median run (by seconds) of every workload and tool.
+fn write_series(out: &Path, args: &Args, outcomes: &[Outcome]) {
+    for w in workloads(outcomes) {
+        for &tool in &args.tools {
+            let mut os = of(outcomes, &w, tool);
+            if os.is_empty() {
+                continue;
+            }
+            os.sort_by(|a, b| a.seconds.unwrap_or(f64::MAX).total_cmp(&b.seconds.unwrap_or(f64::MAX)));
+            let o = os[os.len() / 2];
+            let mut s = String::from("t,done,tool_cpu_s,tool_rss_mib,apiserver_cpu_s\n");
+            for x in &o.series {
+                let _ = writeln!(s, "{:.2},{},{:.3},{:.1},{:.3}", x.t, x.done, x.tool_cpu, x.tool_rss, x.apiserver_cpu);
+            }
+            let _ = std::fs::write(out.join(format!("series-{w}-{}.csv", tool.slug())), s);
+        }
+    }
+    let mut meta: BTreeMap<&str, String> = BTreeMap::new();
+    meta.insert("machine", super::harness::machine());
+    meta.insert("runs", args.runs.to_string());
+    let _ = std::fs::write(out.join("machine.json"), serde_json::to_string_pretty(&meta).unwrap_or_default());
+}
+
+/// Draws the PNG plots with matplotlib (`make plot-tools` installs it into the cached venv).
+pub fn plot(out: &Path) {
+    let python = dirs::home_dir().unwrap_or_default().join(".cache/kwok-pools/venv/bin/python");
+    let script = super::harness::repo().join("hack/plot-compare.py");
+    match std::process::Command::new(&python).arg(&script).arg(out).status() {
+        Ok(s) if s.success() => {}
+        _ => eprintln!(
+            "  ! no plots: run `make plot-tools` (matplotlib in {}) and `{} {} {}`",
+            python.display(),
+            python.display(),
+            script.display(),
+            out.display()
+        ),
+    }
+}

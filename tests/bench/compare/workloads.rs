@@ -1,0 +1,292 @@
+//! The workloads, each tool in a fresh cluster per workload group: N nodes to Ready (the
+//! largest then held for `--hold` seconds), and pods to Running on held nodes, then deleted.
+
+use super::Args;
+use super::harness::{Bench, cpu_seconds, peak_rss_mib};
+use super::observe::{LeaseStats, Observer, Sample, Sampler};
+use super::tools::{Running, Tool};
+use super::writer;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, Patch, PatchParams};
+use kwok_pools::api::NodePool;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub tool: Tool,
+    pub workload: String,
+    pub run: usize,
+    pub objects: u32,
+    /// None: not done within the timeout.
+    pub seconds: Option<f64>,
+    pub tool_cpu: Option<f64>,
+    pub tool_rss: Option<f64>,
+    pub apiserver_cpu: f64,
+    /// API requests answered by the API server meanwhile, by `VERB resource`.
+    pub requests: BTreeMap<String, f64>,
+    pub leases: Option<LeaseStats>,
+    pub not_ready: usize,
+    pub series: Vec<Sample>,
+}
+
+/// Every request the API server has answered, by `VERB resource[/subresource]`.
+async fn requests(bench: &Bench) -> BTreeMap<String, f64> {
+    bench.requests().await.into_iter().map(|((verb, resource), n)| (format!("{verb} {resource}"), n)).collect()
+}
+
+/// One measured stretch: CPU, memory, requests and a sampled series from begin to end.
+struct Measure {
+    tool_pid: Option<i32>,
+    apiserver_pid: i32,
+    tool_cpu0: f64,
+    api_cpu0: f64,
+    requests0: BTreeMap<String, f64>,
+    sampler: Sampler,
+}
+
+impl Measure {
+    async fn begin(bench: &Bench, running: &Running, done: impl Fn() -> usize + Send + Sync + 'static) -> Self {
+        let apiserver_pid =
+            bench.control_plane_pids().into_iter().find(|(n, _)| n == "kube-apiserver").map_or(0, |(_, p)| p);
+        let tool_pid = running.pid();
+        Self {
+            tool_pid,
+            apiserver_pid,
+            tool_cpu0: tool_pid.map_or(0.0, cpu_seconds),
+            api_cpu0: cpu_seconds(apiserver_pid),
+            requests0: requests(bench).await,
+            sampler: Sampler::start(tool_pid, apiserver_pid, done),
+        }
+    }
+
+    async fn end(
+        self,
+        bench: &Bench,
+        tool: Tool,
+        workload: String,
+        run: usize,
+        objects: u32,
+        seconds: Option<f64>,
+    ) -> Outcome {
+        let after = requests(bench).await;
+        let requests = after
+            .iter()
+            .map(|(k, v)| (k.clone(), v - self.requests0.get(k).copied().unwrap_or(0.0)))
+            .filter(|(_, v)| *v > 0.0)
+            .collect();
+        Outcome {
+            tool,
+            workload,
+            run,
+            objects,
+            seconds,
+            tool_cpu: self.tool_pid.map(|p| cpu_seconds(p) - self.tool_cpu0),
+            tool_rss: self.tool_pid.map(peak_rss_mib),
+            apiserver_cpu: cpu_seconds(self.apiserver_pid) - self.api_cpu0,
+            requests,
+            leases: None,
+            not_ready: 0,
+            series: self.sampler.stop(),
+        }
+    }
+}
+
+/// Waits until `count` reaches `target` (printing progress every 5 s); the seconds it took.
+async fn wait_for(what: &str, target: usize, timeout: Duration, count: impl Fn() -> usize) -> Option<f64> {
+    let start = Instant::now();
+    let mut said = Instant::now();
+    loop {
+        let n = count();
+        if n >= target {
+            return Some(start.elapsed().as_secs_f64());
+        }
+        if start.elapsed() > timeout {
+            println!("  ! {what}: only {n} of {target} after {timeout:?}");
+            return None;
+        }
+        if said.elapsed() >= Duration::from_secs(5) {
+            eprintln!("    … {what}: {n}/{target} ({:.0}s)", start.elapsed().as_secs_f64());
+            said = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Makes `n` nodes for the tool: a NodePool for kwok-pools, else the shared client's nodes.
+async fn make_nodes(
+    bench: &Bench,
+    tool: Tool,
+    n: u32,
+    concurrency: usize,
+    leased: writer::Leased,
+) -> tokio::task::JoinHandle<usize> {
+    let client = bench.client.clone();
+    match tool {
+        Tool::KwokPools => {
+            let api: Api<NodePool> = Api::all(client);
+            api.patch("cmp-node", &PatchParams::apply("bench").force(), &Patch::Apply(writer::node_pool(n)))
+                .await
+                .unwrap();
+            tokio::spawn(async { 0 })
+        }
+        Tool::Kwok | Tool::Bare => {
+            tokio::spawn(async move { writer::create_nodes(&client, n, tool == Tool::Bare, concurrency, leased).await })
+        }
+    }
+}
+
+fn say(o: &Outcome) {
+    let secs = o.seconds.map_or("not done".into(), |s| format!("{s:.1} s ({:.0}/s)", f64::from(o.objects) / s));
+    let leases = o.leases.map_or(String::new(), |l| {
+        format!("; leases on time {} late {} missed {}; NotReady {}", l.on_time, l.late, l.missed, o.not_ready)
+    });
+    println!(
+        "  {} {} run {}: {secs}; tool CPU {:.1} s, peak RSS {:.0} MiB; API server CPU {:.1} s{leases}",
+        o.tool.label(),
+        o.workload,
+        o.run,
+        o.tool_cpu.unwrap_or(0.0),
+        o.tool_rss.unwrap_or(0.0),
+        o.apiserver_cpu
+    );
+}
+
+pub async fn run_all(args: &Args, tool: Tool, run: usize) -> Vec<Outcome> {
+    let mut out = Vec::new();
+    let largest = args.nodes.iter().copied().max().unwrap_or(0);
+    let smallest = args.nodes.iter().copied().min().unwrap_or(0);
+    for &n in &args.nodes {
+        println!("\n## {} — {n} nodes (run {run})", tool.label());
+        let bench = Bench::cluster(&format!("cmp-{}", tool.slug())).await;
+        let running = tool.start(&bench).await;
+        let obs = Observer::start(&bench.client);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let cluster = Cluster { args, tool, run, bench: &bench, running: &running, obs: &obs };
+        let (made, renewer) = cluster.nodes(n).await;
+        out.push(made);
+        // A tool that did not make every node Ready is still held and given pods (on nodes
+        // that are Ready): what it does to leases and pods is part of the comparison.
+        if n == largest && args.hold > 0 {
+            out.push(cluster.hold(n).await);
+        }
+        if n == smallest && args.pods > 0 {
+            if obs.nodes_ready() >= args.pod_nodes as usize {
+                out.extend(cluster.pods().await);
+            } else {
+                println!("  ! fewer than {} nodes Ready: no pod workloads for {}", args.pod_nodes, tool.label());
+            }
+        }
+        if let Some(r) = renewer {
+            r.abort();
+        }
+    }
+    out
+}
+
+/// One tool's cluster and what watches it.
+struct Cluster<'a> {
+    args: &'a Args,
+    tool: Tool,
+    run: usize,
+    bench: &'a Bench,
+    running: &'a Running,
+    obs: &'a Observer,
+}
+
+impl Cluster<'_> {
+    async fn measure(&self, done: impl Fn() -> usize + Send + Sync + 'static) -> Measure {
+        Measure::begin(self.bench, self.running, done).await
+    }
+
+    async fn end(&self, m: Measure, workload: String, objects: u32, seconds: Option<f64>) -> Outcome {
+        m.end(self.bench, self.tool, workload, self.run, objects, seconds).await
+    }
+
+    /// `n` nodes to Ready; the bare writer's lease renewals from then on.
+    async fn nodes(&self, n: u32) -> (Outcome, Option<tokio::task::JoinHandle<()>>) {
+        let o = self.obs.clone();
+        let m = self.measure(move || o.nodes_ready()).await;
+        // The bare writer renews each lease from its creation on, as any tool must.
+        let leased = writer::Leased::default();
+        let renewer = (self.tool == Tool::Bare)
+            .then(|| writer::renew_leases(self.bench.client.clone(), leased.clone(), self.args.concurrency));
+        let creating = make_nodes(self.bench, self.tool, n, self.args.concurrency, leased).await;
+        let secs = wait_for("nodes Ready", n as usize, self.args.timeout(), || self.obs.nodes_ready()).await;
+        let made = self.end(m, format!("nodes-{n}"), n, secs).await;
+        say(&made);
+        let _ = creating.await;
+        (made, renewer)
+    }
+
+    async fn hold(&self, n: u32) -> Outcome {
+        let hold = self.args.hold;
+        self.obs.open_window();
+        let o = self.obs.clone();
+        let m = self.measure(move || o.nodes_ready()).await;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(hold) {
+            tokio::time::sleep(Duration::from_secs(30).min(Duration::from_secs(hold).saturating_sub(start.elapsed())))
+                .await;
+            eprintln!(
+                "    … holding {n} nodes: {:.0}/{hold} s, {} Ready",
+                start.elapsed().as_secs_f64(),
+                self.obs.nodes_ready()
+            );
+        }
+        let (leases, not_ready) = self.obs.close_window();
+        let mut held = self.end(m, format!("hold-{n}"), n, Some(start.elapsed().as_secs_f64())).await;
+        held.leases = Some(leases);
+        held.not_ready = not_ready;
+        say(&held);
+        held
+    }
+
+    /// Pods on `--pod-nodes` of the Ready nodes (every node still held) to Running, then
+    /// deleted.
+    async fn pods(&self) -> Vec<Outcome> {
+        let (count, args, bench, obs) = (self.args.pods, self.args, self.bench, self.obs);
+        let held = obs.nodes_ready();
+        println!("  {count} pods on {} nodes, {held} nodes held", args.pod_nodes);
+        let nodes: Vec<(String, String)> = obs
+            .ready_names()
+            .into_iter()
+            .take(args.pod_nodes as usize)
+            .map(|n| {
+                let i: u32 = n.rsplit('-').next().and_then(|i| i.parse().ok()).unwrap_or(0);
+                (n, writer::node(i, false).spec.and_then(|s| s.pod_cidr).unwrap_or_default())
+            })
+            .collect();
+        // Pods are refused until the namespace's default ServiceAccount exists.
+        let sa: Api<ServiceAccount> = Api::namespaced(bench.client.clone(), writer::NS);
+        for _ in 0..300 {
+            if sa.get_opt("default").await.ok().flatten().is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        obs.open_window();
+        let o = obs.clone();
+        let m = self.measure(move || o.pods_running()).await;
+        let (client, conc, bare) = (bench.client.clone(), args.concurrency, self.tool == Tool::Bare);
+        let creating = tokio::spawn(async move { writer::create_pods(&client, count, &nodes, bare, conc).await });
+        let secs = wait_for("pods Running", count as usize, args.timeout(), || obs.pods_running()).await;
+        let (leases, not_ready) = obs.close_window();
+        let mut made = self.end(m, format!("pods-{count}"), count, secs).await;
+        made.leases = Some(leases);
+        made.not_ready = not_ready;
+        say(&made);
+        let _ = creating.await;
+
+        let o = obs.clone();
+        let total = obs.pods();
+        let m = self.measure(move || total.saturating_sub(o.pods())).await;
+        let client = bench.client.clone();
+        let deleting = tokio::spawn(async move { writer::delete_pods(&client, count, bare, conc).await });
+        let secs = wait_for("pods deleted", total, args.timeout(), || total.saturating_sub(obs.pods())).await;
+        let gone = self.end(m, format!("delete-{count}"), count, secs).await;
+        say(&gone);
+        let _ = deleting.await;
+        vec![made, gone]
+    }
+}

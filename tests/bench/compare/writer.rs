@@ -1,0 +1,242 @@
+//! The shared client: creates nodes and pods for every tool alike (as fast as it can, `n`
+//! requests in flight, no client-side rate limit), deletes pods, and for the bare writer
+//! writes each object in its final state and renews its leases.
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kwok_pools::informer::pod::SlimPod;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+pub const NS: &str = "default";
+pub const LEASE_SECONDS: i32 = 40;
+
+/// The node every tool's node looks like before the tool touches it (index `i`).
+pub fn node(i: u32, final_state: bool) -> Node {
+    let name = format!("cmp-node-{i}");
+    let cidr = format!("10.{}.{}.0/24", 16 + i / 256, i % 256);
+    let mut node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+        },
+        "spec": {
+            "podCIDR": cidr, "podCIDRs": [cidr],
+            "taints": [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
+        },
+        "status": {
+            "capacity": capacity(), "allocatable": capacity()
+        }
+    }))
+    .unwrap();
+    if final_state {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        node.status = Some(kwok_pools::kubelet::node::simulated(
+            &name,
+            node.status.as_ref(),
+            &[host_ip(i)],
+            &now,
+            &Default::default(),
+        ));
+    }
+    node
+}
+
+pub fn capacity() -> serde_json::Value {
+    serde_json::json!({"cpu": "256", "memory": "1Ti", "pods": "250"})
+}
+
+fn host_ip(i: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(192, 168, (i / 250) as u8, (i % 250 + 2) as u8))
+}
+
+/// The NodePool kwok-pools makes the same nodes from.
+pub fn node_pool(count: u32) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "pools.kwok.x-k8s.io/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": "cmp-node"},
+        "spec": {
+            "nodeCount": count,
+            "podCIDR": {"cidr": "10.0.0.0/8", "maskSize": 24},
+            "nodeTemplate": {
+                "metadata": {"labels": {"kubernetes.io/os": "linux"}},
+                "status": {"capacity": capacity(), "allocatable": capacity()}
+            }
+        }
+    })
+}
+
+pub fn pod(i: u32, node: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("cmp-pod-{i}"), "namespace": NS, "labels": {"app": "cmp"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "main", "image": "fake-image",
+                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]
+        }
+    }))
+    .unwrap()
+}
+
+/// Runs `op` on every item with `concurrency` in flight, retrying each failure up to ten
+/// times (a fresh cluster refuses pods until its default ServiceAccount exists); returns
+/// how many still failed.
+pub async fn each<T, F, Fut>(items: Vec<T>, concurrency: usize, op: F) -> usize
+where
+    T: Clone,
+    F: Fn(T) -> Fut,
+    Fut: std::future::Future<Output = Result<(), kube::Error>>,
+{
+    let failed = AtomicUsize::new(0);
+    let last_error = std::sync::Mutex::new(None::<String>);
+    futures::stream::iter(items)
+        .for_each_concurrent(concurrency, |item| {
+            let (op, failed, last_error) = (&op, &failed, &last_error);
+            async move {
+                for attempt in 0..10u32 {
+                    match op(item.clone()).await {
+                        Ok(()) => return,
+                        Err(kube::Error::Api(s)) if s.code == 409 && attempt > 0 => return, // a retried create that went through
+                        Err(e) => {
+                            *last_error.lock().unwrap() = Some(e.to_string());
+                            tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt + 1))).await;
+                        }
+                    }
+                }
+                failed.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+        .await;
+    let failed = failed.into_inner();
+    if failed > 0 {
+        eprintln!("  ! {failed} requests failed; last error: {:?}", last_error.into_inner().unwrap());
+    }
+    failed
+}
+
+/// Creates nodes `0..count` (in their final state, with a lease each, for the bare writer).
+/// `leased`: where the bare writer notes each lease it created (its renewer's list).
+pub async fn create_nodes(client: &kube::Client, count: u32, bare: bool, concurrency: usize, leased: Leased) -> usize {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let pp = PostParams::default();
+    each((0..count).collect(), concurrency, |i| {
+        let (nodes, leases, pp, leased) = (&nodes, &leases, &pp, &leased);
+        async move {
+            let created = nodes.create(pp, &node(i, bare)).await.or_else(|e| match e {
+                kube::Error::Api(s) if s.code == 409 => Ok(node(i, bare)),
+                e => Err(e),
+            })?;
+            if bare {
+                let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+                let name = created.metadata.name.clone().unwrap_or_default();
+                let uid = created.metadata.uid.clone().unwrap_or_default();
+                let lease = kwok_pools::simulator::leases::lease(&name, &uid, LEASE_SECONDS, now);
+                match leases.create(pp, &lease).await {
+                    Ok(_) => leased.lock().unwrap().push(name),
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Creates `count` pods spread over `nodes` by nodeName; the bare writer then writes each
+/// one Running (with an address from its node's podCIDR).
+pub async fn create_pods(
+    client: &kube::Client,
+    count: u32,
+    nodes: &[(String, String)],
+    bare: bool,
+    concurrency: usize,
+) -> usize {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pp = PostParams::default();
+    let status_pp = PatchParams::default();
+    let n = nodes.len().max(1) as u32;
+    each((0..count).collect(), concurrency, |i| {
+        let (api, pp, status_pp) = (&api, &pp, &status_pp);
+        let (node, cidr) = nodes[(i % n) as usize].clone();
+        async move {
+            let created = match api.create(pp, &pod(i, &node)).await {
+                Ok(p) => p,
+                Err(kube::Error::Api(s)) if s.code == 409 && bare => api.get(&format!("cmp-pod-{i}")).await?,
+                Err(e) => return Err(e),
+            };
+            if bare {
+                let slim = SlimPod::from(created);
+                let now = serde_json::to_value(Time(k8s_openapi::jiff::Timestamp::now())).unwrap();
+                let base: Ipv4Addr =
+                    cidr.split('/').next().unwrap_or("10.0.0.0").parse().unwrap_or(Ipv4Addr::UNSPECIFIED);
+                let ip = IpAddr::V4(Ipv4Addr::from(u32::from(base) + 2 + i / n));
+                let patch = kwok_pools::simulator::pod_status::running_patch(&slim, &[], &[ip], &now);
+                api.patch_status(&format!("cmp-pod-{i}"), status_pp, &Patch::Merge(&patch)).await?;
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Deletes the pods: as a user does (the tool finishes the deletion), or at once for the
+/// bare writer (its pods are gone when the API server says so).
+pub async fn delete_pods(client: &kube::Client, count: u32, bare: bool, concurrency: usize) -> usize {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let dp = if bare {
+        DeleteParams { grace_period_seconds: Some(0), ..Default::default() }
+    } else {
+        DeleteParams::default()
+    };
+    each((0..count).collect(), concurrency, |i| {
+        let (api, dp) = (&api, &dp);
+        async move {
+            match api.delete(&format!("cmp-pod-{i}"), dp).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+    })
+    .await
+}
+
+/// The leases the bare writer has created and renews.
+pub type Leased = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// The bare writer's heartbeat: every lease in `leased` (a list that grows while nodes are
+/// created) renewed once per quarter of its duration, spread evenly over the interval, until
+/// the task is aborted.
+pub fn renew_leases(client: kube::Client, leased: Leased, concurrency: usize) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let api: Api<Lease> = Api::namespaced(client, "kube-node-lease");
+        let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
+        let interval = Duration::from_secs((LEASE_SECONDS / 4) as u64);
+        loop {
+            let round = tokio::time::Instant::now();
+            let names = leased.lock().unwrap().clone();
+            let n = names.len().max(1) as u32;
+            for (i, name) in names.into_iter().enumerate() {
+                tokio::time::sleep_until(round + interval * i as u32 / n).await;
+                let permit = permits.clone().acquire_owned().await.unwrap();
+                let api = api.clone();
+                tokio::spawn(async move {
+                    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+                    let patch = serde_json::json!({"spec": {"renewTime": now}});
+                    let _ = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+                    drop(permit);
+                });
+            }
+            tokio::time::sleep_until(round + interval).await;
+        }
+    })
+}
