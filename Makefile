@@ -64,7 +64,7 @@ lint: ## cargo fmt --check and clippy -D warnings.
 
 .PHONY: unit
 unit: schema-tools ## Unit tests only (no cluster).
-	cargo test --lib --bins --test crds --test schemas --test rbac --test dashboard --test webhook_limits --test fuzz
+	cargo test --lib --bins --test crds --test schemas --test rbac --test dashboard --test webhook_limits --test fuzz --test pod_memory
 
 # `make chaos`: the fault rounds of tests/e2e_chaos.rs at full size (`make test` runs them small).
 CHAOS_NODES ?= 2000

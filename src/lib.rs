@@ -8,6 +8,7 @@ pub mod certs;
 pub mod cli;
 pub mod cluster;
 pub mod controllers;
+pub mod dedicated;
 pub mod informer;
 pub mod ipam;
 pub mod kinds;

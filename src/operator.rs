@@ -226,7 +226,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let mut cleanup: Vec<Cleanup> = Vec::new();
     filter_pods(&config, &shared.informers, &mut tasks);
     let (peers, syncs, leader_work) = wire_kinds(&config, &shared, &metrics);
-    let shard = join_shard(&config, &client, &metrics, &mut tasks, &mut cleanup);
+    let shard = join_shard(&config, &client, &metrics, &mut tasks, &mut cleanup)?;
     let simulator = config.simulate.then(|| wire_simulator(&config, &shared, &metrics, &shard));
     shared.informers.start_all();
     for wait in syncs {
@@ -301,15 +301,16 @@ fn leader_config(config: &OperatorConfig) -> Option<LeaderConfig> {
     })
 }
 
-/// Joins the simulator shard (membership Lease and loop), or simulates everything.
+/// Joins the simulator shard (membership Lease and loop), or simulates everything. The
+/// membership runs on a thread of its own with a client of its own (`dedicated`).
 fn join_shard(
     config: &OperatorConfig,
     client: &Client,
     metrics: &Arc<Metrics>,
     tasks: &mut JoinSet<String>,
     cleanup: &mut Vec<Cleanup>,
-) -> Shard {
-    let (true, Some(settings)) = (config.simulate, &config.shard) else { return Shard::whole() };
+) -> anyhow::Result<Shard> {
+    let (true, Some(settings)) = (config.simulate, &config.shard) else { return Ok(Shard::whole()) };
     let mc = MembershipConfig {
         namespace: config.lease_namespace.clone(),
         instance: config.instance.clone(),
@@ -317,14 +318,21 @@ fn join_shard(
         duration: settings.lease_duration,
         handover: settings.handover,
     };
-    let (shard, member) = membership::membership(client.clone(), mc.clone(), metrics.clone());
+    let (shard, member) = membership::membership(mc.clone(), metrics.clone());
+    let ended = crate::dedicated::spawn("shard-membership", move || async move {
+        match Client::try_default().await {
+            Ok(own) => member.run(own).await,
+            Err(e) => tracing::error!(error = %e, "cannot build the membership's Kubernetes client"),
+        }
+    })
+    .map_err(|e| anyhow::anyhow!("cannot start the shard membership thread: {e}"))?;
     tasks.spawn(async move {
-        member.run().await;
+        let _ = ended.await;
         "simulator shard membership".to_string()
     });
     let client = client.clone();
     cleanup.push(Box::pin(async move { membership::leave(client, &mc).await }));
-    shard
+    Ok(shard)
 }
 
 /// Ready once the webhook is registered by this replica as leader, or another replica is

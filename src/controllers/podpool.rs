@@ -2,6 +2,7 @@
 //! template says otherwise), judged ready, and replaced on a template change.
 
 use super::placement::{child_meta, fake_node_selector, with_fake_node_toleration};
+use crate::api::conventions::HASH_LABEL;
 use crate::api::{PodPool, PoolStatus};
 use crate::informer::pod::SlimPod;
 use crate::informer::{Informer, Informers};
@@ -76,6 +77,10 @@ impl PoolKind for PodPool {
         pod_status::is_ready(child)
     }
 
+    fn child_hash(child: &SlimPod) -> Option<String> {
+        child.label(HASH_LABEL).map(String::from)
+    }
+
     fn is_finished(child: &SlimPod) -> bool {
         matches!(child.phase(), "Succeeded" | "Failed")
     }
@@ -133,6 +138,18 @@ mod tests {
         let labels = pod.metadata.labels.unwrap();
         assert_eq!(labels[INDEX_LABEL], "1");
         assert_eq!(pod.metadata.owner_references.unwrap()[0].uid, "uid-1");
+    }
+
+    #[test]
+    fn a_stored_pod_keeps_the_hash_it_was_rendered_with() {
+        let p = pool(PodSpec { containers: container(), ..Default::default() });
+        let mut pod = p.render(1, "h1", &PodEnv).unwrap();
+        let labels = pod.metadata.labels.get_or_insert_default();
+        labels.insert("app".into(), "web".into());
+        let stored = SlimPod::from(pod);
+        assert_eq!(PodPool::child_hash(&stored).as_deref(), Some("h1"));
+        assert_eq!(stored.label(INDEX_LABEL), Some("1"));
+        assert_eq!(stored.label("app"), None, "labels the operator never reads are not kept");
     }
 
     #[test]

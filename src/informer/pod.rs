@@ -1,7 +1,8 @@
 //! The compact pod kept in the store: what the PodPool controller and the pod simulator read,
 //! instead of a k8s-openapi `Pod` (almost all of it optional fields nobody here reads). What
-//! it costs per pod is measured by `make bench` (operator RSS with 10,000 pods held).
+//! one costs is counted by `tests/pod_memory.rs`; the whole process by `make bench`.
 
+use crate::api::conventions::{HASH_LABEL, INDEX_LABEL, POOL_LABEL};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
@@ -92,6 +93,15 @@ impl From<String> for Word {
     }
 }
 
+/// KubeVirt's labels on a launcher pod: `kubevirt.io=virt-launcher`, and the VMI's UID.
+pub const KUBEVIRT_APP_LABEL: &str = "kubevirt.io";
+pub const KUBEVIRT_CREATED_BY_LABEL: &str = "kubevirt.io/created-by";
+
+/// The only labels a stored pod keeps: the ones the operator reads (the pool conventions and
+/// KubeVirt's launcher labels). A map of all of a pod's labels costs more than the rest of
+/// the stored pod; nothing here selects pods by their other labels.
+pub const READ_LABELS: [&str; 5] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL, KUBEVIRT_APP_LABEL, KUBEVIRT_CREATED_BY_LABEL];
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SlimContainer {
     pub name: String,
@@ -102,8 +112,11 @@ pub struct SlimContainer {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SlimPod {
-    /// name, namespace, uid, labels, owner references, deletion timestamp and grace period.
+    /// name, namespace, uid, owner references, deletion timestamp and grace period (no
+    /// labels: see `labels`).
     pub metadata: ObjectMeta,
+    /// Those of [`READ_LABELS`] the pod has (read them with [`SlimPod::label`]).
+    pub labels: Box<[(&'static str, Box<str>)]>,
     pub node_name: Option<String>,
     pub host_network: bool,
     pub containers: Vec<SlimContainer>,
@@ -158,7 +171,6 @@ impl From<Pod> for SlimPod {
             name: m.name,
             namespace: m.namespace,
             uid: m.uid,
-            labels: m.labels,
             owner_references: m.owner_references,
             deletion_timestamp: m.deletion_timestamp,
             deletion_grace_period_seconds: m.deletion_grace_period_seconds,
@@ -177,8 +189,12 @@ impl From<Pod> for SlimPod {
         {
             pod_ips.push(ip);
         }
+        let labels = m.labels.map_or_else(Default::default, |all| {
+            READ_LABELS.iter().filter_map(|k| all.get(*k).map(|v| (*k, v.as_str().into()))).collect()
+        });
         let mut out = SlimPod {
             metadata,
+            labels,
             node_name: spec.node_name.filter(|n| !n.is_empty()),
             host_network: spec.host_network.unwrap_or(false),
             containers: spec.containers.iter().map(slim).collect(),
@@ -226,6 +242,20 @@ impl SlimPod {
         self.metadata.name.as_deref().unwrap_or_default()
     }
 
+    /// The value of one of [`READ_LABELS`] (other labels are not kept).
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.iter().find(|(k, _)| *k == key).map(|(_, v)| &**v)
+    }
+
+    /// Sets one of [`READ_LABELS`] (for tests and fixtures); other keys are ignored.
+    pub fn set_label(&mut self, key: &str, value: &str) {
+        let Some(key) = READ_LABELS.iter().find(|k| **k == key) else { return };
+        let mut labels: Vec<_> = std::mem::take(&mut self.labels).into_vec();
+        labels.retain(|(k, _)| k != key);
+        labels.push((key, value.into()));
+        self.labels = labels.into_boxed_slice();
+    }
+
     pub fn uid(&self) -> &str {
         self.metadata.uid.as_deref().unwrap_or_default()
     }
@@ -267,6 +297,32 @@ mod tests {
         assert!(matches!(s.phase, Some(Word::Known("Running"))), "a kubelet's word costs no allocation");
         assert!(matches!(Word::from("example.com/own"), Word::Own(_)));
         assert_eq!(&*Word::from("example.com/own"), "example.com/own");
+        assert!(s.metadata.labels.is_none() && s.label("a").is_none(), "only the labels the operator reads");
         assert_eq!(s.metadata.owner_references.unwrap()[0].kind, "Job");
+    }
+
+    #[test]
+    fn keeps_the_labels_the_operator_reads() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "virt-launcher-vm-x", "labels": {"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": "vmi-uid",
+                         "pools.kwok.x-k8s.io/pool": "web", "pools.kwok.x-k8s.io/index": "3",
+                         "pools.kwok.x-k8s.io/template-hash": "abc", "app": "web", "tier": "front"}}
+        }))
+        .unwrap();
+        let mut s = SlimPod::from(pod);
+        assert_eq!(s.labels.len(), 5);
+        for (k, v) in [
+            (KUBEVIRT_APP_LABEL, "virt-launcher"),
+            (KUBEVIRT_CREATED_BY_LABEL, "vmi-uid"),
+            (POOL_LABEL, "web"),
+            (INDEX_LABEL, "3"),
+            (HASH_LABEL, "abc"),
+        ] {
+            assert_eq!(s.label(k), Some(v), "{k}");
+        }
+        assert_eq!((s.label("app"), s.label("tier")), (None, None));
+        s.set_label(HASH_LABEL, "def");
+        s.set_label("app", "ignored");
+        assert_eq!((s.label(HASH_LABEL), s.label("app"), s.labels.len()), (Some("def"), None, 5));
     }
 }

@@ -118,6 +118,11 @@ pub trait PoolKind:
 
     fn is_ready(child: &Self::Stored) -> bool;
 
+    /// The template hash a stored child was rendered from (its `HASH_LABEL`).
+    fn child_hash(child: &Self::Stored) -> Option<String> {
+        kube::ResourceExt::labels(child).get(crate::api::conventions::HASH_LABEL).cloned()
+    }
+
     /// Whether a child ran to an end and must be replaced (a pod that Succeeded or Failed).
     fn is_finished(child: &Self::Stored) -> bool {
         let _ = child;

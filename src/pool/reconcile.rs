@@ -8,7 +8,7 @@ use super::expectations::{Expect, Expectations};
 use super::plan::{self, Observed, Plan, PlanInput};
 use super::status::{self, Problem, StatusInput};
 use crate::api::PoolStatus;
-use crate::api::conventions::{FIELD_MANAGER, HASH_LABEL, POOL_LABEL, child_index, child_name};
+use crate::api::conventions::{FIELD_MANAGER, POOL_LABEL, child_index, child_name};
 use crate::backoff::Backoffs;
 use crate::telemetry::metrics::{Metrics, PoolLabels};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -117,7 +117,7 @@ pub fn owned_children<P: PoolKind>(
         let child_name = child.name_any();
         observed.push(Observed {
             index: child_index(&name, &child_name),
-            hash: child.labels().get(HASH_LABEL).cloned(),
+            hash: P::child_hash(&child),
             ready: P::is_ready(&child),
             terminating: child.meta().deletion_timestamp.is_some(),
             finished: P::is_finished(&child),

@@ -1,18 +1,17 @@
-//! The membership loop: renews this replica's membership Lease, watches the other members'
-//! Leases, and publishes which keys are ours. A view change is published in two steps: keys
+//! The membership loop: has this replica's membership Lease renewed (`renewal`), watches the
+//! other members' Leases, and publishes which keys are ours. A view change is published in two steps: keys
 //! we lose go at once, keys we gain come `handover` later, by when their previous owner has
 //! let go. A replica that cannot renew its own Lease for twice its duration stops simulating
 //! anything (the others have taken its keys by then).
 
 use super::members::{self, Member};
+use super::renewal::Renewer;
 use super::view::{Ownership, Shard};
-use crate::api::conventions::FIELD_MANAGER;
 use crate::telemetry::metrics::Metrics;
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::DeleteParams;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -53,8 +52,8 @@ impl MembershipConfig {
         self.duration * 2
     }
 
-    /// How long one renewal may take.
-    fn renew_timeout(&self) -> Duration {
+    /// How long one direct read of a member's Lease may take.
+    fn read_timeout(&self) -> Duration {
         self.duration / 2
     }
 }
@@ -68,7 +67,6 @@ pub fn lease_name(instance: &str, identity: &str) -> String {
 }
 
 pub struct Membership {
-    client: Client,
     config: MembershipConfig,
     metrics: Arc<Metrics>,
     tx: watch::Sender<Arc<Ownership>>,
@@ -76,20 +74,18 @@ pub struct Membership {
     settled: Ownership,
     /// When the current hand-over ends, if one is under way (and the view it ends in).
     handing_over: Option<(Instant, Ownership)>,
-    /// When the last renewal that went through was sent.
+    /// When the last renewal that went through was sent (see `renewal`).
     renewed: Option<Instant>,
     /// The members as a direct read last showed them, and when (see `members::merge`).
     fresh: Vec<Member>,
     fresh_at: Option<Instant>,
-    joined: bool,
 }
 
 /// Starts nothing yet: returns the simulators' handle and the loop to run.
-pub fn membership(client: Client, config: MembershipConfig, metrics: Arc<Metrics>) -> (Shard, Membership) {
+pub fn membership(config: MembershipConfig, metrics: Arc<Metrics>) -> (Shard, Membership) {
     let nothing = Ownership::nothing(&config.identity);
     let (tx, rx) = watch::channel(Arc::new(nothing.clone()));
     let m = Membership {
-        client,
         config,
         metrics,
         tx,
@@ -98,28 +94,30 @@ pub fn membership(client: Client, config: MembershipConfig, metrics: Arc<Metrics
         renewed: None,
         fresh: Vec::new(),
         fresh_at: None,
-        joined: false,
     };
     (Shard::new(rx), m)
 }
 
 impl Membership {
-    /// Runs until the process ends.
-    pub async fn run(mut self) {
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.namespace);
+    /// Runs until the process ends. Give it a runtime and a client of its own (see
+    /// `operator::join_shard`): renewals must not queue behind the simulator's own work.
+    pub async fn run(mut self, client: Client) {
+        let api: Api<Lease> = Api::namespaced(client, &self.config.namespace);
+        let (renewer, mut renewed) = Renewer::new(api.clone(), self.config.clone(), self.metrics.clone());
+        tokio::spawn(renewer.run());
         let (store, writer) = reflector::store();
         let watch = watcher::Config::default().labels(&format!("{SHARD_LABEL}={}", self.config.instance));
         let mut events =
             watcher(api.clone(), watch).backoff(crate::backoff::WatchBackoff::default()).reflect(writer).boxed();
-        let mut next_renewal = Instant::now();
+        let mut next_gc = Instant::now();
         // No view before the first list of the members: alone by ignorance is not alone.
         let mut synced = false;
         tracing::info!(identity = %self.config.identity, lease = %self.config.lease_name(), namespace = %self.config.namespace, "joining the simulator shard");
         loop {
-            if Instant::now() >= next_renewal {
-                let ok = self.renew(&api).await;
+            self.renewed = *renewed.borrow_and_update();
+            if synced && Instant::now() >= next_gc {
                 self.collect_garbage(&api, &store).await;
-                next_renewal = Instant::now() + if ok { self.config.renew_every() } else { Duration::from_secs(1) };
+                next_gc = Instant::now() + self.config.renew_every();
             }
             if synced && self.someone_expires(&store) {
                 self.read_fresh(&api, &store).await;
@@ -127,7 +125,7 @@ impl Membership {
             if synced {
                 self.recompute(&store);
             }
-            let wake = self.next_wake(&store, next_renewal);
+            let wake = self.next_wake(&store);
             tokio::select! {
                 event = events.next() => match event {
                     Some(Err(e)) => tracing::warn!(error = %e, namespace = %self.config.namespace, "watching membership Leases failed (the operator needs list/watch on leases there); retrying"),
@@ -135,75 +133,11 @@ impl Membership {
                     Some(Ok(_)) => {}
                     None => return,
                 },
+                changed = renewed.changed() => if changed.is_err() {
+                    tracing::error!("the membership renewal loop ended");
+                    return;
+                },
                 () = tokio::time::sleep_until(wake.into()) => {}
-            }
-        }
-    }
-
-    async fn renew(&mut self, api: &Api<Lease>) -> bool {
-        // A renewal stuck behind a slow API server must not hold up the view.
-        match tokio::time::timeout(self.config.renew_timeout(), self.try_renew(api)).await {
-            Ok(ok) => ok,
-            Err(_) => {
-                tracing::warn!(lease = %self.config.lease_name(), "renewing the membership Lease timed out; retrying");
-                false
-            }
-        }
-    }
-
-    async fn try_renew(&mut self, api: &Api<Lease>) -> bool {
-        let sent = Instant::now();
-        let now = MicroTime(Timestamp::now());
-        let name = self.config.lease_name();
-        let nodes = self.metrics.managed_nodes.get().to_string();
-        let mut patch = serde_json::json!({
-            "metadata": {
-                "labels": {SHARD_LABEL: self.config.instance},
-                "annotations": {NODES_ANNOTATION: nodes},
-            },
-            "spec": {
-                "holderIdentity": self.config.identity,
-                "leaseDurationSeconds": self.config.duration.as_secs().max(1),
-                "renewTime": now,
-            }
-        });
-        if !self.joined {
-            // (Re)joining: when this membership began.
-            patch["spec"]["acquireTime"] = serde_json::json!(now);
-        }
-        let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        let result = match api.patch(&name, &pp, &Patch::Merge(&patch)).await {
-            Err(kube::Error::Api(s)) if s.code == 404 => {
-                let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        labels: Some([(SHARD_LABEL.to_string(), self.config.instance.clone())].into()),
-                        annotations: Some([(NODES_ANNOTATION.to_string(), nodes)].into()),
-                        ..Default::default()
-                    },
-                    spec: Some(LeaseSpec {
-                        holder_identity: Some(self.config.identity.clone()),
-                        lease_duration_seconds: i32::try_from(self.config.duration.as_secs().max(1)).ok(),
-                        acquire_time: Some(now.clone()),
-                        renew_time: Some(now),
-                        ..Default::default()
-                    }),
-                };
-                let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-                api.create(&pp, &lease).await.map(|_| ())
-            }
-            other => other.map(|_| ()),
-        };
-        self.metrics.write("leases", "shard-renew", result.is_ok());
-        match result {
-            Ok(()) => {
-                self.joined = true;
-                self.renewed = Some(sent);
-                true
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, lease = %name, namespace = %self.config.namespace, "renewing the membership Lease failed (the operator needs create/patch on leases there); retrying in 1s");
-                false
             }
         }
     }
@@ -262,7 +196,7 @@ impl Membership {
     async fn read_fresh(&mut self, api: &Api<Lease>, store: &Store<Lease>) {
         let mut fresh = Vec::new();
         for name in self.expiring(store) {
-            match tokio::time::timeout(self.config.renew_timeout(), api.get_opt(&name)).await {
+            match tokio::time::timeout(self.config.read_timeout(), api.get_opt(&name)).await {
                 Ok(Ok(Some(lease))) => fresh.extend(Member::from_lease(&lease)),
                 Ok(Ok(None)) => {}
                 Ok(Err(e)) => {
@@ -323,8 +257,8 @@ impl Membership {
         }
     }
 
-    fn next_wake(&self, store: &Store<Lease>, next_renewal: Instant) -> Instant {
-        let mut wake = next_renewal.min(Instant::now() + Duration::from_secs(1));
+    fn next_wake(&self, store: &Store<Lease>) -> Instant {
+        let mut wake = Instant::now() + Duration::from_secs(1);
         if let Some((until, _)) = &self.handing_over {
             wake = wake.min(*until);
         }

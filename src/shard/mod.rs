@@ -4,6 +4,7 @@
 pub mod members;
 pub mod membership;
 pub mod rendezvous;
+pub mod renewal;
 pub mod view;
 
 pub use view::{Ownership, Shard};

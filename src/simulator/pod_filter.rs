@@ -28,8 +28,7 @@ impl PodFilter {
     }
 
     pub fn keep(&self, pod: &SlimPod) -> bool {
-        if pod.metadata.labels.as_ref().is_some_and(|l| l.contains_key(POOL_LABEL) || l.contains_key(CREATED_BY_LABEL))
-        {
+        if pod.label(POOL_LABEL).is_some() || pod.label(CREATED_BY_LABEL).is_some() {
             return true;
         }
         let (Some(manage), Some(node)) = (&self.manage, pod.node_name.as_deref()) else { return false };
@@ -69,12 +68,13 @@ mod tests {
     }
 
     fn pod(node: Option<&str>, label: Option<&str>) -> SlimPod {
+        // Through the store's own conversion: what the filter sees is what the store keeps.
         let labels = label.map(|l| [(l.to_string(), "x".to_string())].into());
-        SlimPod {
+        SlimPod::from(k8s_openapi::api::core::v1::Pod {
             metadata: ObjectMeta { name: Some("p".into()), namespace: Some("ns".into()), labels, ..Default::default() },
-            node_name: node.map(String::from),
+            spec: Some(k8s_openapi::api::core::v1::PodSpec { node_name: node.map(String::from), ..Default::default() }),
             ..Default::default()
-        }
+        })
     }
 
     fn filter(manage: Option<Manage>) -> (PodFilter, kube::runtime::reflector::store::Writer<Node>) {

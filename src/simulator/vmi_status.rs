@@ -17,8 +17,7 @@ pub const FINALIZER: &str = "kubevirt.io/foregroundDeleteVirtualMachine";
 /// The readiness gate of a launcher pod (True while the VM is not paused).
 pub const UNPAUSED_GATE: &str = "kubevirt.io/virtual-machine-unpaused";
 /// Labels of launcher pods.
-pub const APP_LABEL: &str = "kubevirt.io";
-pub const CREATED_BY_LABEL: &str = "kubevirt.io/created-by";
+pub use crate::informer::pod::{KUBEVIRT_APP_LABEL as APP_LABEL, KUBEVIRT_CREATED_BY_LABEL as CREATED_BY_LABEL};
 pub const NODE_NAME_LABEL: &str = "kubevirt.io/nodeName";
 /// The launcher image the simulated pods name (never pulled).
 pub const LAUNCHER_IMAGE: &str = "quay.io/kubevirt/virt-launcher:v1.9.0";

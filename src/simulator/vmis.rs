@@ -112,9 +112,7 @@ fn now() -> serde_json::Value {
 
 /// Whether `pod` is a launcher pod, and of which VMI (by UID).
 fn launcher_of(pod: &SlimPod) -> Option<&str> {
-    let labels = pod.metadata.labels.as_ref()?;
-    (labels.get(APP_LABEL).map(String::as_str) == Some("virt-launcher"))
-        .then(|| labels.get(CREATED_BY_LABEL).map(String::as_str))?
+    (pod.label(APP_LABEL) == Some("virt-launcher")).then(|| pod.label(CREATED_BY_LABEL))?
 }
 
 impl VmiSimulator {

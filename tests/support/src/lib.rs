@@ -315,6 +315,19 @@ impl Operator {
         }
     }
 
+    /// The log's last warnings and errors (what went wrong is often long before the tail).
+    pub fn log_warnings(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        // Repeats (the same message at another time) once each.
+        let mut seen = std::collections::HashSet::new();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .filter(|l| seen.insert(l.split_once(' ').map_or(*l, |(_, rest)| rest)))
+            .collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
@@ -325,6 +338,7 @@ impl Operator {
 impl Drop for Operator {
     fn drop(&mut self) {
         if std::thread::panicking() {
+            eprintln!("operator log warnings for scope {}:\n{}", self.scope, self.log_warnings());
             eprintln!("operator log tail for scope {}:\n{}", self.scope, self.log_tail());
         }
         // Whatever the test did, its pools (and through them their children) go.
