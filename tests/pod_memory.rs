@@ -100,3 +100,40 @@ fn a_stored_pod_fits_the_memory_budget() {
     assert_eq!(one.condition("Ready"), Some("True"));
     assert_eq!(one.pod_ips.len(), 1);
 }
+
+/// Writes waiting for room in the simulator's budget (a client deleting pods faster than a
+/// slow API server takes the final deletes) cost what they capture, not the request's state:
+/// the backlog can be as long as the pods.
+#[tokio::test]
+async fn a_write_waiting_for_room_costs_only_its_inputs() {
+    use kwok_pools::simulator::machinery::{Class, WriteBudget};
+    use std::sync::Arc;
+    const N: usize = 10_000;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let budget = WriteBudget::new(1);
+    let writes = budget.writes(Class::Other, tx);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let region = Region::new(ALLOCATOR);
+    for i in 0..N {
+        let release = release.clone();
+        // A write whose state, once it runs, is 16 KiB (a kube request is several).
+        writes.spawn(move || async move {
+            let state = [i as u8; 16 * 1024];
+            release.notified().await;
+            std::hint::black_box(&state)[0] as usize
+        });
+    }
+    let change = region.change();
+    let per_write = (change.bytes_allocated as isize - change.bytes_deallocated as isize) / N as isize;
+    eprintln!("one write waiting for room: {per_write} bytes");
+    assert!(per_write < 1024, "a waiting write holds {per_write} bytes");
+    // They all run in the end, one at a time, each reporting back.
+    let mut done = 0;
+    while done < N {
+        release.notify_waiters();
+        tokio::task::yield_now().await;
+        while rx.try_recv().is_ok() {
+            done += 1;
+        }
+    }
+}

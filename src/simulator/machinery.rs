@@ -160,10 +160,20 @@ pub struct Writes<D> {
 }
 
 impl<D: Send + 'static> Writes<D> {
-    pub fn spawn(&self, write: impl Future<Output = D> + Send + 'static) {
+    /// Runs the write `make` builds once there is room for it. A write waiting for room holds
+    /// only `make` (what it captures): the request's own state, several KiB for a kube call,
+    /// exists only for the writes in flight. Tens of thousands can wait at once (a client
+    /// deleting pods faster than a slow API server takes the final deletes), and their memory
+    /// must not grow with the backlog.
+    pub fn spawn<F, W>(&self, make: F)
+    where
+        F: FnOnce() -> W + Send + 'static,
+        W: Future<Output = D> + Send + 'static,
+    {
         let (budget, class, done) = (self.budget.clone(), self.class, self.done.clone());
         tokio::spawn(async move {
             let _room = budget.room(class).await;
+            let write = Box::pin(make());
             let _ = done.send(write.await);
         });
     }
@@ -215,7 +225,7 @@ mod tests {
     ) {
         for i in 0..n {
             let (busy, release) = (busy.clone(), release.clone());
-            writes.spawn(async move {
+            writes.spawn(move || async move {
                 busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 release.notified().await;
                 i

@@ -238,7 +238,7 @@ impl NodeLoop {
             if clash {
                 tracing::warn!(node = %name, "InternalIP already held by another node; giving this one a new address");
             }
-            self.writes.spawn(status_write(self.sim.clone(), node.clone(), true));
+            spawn_status(&self.writes, &self.sim, node.clone(), true);
         }
     }
 
@@ -259,7 +259,7 @@ impl NodeLoop {
                 }
                 let Some(node) = self.sim.nodes.get(&ObjectRef::new(&name)) else { return };
                 if t.status.begin() {
-                    self.writes.spawn(status_write(self.sim.clone(), node, false));
+                    spawn_status(&self.writes, &self.sim, node, false);
                 }
             }
         }
@@ -288,12 +288,13 @@ impl NodeLoop {
         if std::mem::take(&mut t.away) {
             tracing::info!(node = %name, "flapping node comes back");
             if node_status::needs_write(&node) && t.status.begin() {
-                self.writes.spawn(status_write(self.sim.clone(), node.clone(), true));
+                spawn_status(&self.writes, &self.sim, node.clone(), true);
             }
         }
         // The last renewal has not come back: not a second one beside it.
         if t.lease.begin() {
-            self.lease_writes.spawn(lease_write(self.sim.clone(), node, due, !t.lease_written));
+            let (sim, first) = (self.sim.clone(), !t.lease_written);
+            self.lease_writes.spawn(move || lease_write(sim, node, due, first));
         }
     }
 }
@@ -331,6 +332,13 @@ async fn lease_write(this: Arc<NodeSimulator>, node: Arc<Node>, due: Instant, fi
 
 /// Writes the node status: the full healthy status when `full`, else only the conditions'
 /// heartbeat.
+/// A status write of `node` (`full`: the whole kubelet status, else a heartbeat), made once
+/// the budget has room.
+fn spawn_status(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, node: Arc<Node>, full: bool) {
+    let sim = sim.clone();
+    writes.spawn(move || status_write(sim, node, full));
+}
+
 async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool) -> Done {
     let name = node.name_any();
     let now = Time(k8s_openapi::jiff::Timestamp::now());

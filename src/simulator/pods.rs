@@ -650,7 +650,7 @@ impl Loop {
 
     fn spawn_status(&self, pod: Arc<SlimPod>, patch: serde_json::Value, transition: &'static str) {
         let sim = self.sim.clone();
-        self.writes.spawn(async move {
+        self.writes.spawn(move || async move {
             let ns = pod.namespace().unwrap_or_default();
             let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
             let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
@@ -675,7 +675,7 @@ impl Loop {
 
     fn spawn_remove(&self, pod: Arc<SlimPod>) {
         let sim = self.sim.clone();
-        self.writes.spawn(async move {
+        self.writes.spawn(move || async move {
             let ns = pod.namespace().unwrap_or_default();
             let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
             let dp = DeleteParams {

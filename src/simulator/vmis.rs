@@ -274,7 +274,7 @@ impl VmiLoop {
             return;
         }
         let (sim, vmi, key) = (self.sim.clone(), vmi.clone(), ObjectRef::from_obj(vmi.as_ref()));
-        self.writes.spawn(async move {
+        self.writes.spawn(move || async move {
             // A bug in one step must not wedge the VMI: a panic counts as a failed write.
             let run = std::panic::AssertUnwindSafe(act(&sim, &vmi, pod.as_deref(), node.as_deref(), &step));
             let ok = futures::FutureExt::catch_unwind(run).await.unwrap_or(false);
