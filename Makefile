@@ -109,7 +109,7 @@ e2e: controlplane build helm ## End-to-end tests on a fresh local cluster (creat
 	status=0; \
 	KUBECONFIG=$(E2E_HOME)/clusters/$(E2E_CLUSTER)/kubeconfig E2E_NODE_GRACE_SECONDS=$(E2E_GRACE) \
 	  E2E_LOG_DIR=$(E2E_HOME)/logs RUST_TEST_THREADS=$(E2E_THREADS) \
-	  cargo test $(addprefix --test ,$(E2E_TESTS)) || status=$$?; \
+	  cargo test --no-fail-fast $(addprefix --test ,$(E2E_TESTS)) || status=$$?; \
 	$(DEBUG_BIN) cluster delete --name $(E2E_CLUSTER) || true; \
 	echo "== scale tests (release build, clusters of their own): $(E2E_SCALE_TESTS)"; \
 	E2E_LOG_DIR=$(E2E_HOME)/logs cargo test --release $(addprefix --test ,$(E2E_SCALE_TESTS)) || status=$$?; \

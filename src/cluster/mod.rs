@@ -69,13 +69,8 @@ pub fn running_components(layout: &Layout) -> usize {
 }
 
 fn pick_ports() -> Result<Ports, ClusterError> {
-    Ok(Ports {
-        etcd_client: process::free_port()?,
-        etcd_peer: process::free_port()?,
-        apiserver: process::free_port()?,
-        controller_manager: process::free_port()?,
-        scheduler: process::free_port()?,
-    })
+    let [etcd_client, etcd_peer, apiserver, controller_manager, scheduler] = process::free_ports()?;
+    Ok(Ports { etcd_client, etcd_peer, apiserver, controller_manager, scheduler })
 }
 
 /// Creates and starts a cluster, waiting until it is ready. On failure the components that

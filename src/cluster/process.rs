@@ -93,15 +93,32 @@ pub fn stop(pid: i32, grace: Duration) -> bool {
     !is_alive(pid)
 }
 
-/// A free TCP port on 127.0.0.1 (the OS picks it; we release it right away).
-pub fn free_port() -> Result<u16, ClusterError> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").ctx(|| "finding a free port".into())?;
-    Ok(l.local_addr().ctx(|| "finding a free port".into())?.port())
+/// `N` distinct free TCP ports on 127.0.0.1: every listener is held until all are chosen, so
+/// the OS cannot hand one port out twice (it did: the API server and the controller manager
+/// once got the same one, and the second could not start).
+pub fn free_ports<const N: usize>() -> Result<[u16; N], ClusterError> {
+    let mut held = Vec::with_capacity(N);
+    let mut ports = [0; N];
+    for port in &mut ports {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").ctx(|| "finding a free port".into())?;
+        *port = l.local_addr().ctx(|| "finding a free port".into())?.port();
+        held.push(l);
+    }
+    Ok(ports)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ports_chosen_together_are_distinct() {
+        for _ in 0..200 {
+            let ports = free_ports::<5>().unwrap();
+            let distinct: std::collections::HashSet<u16> = ports.iter().copied().collect();
+            assert_eq!(distinct.len(), 5, "{ports:?}");
+        }
+    }
 
     #[test]
     fn a_process_is_ours_only_by_binary_name_and_state_dir() {

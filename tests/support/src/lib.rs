@@ -163,7 +163,14 @@ pub struct Operator {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    free_ports::<1>()[0]
+}
+
+/// `N` distinct free ports (each listener held until all are chosen).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<std::net::TcpListener> =
+        (0..N).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
 fn log_dir() -> PathBuf {
@@ -190,11 +197,12 @@ impl Operator {
 
     /// Like [`Operator::start`], with the operator using `kubeconfig` instead.
     pub fn start_as(scope: &str, extra: &[&str], kubeconfig: PathBuf) -> Self {
+        let [metrics_port, webhook_port] = free_ports();
         let mut op = Self {
             child: None,
             scope: scope.to_string(),
-            metrics_port: free_port(),
-            webhook_port: free_port(),
+            metrics_port,
+            webhook_port,
             log: log_dir().join(format!("{scope}.log")),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             kubeconfig,
