@@ -49,6 +49,17 @@ pub fn next_change(members: &[Member], now: Timestamp) -> Option<Timestamp> {
     members.iter().filter_map(|m| after(m.renewed, m.duration)).filter(|t| *t > now).min()
 }
 
+/// Who shares the work: the members live by their Leases (`live`), and each member of the
+/// current `view` that looks expired but whose expiry no recent direct read of its own Lease
+/// has confirmed (`confirmed`). A read confirms only the member it read: the watch lags for
+/// every member at once under load, and one member's read says nothing of the others.
+pub fn sharing_confirmed(mut live: Vec<String>, view: &[String], confirmed: impl Fn(&str) -> bool) -> Vec<String> {
+    live.extend(view.iter().filter(|m| !confirmed(m)).cloned());
+    live.sort();
+    live.dedup();
+    live
+}
+
 /// The newest renewal of each member, from the watch's view and a fresher read (a watch can
 /// lag by seconds behind a busy API server; a member is only given up once a fresh read says
 /// so too).
@@ -100,6 +111,17 @@ mod tests {
         // An older fresh read never hides a newer watched renewal.
         let all = merge(vec![m("a", 0, 99)], &[m("a", 0, 80)]);
         assert_eq!(all[0].renewed, t(99));
+    }
+
+    #[test]
+    fn a_read_confirms_only_the_member_it_read() {
+        let view: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        // The lagging watch shows b and c expired; only b's own read agrees.
+        let live = vec!["a".to_string()];
+        assert_eq!(sharing_confirmed(live.clone(), &view, |m| m == "b"), vec!["a", "c"]);
+        assert_eq!(sharing_confirmed(live, &view, |_| false), vec!["a", "b", "c"]);
+        // A member not in the view joins only by its live Lease.
+        assert_eq!(sharing_confirmed(vec!["a".into(), "d".into()], &view, |_| true), vec!["a", "d"]);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use kube::api::DeleteParams;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -77,24 +78,17 @@ pub struct Membership {
     /// When the last renewal that went through was sent (see `renewal`).
     renewed: Option<Instant>,
     /// The members as a direct read last showed them, and when (see `members::merge`).
-    fresh: Vec<Member>,
-    fresh_at: Option<Instant>,
+    /// Direct reads of members that looked expired, by identity: what each showed (`None`:
+    /// no Lease) and when.
+    fresh: HashMap<String, (Option<Member>, Instant)>,
 }
 
 /// Starts nothing yet: returns the simulators' handle and the loop to run.
 pub fn membership(config: MembershipConfig, metrics: Arc<Metrics>) -> (Shard, Membership) {
     let nothing = Ownership::nothing(&config.identity);
     let (tx, rx) = watch::channel(Arc::new(nothing.clone()));
-    let m = Membership {
-        config,
-        metrics,
-        tx,
-        settled: nothing,
-        handing_over: None,
-        renewed: None,
-        fresh: Vec::new(),
-        fresh_at: None,
-    };
+    let m =
+        Membership { config, metrics, tx, settled: nothing, handing_over: None, renewed: None, fresh: HashMap::new() };
     (Shard::new(rx), m)
 }
 
@@ -166,28 +160,30 @@ impl Membership {
     /// The members as the watch shows them, with any fresher direct read.
     fn members_now(&self, store: &Store<Lease>) -> Vec<Member> {
         let watched: Vec<Member> = store.state().iter().filter_map(|l| Member::from_lease(l)).collect();
-        let fresh_enough = self.fresh_at.is_some_and(|at| at.elapsed() < self.config.duration);
-        members::merge(watched, if fresh_enough { &self.fresh } else { &[] })
+        let fresh: Vec<Member> = self
+            .fresh
+            .values()
+            .filter(|(_, at)| at.elapsed() < self.config.duration)
+            .filter_map(|(m, _)| m.clone())
+            .collect();
+        members::merge(watched, &fresh)
     }
 
-    /// The members of the view that look expired, with their Lease names.
+    /// Whether `identity`'s Lease was read directly (past the watch) within `within`.
+    fn read_within(&self, identity: &str, within: Duration) -> bool {
+        self.fresh.get(identity).is_some_and(|(_, at)| at.elapsed() < within)
+    }
+
+    /// The members of the view (other than this replica) that look expired.
     fn expiring(&self, store: &Store<Lease>) -> Vec<String> {
         let sharing = members::sharing(&self.members_now(store), Timestamp::now());
         let aiming_at = self.handing_over.as_ref().map_or(&self.settled, |(_, o)| o);
-        aiming_at
-            .members()
-            .iter()
-            .filter(|m| **m != self.config.identity && !sharing.contains(m))
-            .map(|m| lease_name(&self.config.instance, m))
-            .collect()
+        aiming_at.members().iter().filter(|m| **m != self.config.identity && !sharing.contains(m)).cloned().collect()
     }
 
-    /// Whether a member of the view looks expired and no direct read confirmed it lately.
+    /// Whether a member of the view looks expired and no direct read of it confirmed it lately.
     fn someone_expires(&self, store: &Store<Lease>) -> bool {
-        if self.fresh_at.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
-            return false;
-        }
-        !self.expiring(store).is_empty()
+        self.expiring(store).iter().any(|m| !self.read_within(m, Duration::from_secs(1)))
     }
 
     /// Reads the Leases of the members that look expired directly: a GET goes to etcd, past
@@ -195,10 +191,14 @@ impl Membership {
     /// waits for, and which is busiest for Leases when thousands of nodes renew theirs).
     async fn read_fresh(&mut self, api: &Api<Lease>, store: &Store<Lease>) {
         let mut fresh = Vec::new();
-        for name in self.expiring(store) {
+        for identity in self.expiring(store) {
+            if self.read_within(&identity, Duration::from_secs(1)) {
+                continue;
+            }
+            let name = lease_name(&self.config.instance, &identity);
             match tokio::time::timeout(self.config.read_timeout(), api.get_opt(&name)).await {
-                Ok(Ok(Some(lease))) => fresh.extend(Member::from_lease(&lease)),
-                Ok(Ok(None)) => {}
+                Ok(Ok(Some(lease))) => fresh.push((identity, Member::from_lease(&lease))),
+                Ok(Ok(None)) => fresh.push((identity, None)),
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, lease = %name, "reading a membership Lease failed");
                     return;
@@ -209,8 +209,12 @@ impl Membership {
                 }
             }
         }
-        self.fresh = fresh;
-        self.fresh_at = Some(Instant::now());
+        let now = Instant::now();
+        for (identity, member) in fresh {
+            self.fresh.insert(identity, (member, now));
+        }
+        let keep = self.config.duration;
+        self.fresh.retain(|_, (_, at)| at.elapsed() < keep);
     }
 
     fn target(&self, store: &Store<Lease>) -> Ownership {
@@ -221,12 +225,10 @@ impl Membership {
         // renewals. A member of the current view that looks expired stays until a direct read
         // of the last second agrees (a failed read proves nothing).
         let all = self.members_now(store);
-        let mut sharing = members::sharing(&all, Timestamp::now());
-        let confirmed = self.fresh_at.is_some_and(|at| at.elapsed() < Duration::from_secs(2));
-        if !confirmed {
-            let aiming_at = self.handing_over.as_ref().map_or(&self.settled, |(_, o)| o);
-            sharing.extend(aiming_at.members().iter().cloned());
-        }
+        let live = members::sharing(&all, Timestamp::now());
+        let aiming_at = self.handing_over.as_ref().map_or(&self.settled, |(_, o)| o);
+        let mut sharing =
+            members::sharing_confirmed(live, aiming_at.members(), |m| self.read_within(m, Duration::from_secs(2)));
         sharing.push(self.config.identity.clone());
         Ownership::settled(&self.config.identity, sharing)
     }
