@@ -1,5 +1,6 @@
-//! kwok-pools: typed pools of simulated Nodes and Pods in a real Kubernetes cluster, and the
-//! lifecycle simulator that makes them behave like real ones (and plays KubeVirt for VMIs).
+//! kwok-pools: typed pools of simulated Nodes, Pods and KubeVirt VMIs in a real Kubernetes
+//! cluster, and the lifecycle simulator that makes them behave like real ones. Each kind is a
+//! directory under `kinds/`, registered once; the rooms beside it are shared and name no kind.
 
 pub mod admission;
 pub mod api;
@@ -7,7 +8,6 @@ pub mod backoff;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
-pub mod controllers;
 pub mod dedicated;
 pub mod informer;
 pub mod ipam;
@@ -16,6 +16,7 @@ pub mod kubelet;
 pub mod leader;
 pub mod operator;
 pub mod pool;
+pub mod rbac;
 pub mod shard;
 pub mod simulator;
 pub mod telemetry;

@@ -1,5 +1,6 @@
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use kwok_pools::cli::{Cli, Command};
+use kwok_pools::kinds::{self, KindFlags};
 
 // mimalloc instead of glibc's malloc: the operator allocates from many tokio worker threads,
 // and glibc's per-thread arenas kept freed memory as RSS (see README, Benchmarks).
@@ -8,13 +9,20 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() {
-    let cli = Cli::parse();
+    // `run` and `simulate` take every registered kind's flags too.
+    let command = Cli::command().mut_subcommand("run", kinds::add_flags).mut_subcommand("simulate", kinds::add_flags);
+    let matches = command.get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let kind_flags = match matches.subcommand() {
+        Some(("run" | "simulate", sub)) => KindFlags::from_matches(sub).unwrap_or_else(|e| e.exit()),
+        _ => KindFlags::default(),
+    };
     exit_with_parent_if_asked();
     kwok_pools::telemetry::init_crypto();
     let result = match cli.command {
         Command::Cluster(cmd) => kwok_pools::cli::cluster::run(cmd).await,
-        Command::Run(args) => run(args, true).await,
-        Command::Simulate(args) => run(args, false).await,
+        Command::Run(args) => run(args, true, kind_flags).await,
+        Command::Simulate(args) => run(args, false, kind_flags).await,
         Command::Status(args) => kwok_pools::cli::status::run(args).await,
         Command::WebhookCert(args) => kwok_pools::cli::webhook_cert::secret_yaml(&args).map(|y| print!("{y}")),
         Command::Crd { kubevirt: false } => {
@@ -22,7 +30,11 @@ async fn main() {
             Ok(())
         }
         Command::Crd { kubevirt: true } => {
-            print!("{}", serde_yaml::to_string(&kwok_pools::api::kubevirt_crd::crd()).unwrap_or_default());
+            print!("{}", serde_yaml::to_string(&kwok_pools::kinds::vmipool::kubevirt_crd::crd()).unwrap_or_default());
+            Ok(())
+        }
+        Command::Rbac { chart } => {
+            print!("{}", if chart { kwok_pools::rbac::chart_yaml() } else { kwok_pools::rbac::config_yaml() });
             Ok(())
         }
         Command::Schema { out } => write_schemas(&out),
@@ -52,9 +64,9 @@ fn exit_with_parent_if_asked() {
     }
 }
 
-async fn run(args: kwok_pools::cli::run::RunArgs, controllers: bool) -> anyhow::Result<()> {
+async fn run(args: kwok_pools::cli::run::RunArgs, controllers: bool, kinds: KindFlags) -> anyhow::Result<()> {
     kwok_pools::telemetry::init_tracing(args.log_json);
-    let config = args.config(controllers).map_err(|e| anyhow::anyhow!(e))?;
+    let config = args.config(controllers, kinds).map_err(|e| anyhow::anyhow!(e))?;
     kwok_pools::operator::run(config).await
 }
 

@@ -11,7 +11,7 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use kwok_pools::api::NodePool;
+use kwok_pools::kinds::nodepool::NodePool;
 use kwok_pools_test_support::pools::{is_ready, list_pods, pool_nodes, scoped_nodepool, scoped_podpool};
 use kwok_pools_test_support::{Operator, OwnCluster, unique, wait_for};
 use rand::Rng;

@@ -52,7 +52,7 @@ async fn roll(client: &kube::Client, ns: &str, pool: &str, count: usize, yaml: S
     apply(&yaml);
     let start = Instant::now();
     let mut fewest = usize::MAX;
-    let api: Api<kwok_pools::api::PodPool> = Api::namespaced(client.clone(), ns);
+    let api: Api<kwok_pools::kinds::podpool::PodPool> = Api::namespaced(client.clone(), ns);
     loop {
         let pods = list_pods(client, ns, &format!("app={pool}")).await;
         fewest = fewest.min(pods.iter().filter(|p| ready(p)).count());
@@ -240,7 +240,7 @@ spec:
         assert!(scheduled <= started, "{name}: PodScheduled at {scheduled:?}, started {started:?}");
     }
     // The pool's status counts them.
-    let api: Api<kwok_pools::api::PodPool> = Api::namespaced(client.clone(), &ns.name);
+    let api: Api<kwok_pools::kinds::podpool::PodPool> = Api::namespaced(client.clone(), &ns.name);
     wait_for("failedReplicas in the pool status", T, || async {
         let s = api.get(pool).await.map_err(|e| e.to_string())?.status.unwrap_or_default();
         let want = predicted.len() as i32;

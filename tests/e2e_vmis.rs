@@ -10,7 +10,7 @@ use common::*;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
-use kwok_pools::api::kubevirt::VirtualMachineInstance;
+use kwok_pools::kinds::vmipool::kubevirt::VirtualMachineInstance;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -241,7 +241,7 @@ async fn without_the_vmi_crd_pools_wait_degraded_and_start_once_it_is_installed(
     let scope = unique("nocrd");
     let _op = Operator::start_as(&scope, &[], cluster.kubeconfig.clone());
     cluster.apply(&vmipool("later", "default", &scope, 2, "", ""));
-    let pools: Api<kwok_pools::api::VMIPool> = Api::namespaced(client.clone(), "default");
+    let pools: Api<kwok_pools::kinds::vmipool::VMIPool> = Api::namespaced(client.clone(), "default");
     let message = wait_for("the VMIPool Degraded with how to install the CRD", T, || async {
         let p = pools.get("later").await.map_err(|e| e.to_string())?;
         let c = p.status.as_ref().and_then(|s| s.condition("Degraded")).cloned();

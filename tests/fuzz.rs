@@ -9,10 +9,10 @@
 
 use ipnet::IpNet;
 use kwok_pools::admission::review::{self, Judge, Peers};
-use kwok_pools::api::{NodePool, PodPool, VMIPool};
-use kwok_pools::pool::PoolKind;
+use kwok_pools::ipam::pods::{Allocation, PodIpam};
+use kwok_pools::kinds::{Kind, Visitor};
 use kwok_pools::pool::plan::{Observed, PlanInput, UpdateMode, plan};
-use kwok_pools::simulator::pod_ipam::{Allocation, PodIpam};
+use kwok_pools::pool::{PoolKind, child};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
@@ -74,18 +74,33 @@ fn quantityish() -> impl Strategy<Value = String> {
     ]
 }
 
-/// Valid manifests of every kind, the seeds mutations start from.
+/// Valid manifests of every registered kind (each kind's example), the seeds mutations start
+/// from: a kind added to the registry is fuzzed with no edit here.
 fn seeds() -> Vec<Value> {
-    vec![
-        json!({"apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "NodePool", "metadata": {"name": "np", "namespace": null},
-               "spec": {"nodeCount": 3, "podCIDR": {"cidr": "10.0.0.0/16", "maskSize": 24}, "internalIPs": "10.1.0.0/24",
-                        "nodeTemplate": {"metadata": {"labels": {"a": "b"}}, "status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"}, "allocatable": {"cpu": "7"}}}}}),
-        json!({"apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "PodPool", "metadata": {"name": "pp", "namespace": "default"},
-               "spec": {"replicas": 2, "maxUnavailable": "25%", "template": {"metadata": {"labels": {"app": "x"}},
-                        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1"}}}]}}}}),
-        json!({"apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "VMIPool", "metadata": {"name": "vp", "namespace": "default"},
-               "spec": {"replicas": 2, "template": {"spec": {"domain": {"devices": {}, "resources": {"requests": {"memory": "1Gi"}}}}}}}),
-    ]
+    kwok_pools::kinds::examples()
+}
+
+/// Every object key in `v`, at any depth.
+fn keys_of(v: &Value, out: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, inner) in m {
+                out.insert(k.clone());
+                keys_of(inner, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| keys_of(i, out)),
+        _ => {}
+    }
+}
+
+/// The keys the seeds use, where mutations go (and random ones near them).
+fn seed_keys() -> Vec<String> {
+    let mut keys = BTreeSet::new();
+    for seed in seeds() {
+        keys_of(&seed, &mut keys);
+    }
+    keys.into_iter().collect()
 }
 
 /// Sets `value` at the path given by `keys` (objects only; made as needed).
@@ -104,30 +119,9 @@ fn set_at(doc: &mut Value, keys: &[String], value: Value) {
 
 /// A seed manifest with a few values replaced at paths that exist or are near ones that do.
 fn mutated_manifest() -> impl Strategy<Value = Value> {
-    let path = prop::collection::vec(
-        prop_oneof![
-            Just("spec".to_string()),
-            Just("nodeCount".to_string()),
-            Just("replicas".to_string()),
-            Just("podCIDR".to_string()),
-            Just("cidr".to_string()),
-            Just("maskSize".to_string()),
-            Just("internalIPs".to_string()),
-            Just("nodeTemplate".to_string()),
-            Just("template".to_string()),
-            Just("status".to_string()),
-            Just("capacity".to_string()),
-            Just("allocatable".to_string()),
-            Just("cpu".to_string()),
-            Just("metadata".to_string()),
-            Just("labels".to_string()),
-            Just("maxUnavailable".to_string()),
-            Just("lifecycle".to_string()),
-            "[a-zA-Z]{1,8}",
-        ],
-        1..6,
-    );
-    (0..3usize, prop::collection::vec((path, any_json()), 1..4)).prop_map(|(seed, edits)| {
+    let known = prop::sample::select(seed_keys());
+    let path = prop::collection::vec(prop_oneof![4 => known, 1 => "[a-zA-Z]{1,8}"], 1..6);
+    (0..seeds().len(), prop::collection::vec((path, any_json()), 1..4)).prop_map(|(seed, edits)| {
         let mut doc = seeds()[seed].clone();
         for (keys, value) in edits {
             let keys = if keys[0] == "spec" || keys[0] == "metadata" {
@@ -142,7 +136,7 @@ fn mutated_manifest() -> impl Strategy<Value = Value> {
 }
 
 fn review_bytes(object: &Value, old: Option<&Value>) -> Vec<u8> {
-    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("NodePool");
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("Unknown");
     let resource = format!("{}s", kind.to_lowercase());
     serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -206,7 +200,7 @@ fn validate_and_render<P: PoolKind + serde::de::DeserializeOwned>(doc: &Value) -
         let env = P::validation_env();
         let count = pool.count();
         for i in [0, 1, count.saturating_sub(1), count, u32::MAX] {
-            let _ = pool.render(i, "hash", &env);
+            let _ = child(&pool, i, "hash", &env);
         }
     } else {
         prop_assert!(problems.iter().all(|p| !p.is_empty()));
@@ -216,12 +210,29 @@ fn validate_and_render<P: PoolKind + serde::de::DeserializeOwned>(doc: &Value) -
     Ok(())
 }
 
+/// Runs [`validate_and_render`] as the registered kind the document names.
+struct ByKind<'a> {
+    doc: &'a Value,
+    result: Option<Result<(), TestCaseError>>,
+}
+
+impl Visitor for ByKind<'_> {
+    fn visit<K: Kind>(&mut self) {
+        if self.result.is_none() && self.doc["kind"].as_str() == Some(&*K::kind(&())) {
+            self.result = Some(validate_and_render::<K>(self.doc));
+        }
+    }
+}
+
 #[test]
 fn manifests_validate_and_render_without_panicking() {
-    fuzz("manifest → validation → rendering", mutated_manifest(), |doc| match doc["kind"].as_str() {
-        Some("NodePool") => validate_and_render::<NodePool>(&doc),
-        Some("PodPool") => validate_and_render::<PodPool>(&doc),
-        _ => validate_and_render::<VMIPool>(&doc),
+    // Every kind is a seed, so every kind is fuzzed; a mutated `kind` names no kind.
+    let kinds: BTreeSet<String> = seeds().iter().filter_map(|s| s["kind"].as_str().map(String::from)).collect();
+    assert_eq!(kinds.len(), kwok_pools::kinds::names().len(), "one seed per registered kind");
+    fuzz("manifest → validation → rendering", mutated_manifest(), |doc| {
+        let mut by_kind = ByKind { doc: &doc, result: None };
+        kwok_pools::kinds::visit_all(&mut by_kind);
+        by_kind.result.unwrap_or(Ok(()))
     });
 }
 

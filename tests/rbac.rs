@@ -1,5 +1,6 @@
-//! The ClusterRole in config/rbac.yaml covers every registered pool kind: a kind added to the
-//! registry without its RBAC fails here, before any cluster refuses the operator.
+//! The RBAC is generated from the registry (`make rbac`): both committed copies (config/ and
+//! the chart) are what the generator writes now, and the ClusterRole covers every registered
+//! pool kind, so a kind added to the registry brings its rights with it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 use serde_yaml::Value;
@@ -98,4 +99,17 @@ fn nothing_grants_secrets_and_the_webhook_configurations_ship_with_the_operator(
         .flat_map(|r| r["ports"].as_sequence().unwrap().iter().map(|p| p["port"].as_i64().unwrap()))
         .collect();
     assert_eq!(ports, vec![9443, 8080], "only the webhook and the metrics port are open");
+}
+
+#[test]
+fn the_committed_rbac_is_what_the_registry_generates() {
+    let read = |rel: &str| std::fs::read_to_string(format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    assert!(
+        read("config/rbac.yaml") == kwok_pools::rbac::config_yaml(),
+        "config/rbac.yaml is stale: run `make rbac` and commit it"
+    );
+    assert!(
+        read("charts/kwok-pools/templates/rbac.yaml") == kwok_pools::rbac::chart_yaml(),
+        "charts/kwok-pools/templates/rbac.yaml is stale: run `make rbac` and commit it"
+    );
 }

@@ -169,7 +169,7 @@ impl AllowAnyway for AdmissionResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::NodePool;
+    use crate::kinds::nodepool::NodePool;
     use kube::runtime::reflector::store::Writer;
     use serde_json::json;
 

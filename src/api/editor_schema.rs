@@ -92,29 +92,3 @@ pub fn all(crds: &[CustomResourceDefinition]) -> Vec<(String, String)> {
         .filter_map(|(name, v)| Some((name, format!("{}\n", serde_json::to_string_pretty(&v).ok()?))))
         .collect()
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_schema_per_kind_with_the_expected_names() {
-        use kube::CustomResourceExt;
-        let crds = [crate::api::NodePool::crd(), crate::api::PodPool::crd()];
-        let names: Vec<String> = all(&crds).into_iter().map(|(n, _)| n).collect();
-        assert_eq!(names, vec!["nodepool_v1alpha1.json", "podpool_v1alpha1.json"]);
-    }
-
-    #[test]
-    fn openapi_only_keywords_are_translated() {
-        let (_, s) = schemas(&<crate::api::NodePool as kube::CustomResourceExt>::crd()).remove(0);
-        let text = s.to_string();
-        assert!(!text.contains("nullable") && !text.contains("x-kubernetes-"), "OpenAPI-only keywords left");
-        let spec = &s["properties"]["spec"];
-        assert_eq!(spec["additionalProperties"], json!(false));
-        assert_eq!(spec["properties"]["nodeTemplate"]["properties"]["apiVersion"]["type"], json!(["string", "null"]));
-        let cpu = &spec["properties"]["nodeTemplate"]["properties"]["status"]["properties"]["capacity"]["additionalProperties"];
-        assert!(cpu["anyOf"].is_array() && cpu.get("type").is_none());
-        assert_eq!(s["properties"]["kind"]["enum"], json!(["NodePool"]));
-    }
-}

@@ -1,23 +1,14 @@
-//! The custom resource types, their schemas and their validation rules. Depends on nothing
-//! else in the crate.
+//! Shared API primitives: what every pool kind's type is built from (status and conditions,
+//! template metadata, lifecycle knobs, identity ranges, the child conventions, schema helpers
+//! and the rule primitives). Names no kind and depends on nothing else of ours; a kind's own
+//! type and rules live in its directory under `kinds/`.
 
 pub mod common;
 pub mod conventions;
 pub mod editor_schema;
-pub mod kubevirt;
-pub mod kubevirt_crd;
 pub mod lifecycle;
-pub mod nodepool;
-pub mod podpool;
 pub mod ranges;
 pub mod schema;
 pub mod validation;
-pub mod vmipool;
-
-#[cfg(test)]
-mod cel_tests;
 
 pub use common::{GROUP_VERSION, PoolStatus, SubnetRange, TemplateMetadata};
-pub use nodepool::{NodePool, NodePoolSpec, NodeTemplate};
-pub use podpool::{PodPool, PodPoolSpec, PodTemplate};
-pub use vmipool::{VMIPool, VMIPoolSpec, VmiTemplate};

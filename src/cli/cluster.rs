@@ -1,5 +1,6 @@
 //! `kwok-pools cluster …`
 
+use super::duration::parse_duration;
 use crate::cluster::{self, Component, CreateOptions, binaries, layout::HOME_ENV};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -67,20 +68,6 @@ pub enum ClusterCommand {
         #[command(flatten)]
         common: Common,
     },
-}
-
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
-    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}: use e.g. 90s, 2m, 500ms"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
-    };
-    Ok(Duration::from_secs_f64(secs))
 }
 
 fn parse_extra_arg(s: &str) -> Result<(Component, String), String> {

@@ -1,6 +1,7 @@
 //! Command-line definitions (clap). `main.rs` only parses and dispatches.
 
 pub mod cluster;
+pub mod duration;
 pub mod run;
 pub mod status;
 pub mod webhook_cert;
@@ -39,6 +40,13 @@ pub enum Command {
         /// Print KubeVirt's VirtualMachineInstance CRD instead (for clusters without KubeVirt).
         #[arg(long)]
         kubevirt: bool,
+    },
+    /// Print the operator's RBAC, generated from the registered kinds: config/rbac.yaml, or
+    /// with --chart the Helm chart's templates/rbac.yaml.
+    Rbac {
+        /// Print the Helm chart's template instead.
+        #[arg(long)]
+        chart: bool,
     },
     /// Write one JSON Schema per kind for editors and validators (`{kind}_{version}.json`).
     Schema {

@@ -1,13 +1,13 @@
-//! `kwok-pools run` and `kwok-pools simulate`: the operator's flags.
+//! `kwok-pools run` and `kwok-pools simulate`: the operator's flags. Each registered kind adds
+//! its own ([`crate::kinds::add_flags`]); these are the process's.
 
-use super::cluster::parse_duration;
+use super::duration::parse_duration;
 use crate::admission::WebhookConfig;
 use crate::admission::register::Endpoint;
-use crate::kubelet::node::NodeDefaults;
+use crate::kinds::KindFlags;
 use crate::operator::{OperatorConfig, ShardSettings};
 use crate::simulator::manage::Manage;
 use crate::simulator::selector::Selector;
-use crate::simulator::vmis::KubevirtRole;
 use clap::Args;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -36,15 +36,6 @@ pub struct RunArgs {
     /// Lease duration of simulated nodes, in seconds; leases are renewed every quarter of it.
     #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(4..=3600))]
     pub node_lease_duration_seconds: u64,
-    /// How often node conditions get a fresh heartbeat time (e.g. 60s, 5m).
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
-    pub node_status_frequency: Duration,
-    /// The range InternalIPs come from for nodes whose pool sets no spec.internalIPs.
-    #[arg(long, default_value = "100.64.0.0/10")]
-    pub node_ip_range: ipnet::IpNet,
-    /// nodeInfo.kubeletVersion for nodes whose template sets none.
-    #[arg(long, default_value = "fake")]
-    pub node_kubelet_version: String,
 
     /// Only handle pools whose labels match this selector (run several operators side by side).
     #[arg(long, value_name = "SELECTOR")]
@@ -62,31 +53,6 @@ pub struct RunArgs {
     /// Children created per reconcile round (status shows progress between rounds).
     #[arg(long, default_value_t = 1000)]
     pub max_creates_per_round: usize,
-
-    /// How long a deleted pod takes to exit, for pods whose pools say nothing
-    /// (`spec.lifecycle.pods.exitDelay`); never longer than its grace period. Default 1s, as a
-    /// process that honours SIGTERM; set it to the grace period's length (or use
-    /// `ignoreSIGTERM` on a pool) for pods that hold on until they are killed.
-    #[arg(long, value_parser = parse_duration)]
-    pub pod_termination_delay: Option<Duration>,
-    /// How long pods owned by a Job run before they complete successfully, for pods whose
-    /// pools say nothing (`spec.lifecycle.pods.jobRunTime`).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub job_run_time: Duration,
-
-    /// Which part of KubeVirt the simulator plays for VMIs: `auto` (virt-handler's part when
-    /// a KubeVirt is installed, i.e. the kubevirts.kubevirt.io CRD exists; else also
-    /// virt-controller's), `controller` or `handler`.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "controller", "handler"])]
-    pub kubevirt_role: String,
-    /// Only VMIs whose labels match are simulated (default: every VMI; beside a real KubeVirt
-    /// only VMIs on managed nodes are touched anyway).
-    #[arg(long, value_name = "SELECTOR")]
-    pub vmi_selector: Option<String>,
-    /// Beside a real KubeVirt, the account VMI status writes impersonate (KubeVirt's webhook
-    /// puts back status written by anyone else).
-    #[arg(long, default_value = "system:serviceaccount:kubevirt:kubevirt-handler")]
-    pub kubevirt_handler_user: String,
 
     /// Do not serve the validating admission webhook.
     #[arg(long)]
@@ -189,7 +155,8 @@ impl RunArgs {
         }))
     }
 
-    pub fn config(&self, controllers: bool) -> Result<OperatorConfig, String> {
+    /// The operator's configuration, with every kind's flags (`kinds`).
+    pub fn config(&self, controllers: bool, kinds: KindFlags) -> Result<OperatorConfig, String> {
         let manage = Manage::from_flags(
             self.manage_all_nodes,
             self.manage_single_node.as_deref(),
@@ -204,9 +171,7 @@ impl RunArgs {
             simulate: !self.no_simulator,
             manage,
             lease_duration: Duration::from_secs(self.node_lease_duration_seconds),
-            status_frequency: self.node_status_frequency.max(Duration::from_secs(1)),
-            node_defaults: NodeDefaults { kubelet_version: self.node_kubelet_version.clone() },
-            node_ip_range: self.node_ip_range.trunc(),
+            kinds,
             pool_selector: self.pool_selector.clone(),
             max_writes_in_flight: self.max_writes_in_flight.max(1),
             max_writes_per_pool: self.max_writes_per_pool.max(1),
@@ -214,18 +179,6 @@ impl RunArgs {
             max_creates_per_round: self.max_creates_per_round.max(1),
             metrics_addr: self.metrics_addr,
             instance: self.instance.clone(),
-            pod_termination_delay: self.pod_termination_delay,
-            job_run_time: self.job_run_time,
-            kubevirt_role: match self.kubevirt_role.as_str() {
-                "controller" => Some(KubevirtRole::Controller),
-                "handler" => Some(KubevirtRole::Handler),
-                _ => None,
-            },
-            kubevirt_handler_user: self.kubevirt_handler_user.clone(),
-            vmi_selector: match &self.vmi_selector {
-                Some(s) => Selector::parse(s).map_err(|e| format!("--vmi-selector: {e}"))?,
-                None => Selector::default(),
-            },
             webhook: self.webhook()?,
             identity: self.identity.clone().unwrap_or_else(default_identity),
             lease_namespace: self.lease_namespace.clone().unwrap_or_else(|| "kube-system".into()),

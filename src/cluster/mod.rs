@@ -172,7 +172,7 @@ async fn start_all(
         eprintln!("  ✓ CRDs installed and established");
     }
     if opts.kubevirt_crd {
-        crds::install_crds(&client, vec![crate::api::kubevirt_crd::crd()], deadline).await?;
+        crds::install_crds(&client, vec![crate::kinds::vmipool::kubevirt_crd::crd()], deadline).await?;
         eprintln!("  ✓ KubeVirt's VirtualMachineInstance CRD installed");
     }
     // The children were started detached; dropping the handles does not stop them.

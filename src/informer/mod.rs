@@ -118,8 +118,12 @@ where
 
     /// Starts watching `api`. `convert` turns each object into what is stored (trimming what
     /// nobody reads).
-    pub fn start<W>(self: &Arc<Self>, api: Api<W>, config: watcher::Config, convert: fn(W) -> K)
-    where
+    pub fn start<W>(
+        self: &Arc<Self>,
+        api: Api<W>,
+        config: watcher::Config,
+        convert: impl Fn(W) -> K + Send + Sync + 'static,
+    ) where
         W: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     {
         self.start_filtered(api, config, convert, None);
@@ -136,7 +140,7 @@ where
         self: &Arc<Self>,
         api: Api<W>,
         config: watcher::Config,
-        convert: fn(W) -> K,
+        convert: impl Fn(W) -> K + Send + Sync + 'static,
         keep: Option<Keep<K>>,
     ) where
         W: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
@@ -167,7 +171,7 @@ where
                     }
                 };
                 let event: Event<K> = match next {
-                    Ok(event) => match admit(event, convert, &kept, &this.reader) {
+                    Ok(event) => match admit(event, &convert, &kept, &this.reader) {
                         Some(event) => event,
                         None => continue,
                     },
@@ -237,7 +241,12 @@ use kube::runtime::watcher::watcher;
 
 /// A watch event as it is stored: converted, and what `kept` refuses dropped (a change that
 /// makes a stored object no longer kept is its deletion).
-fn admit<W, K>(event: Event<W>, convert: fn(W) -> K, kept: &impl Fn(&K) -> bool, store: &Store<K>) -> Option<Event<K>>
+fn admit<W, K>(
+    event: Event<W>,
+    convert: &impl Fn(W) -> K,
+    kept: &impl Fn(&K) -> bool,
+    store: &Store<K>,
+) -> Option<Event<K>>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
@@ -279,4 +288,36 @@ pub fn trim_meta<K: Resource>(obj: &mut K) {
     if let Some(a) = meta.annotations.as_mut() {
         a.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
+}
+
+/// A wait for one store's first list.
+pub type SyncWait = std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>;
+
+/// Waits for a store to sync, printing progress every few seconds.
+pub async fn wait_synced<K>(what: &str, store: &Store<K>) -> anyhow::Result<()>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    let start = std::time::Instant::now();
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(5), store.wait_until_ready()).await {
+            Ok(Ok(())) => {
+                tracing::info!(what, objects = store.len(), took = ?start.elapsed(), "store synced");
+                return Ok(());
+            }
+            Ok(Err(e)) => anyhow::bail!("the {what} store closed before syncing: {e}"),
+            Err(_) => {
+                tracing::info!(what, waited = ?start.elapsed(), "still waiting for the first list of {what} (is the API server reachable? are the CRDs installed?)")
+            }
+        }
+    }
+}
+
+/// [`wait_synced`] as a [`SyncWait`].
+pub fn sync_wait<K>(what: String, store: Store<K>) -> SyncWait
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    Box::pin(async move { wait_synced(&what, &store).await })
 }

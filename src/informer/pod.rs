@@ -93,14 +93,11 @@ impl From<String> for Word {
     }
 }
 
-/// KubeVirt's labels on a launcher pod: `kubevirt.io=virt-launcher`, and the VMI's UID.
-pub const KUBEVIRT_APP_LABEL: &str = "kubevirt.io";
-pub const KUBEVIRT_CREATED_BY_LABEL: &str = "kubevirt.io/created-by";
-
-/// The only labels a stored pod keeps: the ones the operator reads (the pool conventions and
-/// KubeVirt's launcher labels). A map of all of a pod's labels costs more than the rest of
-/// the stored pod; nothing here selects pods by their other labels.
-pub const READ_LABELS: [&str; 5] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL, KUBEVIRT_APP_LABEL, KUBEVIRT_CREATED_BY_LABEL];
+/// The pool conventions' labels: every stored pod keeps these. The only other labels kept are
+/// those a registered simulator reads ([`crate::simulator::Simulate::POD_LABELS`]): a map of
+/// all of a pod's labels costs more than the rest of the stored pod, and nothing here selects
+/// pods by their other labels.
+pub const POOL_LABELS: [&str; 3] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL];
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SlimContainer {
@@ -115,7 +112,7 @@ pub struct SlimPod {
     /// name, namespace, uid, owner references, deletion timestamp and grace period (no
     /// labels: see `labels`).
     pub metadata: ObjectMeta,
-    /// Those of [`READ_LABELS`] the pod has (read them with [`SlimPod::label`]).
+    /// Those of the read labels the pod has (read them with [`SlimPod::label`]).
     pub labels: Box<[(&'static str, Box<str>)]>,
     pub node_name: Option<String>,
     pub host_network: bool,
@@ -165,7 +162,15 @@ impl Resource for SlimPod {
 }
 
 impl From<Pod> for SlimPod {
+    /// A pod keeping the pool labels only.
     fn from(pod: Pod) -> Self {
+        SlimPod::new(pod, &POOL_LABELS)
+    }
+}
+
+impl SlimPod {
+    /// A pod as the store keeps it, with those of `read_labels` it has.
+    pub fn new(pod: Pod, read_labels: &[&'static str]) -> Self {
         let m = pod.metadata;
         let metadata = ObjectMeta {
             name: m.name,
@@ -190,7 +195,7 @@ impl From<Pod> for SlimPod {
             pod_ips.push(ip);
         }
         let labels = m.labels.map_or_else(Default::default, |all| {
-            READ_LABELS.iter().filter_map(|k| all.get(*k).map(|v| (*k, v.as_str().into()))).collect()
+            read_labels.iter().filter_map(|k| all.get(*k).map(|v| (*k, v.as_str().into()))).collect()
         });
         let mut out = SlimPod {
             metadata,
@@ -226,9 +231,7 @@ impl From<Pod> for SlimPod {
         out.shrink();
         out
     }
-}
 
-impl SlimPod {
     /// Gives back spare capacity: stored pods live long.
     fn shrink(&mut self) {
         self.containers.shrink_to_fit();
@@ -242,16 +245,15 @@ impl SlimPod {
         self.metadata.name.as_deref().unwrap_or_default()
     }
 
-    /// The value of one of [`READ_LABELS`] (other labels are not kept).
+    /// The value of a label the store keeps (others are not kept: see [`POOL_LABELS`]).
     pub fn label(&self, key: &str) -> Option<&str> {
         self.labels.iter().find(|(k, _)| *k == key).map(|(_, v)| &**v)
     }
 
-    /// Sets one of [`READ_LABELS`] (for tests and fixtures); other keys are ignored.
-    pub fn set_label(&mut self, key: &str, value: &str) {
-        let Some(key) = READ_LABELS.iter().find(|k| **k == key) else { return };
+    /// Sets a label (for tests and fixtures).
+    pub fn set_label(&mut self, key: &'static str, value: &str) {
         let mut labels: Vec<_> = std::mem::take(&mut self.labels).into_vec();
-        labels.retain(|(k, _)| k != key);
+        labels.retain(|(k, _)| *k != key);
         labels.push((key, value.into()));
         self.labels = labels.into_boxed_slice();
     }
@@ -309,11 +311,14 @@ mod tests {
                          "pools.kwok.x-k8s.io/template-hash": "abc", "app": "web", "tier": "front"}}
         }))
         .unwrap();
-        let mut s = SlimPod::from(pod);
+        const APP: &str = "kubevirt.io";
+        const CREATED_BY: &str = "kubevirt.io/created-by";
+        let mut s = SlimPod::new(pod.clone(), &[POOL_LABEL, INDEX_LABEL, HASH_LABEL, APP, CREATED_BY]);
         assert_eq!(s.labels.len(), 5);
+        assert_eq!(SlimPod::from(pod).labels.len(), 3, "the pool labels, unless more are asked for");
         for (k, v) in [
-            (KUBEVIRT_APP_LABEL, "virt-launcher"),
-            (KUBEVIRT_CREATED_BY_LABEL, "vmi-uid"),
+            (APP, "virt-launcher"),
+            (CREATED_BY, "vmi-uid"),
             (POOL_LABEL, "web"),
             (INDEX_LABEL, "3"),
             (HASH_LABEL, "abc"),
@@ -322,7 +327,6 @@ mod tests {
         }
         assert_eq!((s.label("app"), s.label("tier")), (None, None));
         s.set_label(HASH_LABEL, "def");
-        s.set_label("app", "ignored");
-        assert_eq!((s.label(HASH_LABEL), s.label("app"), s.labels.len()), (Some("def"), None, 5));
+        assert_eq!((s.label(HASH_LABEL), s.labels.len()), (Some("def"), 5));
     }
 }

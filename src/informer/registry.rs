@@ -24,6 +24,8 @@ struct Inner {
     watched: Vec<Arc<dyn super::Watched>>,
     /// What the informer of a type keeps, when not everything ([`Informers::keep`]).
     keep: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    /// Pod labels kept in stored pods beyond the pool conventions ([`Informers::read_pod_labels`]).
+    pod_labels: Vec<&'static str>,
     /// Starts of informers created before [`Informers::start_all`].
     waiting: Vec<Start>,
     started: bool,
@@ -76,6 +78,24 @@ impl Informers {
     /// Stores of `K` keep only what `keep` keeps: set before the informer is first asked for.
     pub fn keep<K: Send + Sync + 'static>(&self, keep: super::Keep<K>) {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).keep.insert(TypeId::of::<K>(), Arc::new(keep));
+    }
+
+    /// Stored pods keep these labels too (someone reads them): set before pods are first asked for.
+    pub fn read_pod_labels(&self, labels: &[&'static str]) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        for l in labels {
+            if !inner.pod_labels.contains(l) {
+                inner.pod_labels.push(l);
+            }
+        }
+    }
+
+    /// The pod labels stored pods keep: the pool conventions and what was asked for.
+    pub fn pod_labels(&self) -> Vec<&'static str> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = super::pod::POOL_LABELS.to_vec();
+        all.extend(inner.pod_labels.iter().filter(|l| !super::pod::POOL_LABELS.contains(l)));
+        all
     }
 
     /// What stores of `K` keep (`None`: everything).

@@ -1,11 +1,11 @@
 //! The informers every part of the operator shares, each asked for by type from
-//! [`Informers`]: nodes (trimmed), pods (as [`SlimPod`]), the pools of a kind and VMIs. Node
+//! [`Informers`]: nodes (trimmed), pods (as [`SlimPod`]), the pools of a kind, and any other
+//! kind's objects (all of them, or only those with the pool label). Node
 //! leases are written, never watched (a watch of every lease in every replica would multiply
 //! the API server's work for each renewal).
 
 use super::pod::SlimPod;
 use super::{Informer, Informers, trim_meta, trimmed};
-use crate::api::kubevirt::VirtualMachineInstance;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::watcher;
 use kube::{Api, Resource};
@@ -34,11 +34,25 @@ pub fn nodes(informers: &Informers) -> Arc<Informer<Node>> {
     })
 }
 
-/// The pods of the cluster the operator needs (see [`Informers::keep`]), compact.
+/// The pods of the cluster the operator needs (see [`Informers::keep`]), compact, with the
+/// labels someone reads ([`Informers::pod_labels`]).
 pub fn pods(informers: &Informers) -> Arc<Informer<SlimPod>> {
     let keep = informers.kept::<SlimPod>();
+    let labels = informers.pod_labels();
     informers.shared(move |i: &Arc<Informer<SlimPod>>, client| {
-        i.start_filtered(Api::<Pod>::all(client), watcher::Config::default(), SlimPod::from, keep)
+        let convert = move |pod: Pod| SlimPod::new(pod, &labels);
+        i.start_filtered(Api::<Pod>::all(client), watcher::Config::default(), convert, keep)
+    })
+}
+
+/// The objects of `K` in the cluster that carry the pool label: the children of a kind whose
+/// children nobody else needs to see.
+pub fn labelled<K>(informers: &Informers) -> Arc<Informer<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    informers.shared(|i: &Arc<Informer<K>>, client| {
+        i.start(Api::<K>::all(client), watcher::Config::default().labels(crate::api::conventions::POOL_LABEL), trimmed)
     })
 }
 
@@ -50,9 +64,10 @@ where
     informers.shared(|i: &Arc<Informer<P>>, client| i.start(Api::<P>::all(client), watcher::Config::default(), trimmed))
 }
 
-/// Every KubeVirt VirtualMachineInstance (ask only once its CRD is installed).
-pub fn vmis(informers: &Informers) -> Arc<Informer<VirtualMachineInstance>> {
-    informers.shared(|i: &Arc<Informer<VirtualMachineInstance>>, client| {
-        i.start(Api::<VirtualMachineInstance>::all(client), watcher::Config::default(), trimmed)
-    })
+/// Every object of `K` in the cluster, trimmed (for a child CRD, ask only once it is installed).
+pub fn all<K>(informers: &Informers) -> Arc<Informer<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    informers.shared(|i: &Arc<Informer<K>>, client| i.start(Api::<K>::all(client), watcher::Config::default(), trimmed))
 }

@@ -3,7 +3,7 @@
 
 use super::plan::Plan;
 use super::status::Problem;
-use super::{PoolKind, Write, refusal};
+use super::{PoolKind, Write, child, refusal};
 use crate::api::conventions::FIELD_MANAGER;
 use crate::api::conventions::child_name;
 use crate::telemetry::metrics::PoolLabels;
@@ -59,15 +59,15 @@ fn operations<P: PoolKind>(
         ops.push(Op::Delete(name.clone(), uid));
     }
     for &i in &plan.create {
-        match pool.render(i, hash, env) {
-            Ok(child) => ops.push(Op::Create(child_name(&pool_name, i), child)),
+        match child(pool, i, hash, env) {
+            Ok(rendered) => ops.push(Op::Create(child_name(&pool_name, i), rendered)),
             Err(p) => outcome.render_problems.push(p),
         }
     }
     for &i in &plan.update {
         let name = child_name(&pool_name, i);
         let Some(current) = owned.get(&name) else { continue };
-        match pool.render(i, hash, env) {
+        match child(pool, i, hash, env) {
             Ok(mut desired) => {
                 // Guard: if the object was replaced by another with the same name, the API
                 // server refuses a write that carries the old UID.

@@ -2,7 +2,7 @@
 //! longest name) and create it with a server-side dry run. Nothing is stored; the answer is
 //! exactly what the real create would get, told at the pool manifest's paths.
 
-use super::{PoolKind, refusal};
+use super::{PoolKind, child, refusal};
 use crate::api::conventions::FIELD_MANAGER;
 use kube::api::PostParams;
 use kube::{Client, Resource, ResourceExt};
@@ -12,8 +12,8 @@ use kube::{Client, Resource, ResourceExt};
 /// is returned as such, for the caller to decide.
 pub async fn child_problems<P: PoolKind>(client: Client, pool: &P, env: &P::Env) -> Result<Vec<String>, kube::Error> {
     let index = pool.count().saturating_sub(1);
-    let mut child = match pool.render(index, &pool.template_hash(), env) {
-        Ok(child) => child,
+    let mut child = match child(pool, index, &pool.template_hash(), env) {
+        Ok(rendered) => rendered,
         Err(problem) => return Ok(vec![problem.message]),
     };
     // The pool may not exist yet (a create under review): no owner to point at.

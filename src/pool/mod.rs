@@ -2,30 +2,32 @@
 //! implements, the pure planner and status builder, and the apply step.
 
 pub mod apply;
+pub mod controller;
 pub mod dry_run;
 pub mod events;
 pub mod expectations;
 #[cfg(test)]
 pub mod fixtures;
-#[cfg(test)]
-mod glue_tests;
 pub mod hash;
+pub mod placement;
 pub mod plan;
 pub mod reconcile;
 pub mod refusal;
+pub mod stamp;
 pub mod status;
 
 use crate::api::PoolStatus;
+use crate::api::lifecycle::Lifecycle;
 use crate::informer::{Informer, Informers};
-use crate::ipam::HostAllocator;
-use crate::kubelet::node::NodeDefaults;
 use kube::{Api, Client, CustomResourceExt, Resource};
 use plan::UpdateMode;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use status::Problem;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+pub use stamp::{ChildId, child};
 
 /// One write that brings an existing child to its rendered form.
 #[derive(Clone, Debug)]
@@ -36,16 +38,21 @@ pub enum Write<C> {
     MergeStatus(serde_json::Value),
 }
 
-/// What every kind's environment is built from: the services the operator shares.
+/// What every kind's environment is built from: the services the whole process shares. A
+/// kind's own settings come from its [`PoolKind::Flags`].
 pub struct Shared {
     pub client: Client,
     pub informers: Arc<Informers>,
     /// This process simulates the children's kubelet (render them born in their final state).
     pub simulate: bool,
-    pub node_defaults: NodeDefaults,
-    /// Node InternalIPs where a pool sets none; shared with the simulator.
-    pub addresses: Arc<Mutex<HostAllocator>>,
+    /// The operator instance (`--instance`): kinds that hand out identities (addresses) start
+    /// other instances at points of their own.
+    pub instance: String,
 }
+
+/// The flags of a kind that has none of its own.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct NoFlags {}
 
 /// A child kind that is not built into Kubernetes: its CRD must be installed before pools of
 /// the kind can do anything.
@@ -66,8 +73,12 @@ pub trait PoolKind:
     type Child: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static;
     /// What the store keeps of a child: the child itself, or a compact form of it.
     type Stored: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static;
-    /// Whatever rendering needs beyond the pool itself (address allocators, settings).
-    type Env: Send + Sync + 'static;
+    /// Whatever rendering needs beyond the pool itself (address allocators, settings); built
+    /// once per process and shared with the kind's simulator.
+    type Env: Clone + Send + Sync + 'static;
+    /// The kind's own flags on `run` and `simulate` ([`NoFlags`] for none): the CLI gathers
+    /// every registered kind's.
+    type Flags: clap::Args + clap::FromArgMatches + Clone + Debug + Send + Sync + 'static;
 
     /// What one child is called in messages: "node", "pod".
     const NOUN: &'static str;
@@ -81,6 +92,9 @@ pub trait PoolKind:
     /// later applies could not remove fields the POST set: only for kinds that are replaced,
     /// never updated in place.
     const CREATE_WITH_POST: bool = false;
+
+    /// The controller patches children (in-place updates): the RBAC it is granted says so.
+    const PATCHES_CHILDREN: bool = false;
 
     /// How many children the pool wants.
     fn count(&self) -> u32;
@@ -98,11 +112,21 @@ pub trait PoolKind:
     /// by the reconciler before it acts (with the older pools as `peers`).
     fn problems(&self, old: Option<&Self>, peers: &[Arc<Self>]) -> Vec<String>;
 
-    /// What rendering needs beyond the pool, built from the shared services.
-    fn env(shared: &Shared) -> Self::Env;
+    /// What rendering needs beyond the pool, built once from the kind's flags and the shared
+    /// services; an error says which flag is wrong.
+    fn env(flags: &Self::Flags, shared: &Shared) -> Result<Self::Env, String>;
 
-    /// The shared informer of the child kind (the simulator reads the same one).
+    /// The shared informer of the child kind (the simulator reads the same one);
+    /// [`crate::informer::shared::labelled`] watches only objects with the pool label.
     fn children(informers: &Informers) -> Arc<Informer<Self::Stored>>;
+
+    /// A valid pool of this kind: the seed of the fuzzers, and what docs and tests start from.
+    fn example() -> Self;
+
+    /// How the pool's children (and what runs on them) behave, if the kind has lifecycle knobs.
+    fn lifecycle(&self) -> Option<&Lifecycle> {
+        None
+    }
 
     /// An environment to render children for validation only: it reserves nothing (no
     /// address is allocated) and shares nothing with the controllers.
@@ -113,8 +137,10 @@ pub trait PoolKind:
         Vec::new()
     }
 
-    /// The full child `index`, labelled with `hash`, with a controller owner reference.
-    fn render(&self, index: u32, hash: &str, env: &Self::Env) -> Result<Self::Child, Problem>;
+    /// The child `id` as this kind renders it: only what is its own. The core then stamps
+    /// what every child shares (name, namespace, pool/index/hash labels, controller owner
+    /// reference; see [`stamp`]): use [`child`] for the whole object.
+    fn render(&self, id: &ChildId, env: &Self::Env) -> Result<Self::Child, Problem>;
 
     fn is_ready(child: &Self::Stored) -> bool;
 

@@ -1,16 +1,19 @@
 //! Which lifecycle knobs govern a simulated pod or node, and what they decide for it: a pod's
 //! start delay, exit delay, fate (runs, fails, crash-loops) and Job run time; a node's
-//! NotReady windows. A PodPool governs its own pods; a NodePool governs its nodes and every
-//! other pod on them; the operator's flags are the defaults for what neither says.
+//! NotReady windows. The pool that owns a pod governs it; a pod no pool owns is governed by
+//! the pool that owns its node; the operator's flags are the defaults for what neither says.
+//! Which kinds have knobs is the registry's business: this engine looks pools up by owner
+//! reference in whatever pool stores it is given ([`PoolLifecycles`]), and names no kind.
 //! Decisions are pure functions of the settings, the seed and the object's identity.
 
-use crate::api::conventions::POOL_LABEL;
-use crate::api::lifecycle::{Delay, Distribution, NodeLifecycle, PodLifecycle, parse_duration, unit};
-use crate::api::{GROUP_VERSION, NodePool, PodPool};
+use crate::api::lifecycle::{Delay, Distribution, Lifecycle, NodeLifecycle, PodLifecycle, parse_duration, unit};
 use crate::informer::pod::SlimPod;
+use crate::pool::PoolKind;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a pod that honours SIGTERM takes to exit when nothing else is said.
@@ -26,6 +29,13 @@ pub struct Defaults {
     pub exit_delay: Option<Duration>,
     /// `--job-run-time`.
     pub job_run_time: Duration,
+}
+
+impl Default for Defaults {
+    /// The flags' own defaults.
+    fn default() -> Self {
+        Self { exit_delay: None, job_run_time: Duration::from_secs(5) }
+    }
 }
 
 /// What happens to a pod's containers.
@@ -171,50 +181,75 @@ pub fn plan_node(settings: &NodeLifecycle, seed: Option<i64>, node: &str, uid: &
     Some(Flap { every, offset: every.mul_f64(unit(seed, &[id, "offset"])), seed, node: id.to_string(), not_ready_for })
 }
 
-/// The stores the knobs are read from (either may be missing: `simulate` runs without the
-/// CRDs, and then every pod and node gets the defaults).
+/// A pool seen only for its lifecycle knobs.
+pub trait Knobs: Send + Sync {
+    fn knobs(&self) -> Option<&Lifecycle>;
+}
+
+impl<P: PoolKind> Knobs for P {
+    fn knobs(&self) -> Option<&Lifecycle> {
+        self.lifecycle()
+    }
+}
+
+/// The pools of one kind, looked up by a child's owner reference.
+pub trait PoolLifecycles: Send + Sync {
+    /// The pool `owner` points at (in `namespace` for a namespaced child), if it is a pool of
+    /// this kind with that UID: it governs the object, with its knobs or without any.
+    fn owner(&self, owner: &OwnerReference, namespace: Option<&str>) -> Option<Arc<dyn Knobs>>;
+}
+
+/// The pools of kind `P`, as a source of knobs.
+pub struct PoolStore<P: PoolKind>(pub Store<P>);
+
+impl<P: PoolKind> PoolLifecycles for PoolStore<P> {
+    fn owner(&self, owner: &OwnerReference, namespace: Option<&str>) -> Option<Arc<dyn Knobs>> {
+        if owner.kind != P::kind(&()) || owner.api_version != P::api_version(&()) {
+            return None;
+        }
+        let mut key = ObjectRef::<P>::new(&owner.name);
+        if let Some(ns) = namespace {
+            key = key.within(ns);
+        }
+        let pool = self.0.get(&key)?;
+        // Only the pool that owns the object: a name alone is not enough.
+        (pool.meta().uid.as_deref() == Some(owner.uid.as_str())).then_some(pool as Arc<dyn Knobs>)
+    }
+}
+
+/// The sources the knobs are read from (none when `simulate` runs without the CRDs: then
+/// every pod and node gets the defaults).
 #[derive(Clone)]
 pub struct Lifecycles {
-    pub node_pools: Option<Store<NodePool>>,
-    pub pod_pools: Option<Store<PodPool>>,
+    pub sources: Vec<Arc<dyn PoolLifecycles>>,
     pub defaults: Defaults,
 }
 
 impl Lifecycles {
-    fn node_pool_of(&self, node: &Node) -> Option<std::sync::Arc<NodePool>> {
-        let pool = node.labels().get(POOL_LABEL)?;
-        let found = self.node_pools.as_ref()?.get(&ObjectRef::new(pool))?;
-        // Only the pool that owns the node: a label alone is not enough.
-        let owned = node.owner_references().iter().any(|o| Some(&o.uid) == found.metadata.uid.as_ref());
-        owned.then_some(found)
+    pub fn new(defaults: Defaults) -> Self {
+        Self { sources: Vec::new(), defaults }
     }
 
-    fn pod_pool_of(&self, pod: &SlimPod) -> Option<std::sync::Arc<PodPool>> {
-        let owner = pod
-            .owner_references()
-            .iter()
-            .find(|o| o.controller == Some(true) && o.kind == "PodPool" && o.api_version == GROUP_VERSION)?;
-        let found = self.pod_pools.as_ref()?.get(&ObjectRef::new(&owner.name).within(&pod.namespace()?))?;
-        (found.metadata.uid.as_deref() == Some(owner.uid.as_str())).then_some(found)
+    /// The pool that is the controller of an object with these owner references.
+    fn governing(&self, refs: &[OwnerReference], namespace: Option<&str>) -> Option<Arc<dyn Knobs>> {
+        let owner = refs.iter().find(|o| o.controller == Some(true))?;
+        self.sources.iter().find_map(|s| s.owner(owner, namespace))
     }
 
-    /// The plan of `pod` on `node`: its PodPool's settings, else its node's NodePool's.
-    /// Borrowed from the stores: this runs on every look at a pod.
+    /// The plan of `pod` on `node`: its own pool's knobs if a pool owns it, else its node's
+    /// pool's. Borrowed from the stores: this runs on every look at a pod.
     pub fn pod(&self, pod: &SlimPod, node: &Node) -> PodPlan {
-        let pod_pool = self.pod_pool_of(pod);
-        let node_pool = if pod_pool.is_none() { self.node_pool_of(node) } else { None };
-        let lifecycle = pod_pool
-            .as_deref()
-            .map(|p| p.spec.lifecycle.as_ref())
-            .or_else(|| node_pool.as_deref().map(|p| p.spec.lifecycle.as_ref()))
-            .flatten();
+        let pool = self
+            .governing(pod.owner_references(), pod.metadata.namespace.as_deref())
+            .or_else(|| self.governing(node.owner_references(), None));
+        let lifecycle = pool.as_deref().and_then(Knobs::knobs);
         plan_pod(lifecycle.and_then(|l| l.pods.as_ref()), lifecycle.and_then(|l| l.seed), pod, &self.defaults)
     }
 
-    /// The flapping schedule of `node`, if its NodePool makes it flap.
+    /// The flapping schedule of `node`, if its pool makes it flap.
     pub fn node(&self, node: &Node) -> Option<Flap> {
-        let pool = self.node_pool_of(node)?;
-        let lifecycle = pool.spec.lifecycle.as_ref()?;
+        let pool = self.governing(node.owner_references(), None)?;
+        let lifecycle = pool.knobs()?;
         let settings = lifecycle.nodes.as_ref()?;
         plan_node(settings, lifecycle.seed, &node.name_any(), node.metadata.uid.as_deref().unwrap_or_default())
     }

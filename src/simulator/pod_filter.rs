@@ -1,5 +1,6 @@
-//! Which pods the operator keeps in memory: pods of pools, KubeVirt launcher pods, and pods
-//! bound to nodes it simulates (or to nodes it has not seen yet: a new node's pods can arrive
+//! Which pods the operator keeps in memory: pods of pools, pods a registered simulator asks
+//! for ([`super::Simulate::keeps_pod`]: KubeVirt's launcher pods), and pods bound to nodes it
+//! simulates (or to nodes it has not seen yet: a new node's pods can arrive
 //! before the node). Pending pods of no pool and pods on other nodes are dropped on arrival,
 //! so memory does not grow with unrelated pods; a pending pod comes back when it is bound.
 //! When a node whose pods were dropped becomes managed, the pods are listed again.
@@ -7,7 +8,6 @@
 use super::manage::Manage;
 use crate::api::conventions::POOL_LABEL;
 use crate::informer::pod::SlimPod;
-use crate::simulator::vmi_status::CREATED_BY_LABEL;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -20,15 +20,20 @@ pub struct PodFilter {
     manage: Option<Manage>,
     /// Nodes whose pods were dropped.
     dropped: Mutex<HashSet<String>>,
+    /// What the registered simulators need kept wherever it runs.
+    wanted: Vec<Wanted>,
 }
 
+/// Pods a simulator needs kept.
+pub type Wanted = fn(&SlimPod) -> bool;
+
 impl PodFilter {
-    pub fn new(nodes: Store<Node>, manage: Option<Manage>) -> Self {
-        Self { nodes, manage, dropped: Mutex::default() }
+    pub fn new(nodes: Store<Node>, manage: Option<Manage>, wanted: Vec<Wanted>) -> Self {
+        Self { nodes, manage, dropped: Mutex::default(), wanted }
     }
 
     pub fn keep(&self, pod: &SlimPod) -> bool {
-        if pod.label(POOL_LABEL).is_some() || pod.label(CREATED_BY_LABEL).is_some() {
+        if pod.label(POOL_LABEL).is_some() || self.wanted.iter().any(|w| w(pod)) {
             return true;
         }
         let (Some(manage), Some(node)) = (&self.manage, pod.node_name.as_deref()) else { return false };
@@ -67,21 +72,35 @@ mod tests {
         }
     }
 
+    const LAUNCHER_LABEL: &str = "example.com/launcher";
+
     fn pod(node: Option<&str>, label: Option<&str>) -> SlimPod {
         // Through the store's own conversion: what the filter sees is what the store keeps.
         let labels = label.map(|l| [(l.to_string(), "x".to_string())].into());
-        SlimPod::from(k8s_openapi::api::core::v1::Pod {
-            metadata: ObjectMeta { name: Some("p".into()), namespace: Some("ns".into()), labels, ..Default::default() },
-            spec: Some(k8s_openapi::api::core::v1::PodSpec { node_name: node.map(String::from), ..Default::default() }),
-            ..Default::default()
-        })
+        SlimPod::new(
+            k8s_openapi::api::core::v1::Pod {
+                metadata: ObjectMeta {
+                    name: Some("p".into()),
+                    namespace: Some("ns".into()),
+                    labels,
+                    ..Default::default()
+                },
+                spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                    node_name: node.map(String::from),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            &[POOL_LABEL, LAUNCHER_LABEL],
+        )
     }
 
     fn filter(manage: Option<Manage>) -> (PodFilter, kube::runtime::reflector::store::Writer<Node>) {
         let mut writer = kube::runtime::reflector::store::Writer::<Node>::default();
         writer.apply_watcher_event(&Event::Apply(node("fake-0", true)));
         writer.apply_watcher_event(&Event::Apply(node("real-0", false)));
-        (PodFilter::new(writer.as_reader(), manage), writer)
+        let launchers: Wanted = |p| p.label(LAUNCHER_LABEL).is_some();
+        (PodFilter::new(writer.as_reader(), manage, vec![launchers]), writer)
     }
 
     fn fake_nodes() -> Manage {
@@ -92,7 +111,7 @@ mod tests {
     fn keeps_pool_pods_launchers_and_pods_on_managed_or_unseen_nodes() {
         let (f, _w) = filter(Some(fake_nodes()));
         assert!(f.keep(&pod(None, Some(POOL_LABEL))), "a pending pool pod");
-        assert!(f.keep(&pod(Some("real-0"), Some(CREATED_BY_LABEL))), "a launcher pod");
+        assert!(f.keep(&pod(Some("real-0"), Some(LAUNCHER_LABEL))), "a pod a simulator wants");
         assert!(f.keep(&pod(Some("fake-0"), None)), "on a managed node");
         assert!(f.keep(&pod(Some("new-node"), None)), "on a node not seen yet");
         assert!(!f.keep(&pod(None, None)), "pending, of no pool");

@@ -256,7 +256,7 @@ pub fn machine() -> String {
 /// Applies the NodePool `name` and waits (printing progress) until `nodes` of it are Ready;
 /// false when they are not within five minutes.
 pub async fn nodes_ready(client: &kube::Client, name: &str, pool: serde_json::Value, nodes: u32) -> bool {
-    let api = kube::Api::<kwok_pools::api::NodePool>::all(client.clone());
+    let api = kube::Api::<kwok_pools::kinds::nodepool::NodePool>::all(client.clone());
     let pp = kube::api::PatchParams::apply("bench").force();
     if let Err(e) = api.patch(name, &pp, &kube::api::Patch::Apply(pool)).await {
         println!("  applying NodePool {name} failed: {e}");
@@ -345,7 +345,7 @@ pub async fn oldest_lease(client: &kube::Client, name: &str) -> (usize, f64) {
 
 /// The NodePool's ready replicas, as its status says (0 when unknown).
 pub async fn ready_count(client: &kube::Client, name: &str) -> i32 {
-    kube::Api::<kwok_pools::api::NodePool>::all(client.clone())
+    kube::Api::<kwok_pools::kinds::nodepool::NodePool>::all(client.clone())
         .get(name)
         .await
         .ok()

@@ -4,7 +4,7 @@
 use super::harness::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kwok_pools::api::NodePool;
+use kwok_pools::kinds::nodepool::NodePool;
 use std::time::Duration;
 
 fn pool(name: &str, count: u32) -> serde_json::Value {

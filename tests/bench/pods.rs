@@ -6,7 +6,7 @@ use super::harness::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kwok_pools::api::PodPool;
+use kwok_pools::kinds::podpool::PodPool;
 use std::time::Duration;
 
 const NS: &str = "default";

@@ -4,7 +4,7 @@
 
 use super::harness::*;
 use kube::api::{Api, Patch, PatchParams};
-use kwok_pools::api::NodePool;
+use kwok_pools::kinds::nodepool::NodePool;
 use std::time::{Duration, Instant};
 
 pub async fn run(n: u32, hold: Duration) {

@@ -5,7 +5,7 @@
 use super::harness::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kwok_pools::api::VMIPool;
+use kwok_pools::kinds::vmipool::VMIPool;
 use std::time::Duration;
 
 const NS: &str = "default";
@@ -93,7 +93,8 @@ pub async fn run(nodes: u32, vmis: u32) {
     let cpu = CpuMeter::start(op.pid(), bench.control_plane_pids());
     Api::<VMIPool>::namespaced(client.clone(), NS).delete("bench-vmis", &DeleteParams::default()).await.unwrap();
     let gone = wait_until("VMIs and launcher pods deleted", Duration::from_secs(900), || async {
-        let api: Api<kwok_pools::api::kubevirt::VirtualMachineInstance> = Api::namespaced(client.clone(), NS);
+        let api: Api<kwok_pools::kinds::vmipool::kubevirt::VirtualMachineInstance> =
+            Api::namespaced(client.clone(), NS);
         let left = api.list_metadata(&ListParams::default()).await.map_or(usize::MAX, |l| l.items.len());
         let pods = launchers_left(&client).await;
         if left == 0 && pods == 0 { Ok(()) } else { Err(format!("{left} VMIs, {pods} launcher pods left")) }

@@ -8,7 +8,7 @@ use super::tools::{Running, Tool};
 use super::writer;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, Patch, PatchParams};
-use kwok_pools::api::NodePool;
+use kwok_pools::kinds::nodepool::NodePool;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

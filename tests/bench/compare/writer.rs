@@ -138,7 +138,7 @@ pub async fn create_nodes(client: &kube::Client, count: u32, bare: bool, concurr
                 let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
                 let name = created.metadata.name.clone().unwrap_or_default();
                 let uid = created.metadata.uid.clone().unwrap_or_default();
-                let lease = kwok_pools::simulator::leases::lease(&name, &uid, LEASE_SECONDS, now);
+                let lease = kwok_pools::kinds::nodepool::simulator::leases::lease(&name, &uid, LEASE_SECONDS, now);
                 match leases.create(pp, &lease).await {
                     Ok(_) => leased.lock().unwrap().push(name),
                     Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -179,7 +179,7 @@ pub async fn create_pods(
                 let base: Ipv4Addr =
                     cidr.split('/').next().unwrap_or("10.0.0.0").parse().unwrap_or(Ipv4Addr::UNSPECIFIED);
                 let ip = IpAddr::V4(Ipv4Addr::from(u32::from(base) + 2 + i / n));
-                let patch = kwok_pools::simulator::pod_status::running_patch(&slim, &[], &[ip], &now);
+                let patch = kwok_pools::kubelet::pod_status::running_patch(&slim, &[], &[ip], &now);
                 api.patch_status(&format!("cmp-pod-{i}"), status_pp, &Patch::Merge(&patch)).await?;
             }
             Ok(())

@@ -4,7 +4,7 @@ use super::{SCOPE_LABEL, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
-use kwok_pools::api::NodePool;
+use kwok_pools::kinds::nodepool::NodePool;
 use std::time::Duration;
 
 /// A NodePool manifest for `scope` with `count` nodes and extra spec YAML (indented 2).

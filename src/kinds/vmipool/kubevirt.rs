@@ -3,7 +3,7 @@
 //! `x-kubernetes-preserve-unknown-fields` in the schema), so KubeVirt's own example VMIs are
 //! templates verbatim. No crate has these types; they follow KubeVirt's JSON names.
 
-use super::schema;
+use crate::api::schema;
 use k8s_openapi::api::core::v1::{Affinity, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -5,9 +5,9 @@
 //! lease, no status, as if its kubelet were gone.
 
 use super::leases;
-use super::lifecycle::{Lifecycles, epoch_now};
-use super::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
-use super::manage::Manage;
+use crate::simulator::lifecycle::{Lifecycles, epoch_now};
+use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
+use crate::simulator::manage::Manage;
 use crate::api::conventions::FIELD_MANAGER;
 use crate::informer::Change;
 use crate::ipam::HostAllocator;
@@ -84,7 +84,7 @@ enum Done {
 }
 
 fn jittered(base: Duration, low: f64, high: f64) -> Duration {
-    super::timer_delay(base).mul_f64(rand::rng().random_range(low..high))
+    crate::simulator::timer_delay(base).mul_f64(rand::rng().random_range(low..high))
 }
 
 /// The simulator's loop state: what it tracks, its timers and its writes.
@@ -153,7 +153,7 @@ impl NodeLoop {
                 if let Some(failures) = t.lease.finish(ok) {
                     // Retry sooner than a whole interval, backing off while the API server
                     // keeps failing.
-                    let retry = super::retry_after(failures, self.sim.renew_interval());
+                    let retry = crate::simulator::retry_after(failures, self.sim.renew_interval());
                     self.timers.set(Timer::Lease(name), retry);
                     t.lease_due = Instant::now() + retry;
                 }
@@ -275,7 +275,7 @@ impl NodeLoop {
         let now = epoch_now();
         if let Some(until) = self.sim.lifecycles.node(&node).and_then(|f| f.away_until(now)) {
             // A NotReady window: no renewal until it ends.
-            let wait = super::timer_delay(until.saturating_sub(now));
+            let wait = crate::simulator::timer_delay(until.saturating_sub(now));
             if !t.away {
                 tracing::info!(node = %name, back_in = ?wait, "flapping node goes NotReady");
                 self.sim.metrics.injected("node_not_ready");

@@ -1,27 +1,31 @@
 //! PodPool on the pool core: how a Pod child is rendered (placed on fake nodes unless the
 //! template says otherwise), judged ready, and replaced on a template change.
 
-use super::placement::{child_meta, fake_node_selector, with_fake_node_toleration};
+use super::PodPool;
+use crate::api::PoolStatus;
 use crate::api::conventions::HASH_LABEL;
-use crate::api::{PodPool, PoolStatus};
+use crate::api::lifecycle::Lifecycle;
 use crate::informer::pod::SlimPod;
 use crate::informer::{Informer, Informers};
 use crate::kubelet::pod as pod_status;
+use crate::pool::placement::{fake_node_selector, with_fake_node_toleration};
 use crate::pool::plan::UpdateMode;
+use crate::pool::stamp::from_template;
 use crate::pool::status::Problem;
-use crate::pool::{PoolKind, Shared, hash};
+use crate::pool::{ChildId, NoFlags, PoolKind, Shared, hash};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client, ResourceExt};
 use std::sync::Arc;
 
 /// Nothing beyond the pool is needed to render a pod.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct PodEnv;
 
 impl PoolKind for PodPool {
     type Child = Pod;
     type Stored = SlimPod;
     type Env = PodEnv;
+    type Flags = NoFlags;
     const NOUN: &'static str = "pod";
     const TEMPLATE_PATH: &'static str = "spec.podTemplate";
 
@@ -50,15 +54,33 @@ impl PoolKind for PodPool {
         PodPool::problems(self)
     }
 
-    fn env(_shared: &Shared) -> PodEnv {
-        PodEnv
+    fn env(_flags: &NoFlags, _shared: &Shared) -> Result<PodEnv, String> {
+        Ok(PodEnv)
     }
 
     fn children(informers: &Informers) -> Arc<Informer<SlimPod>> {
         crate::informer::shared::pods(informers)
     }
 
-    fn render(&self, index: u32, hash: &str, _env: &PodEnv) -> Result<Pod, Problem> {
+    fn example() -> Self {
+        let mut pool = PodPool::new("web", serde_json::from_value(serde_json::json!({
+            "podCount": 3,
+            "maxUnavailable": "25%",
+            "podTemplate": {"metadata": {"labels": {"app": "web"}},
+                            "spec": {"containers": [{"name": "app", "image": "nginx",
+                                                     "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}},
+            "lifecycle": {"pods": {"startDelay": {"fixed": "1s"}, "failPercent": 5}},
+        })).unwrap_or_else(|e| unreachable!("the example PodPool spec decodes: {e}")));
+        pool.metadata.namespace = Some("default".into());
+        pool.metadata.uid = Some("example-uid".into());
+        pool
+    }
+
+    fn lifecycle(&self) -> Option<&Lifecycle> {
+        self.spec.lifecycle.as_ref()
+    }
+
+    fn render(&self, _id: &ChildId, _env: &PodEnv) -> Result<Pod, Problem> {
         let template = &self.spec.pod_template;
         let mut spec = template.spec.clone();
         spec.tolerations = Some(with_fake_node_toleration(spec.tolerations.take()));
@@ -70,7 +92,7 @@ impl PoolKind for PodPool {
             spec.node_selector = Some(fake_node_selector());
         }
 
-        Ok(Pod { metadata: child_meta(self, template.metadata.as_ref(), index, hash), spec: Some(spec), status: None })
+        Ok(Pod { metadata: from_template(template.metadata.as_ref()), spec: Some(spec), status: None })
     }
 
     fn is_ready(child: &SlimPod) -> bool {
@@ -100,10 +122,11 @@ impl PoolKind for PodPool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::placement::tolerates_fake_nodes;
     use super::*;
     use crate::api::conventions::INDEX_LABEL;
-    use crate::api::{PodPoolSpec, PodTemplate};
+    use crate::kinds::podpool::{PodPoolSpec, PodTemplate};
+    use crate::pool::child;
+    use crate::pool::placement::tolerates_fake_nodes;
     use k8s_openapi::api::core::v1::{Container, PodSpec, Toleration};
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -129,7 +152,7 @@ mod tests {
     #[test]
     fn pods_go_to_fake_nodes_by_default() {
         let p = pool(PodSpec { containers: container(), ..Default::default() });
-        let pod = p.render(1, "h", &PodEnv).unwrap();
+        let pod = child(&p, 1, "h", &PodEnv).unwrap();
         assert_eq!(pod.metadata.name.as_deref(), Some("web-1"));
         assert_eq!(pod.metadata.namespace.as_deref(), Some("ns"));
         let spec = pod.spec.unwrap();
@@ -143,7 +166,7 @@ mod tests {
     #[test]
     fn a_stored_pod_keeps_the_hash_it_was_rendered_with() {
         let p = pool(PodSpec { containers: container(), ..Default::default() });
-        let mut pod = p.render(1, "h1", &PodEnv).unwrap();
+        let mut pod = child(&p, 1, "h1", &PodEnv).unwrap();
         let labels = pod.metadata.labels.get_or_insert_default();
         labels.insert("app".into(), "web".into());
         let stored = SlimPod::from(pod);
@@ -159,10 +182,10 @@ mod tests {
             node_selector: Some([("zone".to_string(), "a".to_string())].into()),
             ..Default::default()
         });
-        let spec = p.render(0, "h", &PodEnv).unwrap().spec.unwrap();
+        let spec = child(&p, 0, "h", &PodEnv).unwrap().spec.unwrap();
         assert_eq!(spec.node_selector.unwrap().get("type"), None);
         let p = pool(PodSpec { containers: container(), node_name: Some("n1".into()), ..Default::default() });
-        assert!(p.render(0, "h", &PodEnv).unwrap().spec.unwrap().node_selector.is_none());
+        assert!(child(&p, 0, "h", &PodEnv).unwrap().spec.unwrap().node_selector.is_none());
     }
 
     #[test]
@@ -184,7 +207,7 @@ mod tests {
     fn an_existing_toleration_is_not_duplicated() {
         let t = Toleration { operator: Some("Exists".into()), ..Default::default() };
         let p = pool(PodSpec { containers: container(), tolerations: Some(vec![t]), ..Default::default() });
-        assert_eq!(p.render(0, "h", &PodEnv).unwrap().spec.unwrap().tolerations.unwrap().len(), 1);
+        assert_eq!(child(&p, 0, "h", &PodEnv).unwrap().spec.unwrap().tolerations.unwrap().len(), 1);
     }
 
     #[test]

@@ -1,10 +1,11 @@
 #![allow(clippy::duplicated_attributes)] // kube(printcolumn(...)) repeats keys by design
 //! NodePool: a cluster-scoped pool of fake Nodes.
 
-use super::common::{PoolStatus, SubnetRange, TemplateMetadata};
-use super::lifecycle::Lifecycle;
-use super::schema;
-use super::validation::{self, NodePoolRules};
+use super::rules::{self, NodePoolRules};
+use crate::api::common::{PoolStatus, SubnetRange, TemplateMetadata};
+use crate::api::lifecycle::Lifecycle;
+use crate::api::schema;
+use crate::api::validation;
 use garde::Validate;
 use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
 use kube::{CustomResource, KubeSchema};
@@ -63,13 +64,13 @@ pub struct NodePoolSpec {
     /// it, nodes look like kwok's default node (32 CPU, 256Gi memory, 110 pods, amd64/linux).
     #[serde(default)]
     #[schemars(extend("default" = {}))]
-    #[garde(custom(validation::node_template))]
+    #[garde(custom(rules::node_template))]
     pub node_template: NodeTemplate,
 
     /// Optional pod ranges: node `i` gets the `i`-th subnet as `spec.podCIDR(s)`. Without it the
     /// controller manager's node IPAM assigns podCIDRs.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "podCIDR")]
-    #[garde(custom(validation::pod_cidr(self.node_count)))]
+    #[garde(custom(rules::pod_cidr(self.node_count)))]
     pub pod_cidr: Option<SubnetRange>,
 
     /// Optional address range: node `i` gets the `i`-th host address as its InternalIP.
@@ -77,13 +78,13 @@ pub struct NodePoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "internalIPs")]
     #[schemars(schema_with = "schema::cidr_string")]
     #[x_kube(validation = Rule::new("isCIDR(self)").message("must be a CIDR such as 10.1.0.0/16"))]
-    #[garde(custom(validation::internal_ips(self.node_count)))]
+    #[garde(custom(rules::internal_ips(self.node_count)))]
     pub internal_ips: Option<String>,
 
     /// How the nodes (and the pods on them that no PodPool governs) behave: flapping nodes,
     /// start delays, exits, failures, crash loops. See the README's "Lifecycle" section.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(custom(validation::node_pool_lifecycle))]
+    #[garde(custom(validation::lifecycle(true)))]
     pub lifecycle: Option<Lifecycle>,
 }
 

@@ -1,14 +1,14 @@
 //! The pod half of the simulator: every pod bound to a managed node, whoever made it, runs
 //! (one status write), gets addresses from its node's podCIDR, completes when a Job owns it,
 //! and is removed when deleted once its exit delay (at most its grace period) passes. The
-//! lifecycle knobs of its pool (see [`super::lifecycle`]) delay its start, make it fail or
+//! lifecycle knobs of its pool (see [`crate::simulator::lifecycle`]) delay its start, make it fail or
 //! crash-loop, and set how long it takes to exit.
 
-use super::lifecycle::{self, Fate, Lifecycles, PodPlan};
-use super::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
-use super::manage::Manage;
-use super::pod_ipam::{Allocation, PodIpam};
-use super::pod_status;
+use crate::ipam::pods::{Allocation, PodIpam};
+use crate::kubelet::pod_status;
+use crate::simulator::lifecycle::{self, Fate, Lifecycles, PodPlan};
+use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
+use crate::simulator::manage::Manage;
 use crate::api::conventions::FIELD_MANAGER;
 use crate::informer::Change;
 use crate::informer::pod::SlimPod;
@@ -193,7 +193,7 @@ impl Loop {
             // Look again: the pod may have changed while the write was in flight.
             self.look_again(&key);
         } else {
-            let retry = super::retry_after(failures.unwrap_or(1), Duration::from_secs(30));
+            let retry = crate::simulator::retry_after(failures.unwrap_or(1), Duration::from_secs(30));
             self.timers.set(Timer::Retry(key), retry);
         }
     }

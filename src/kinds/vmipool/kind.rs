@@ -2,24 +2,27 @@
 //! nodes unless the template says otherwise), judged ready, and replaced on a template change.
 //! Its CRD (KubeVirt's) may be missing: the pools wait, Degraded, until it is installed.
 
-use super::placement::{child_meta, fake_node_selector, with_fake_node_toleration};
-use crate::api::kubevirt::VirtualMachineInstance;
-use crate::api::{PoolStatus, VMIPool, kubevirt_crd};
+use super::kubevirt::VirtualMachineInstance;
+use super::{VMIPool, VmiFlags, kubevirt_crd};
+use crate::api::PoolStatus;
 use crate::informer::{Informer, Informers};
+use crate::pool::placement::{fake_node_selector, with_fake_node_toleration};
 use crate::pool::plan::UpdateMode;
+use crate::pool::stamp::from_template;
 use crate::pool::status::Problem;
-use crate::pool::{ChildCrd, PoolKind, Shared, hash};
+use crate::pool::{ChildCrd, ChildId, PoolKind, Shared, hash};
 use kube::{Api, Client, ResourceExt};
 use std::sync::Arc;
 
 /// Nothing beyond the pool is needed to render a VMI.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct VmiEnv;
 
 impl PoolKind for VMIPool {
     type Child = VirtualMachineInstance;
     type Stored = VirtualMachineInstance;
     type Env = VmiEnv;
+    type Flags = VmiFlags;
     const NOUN: &'static str = "VMI";
     const TEMPLATE_PATH: &'static str = "spec.vmiTemplate";
     const CREATE_WITH_POST: bool = true;
@@ -52,15 +55,29 @@ impl PoolKind for VMIPool {
         VMIPool::problems(self)
     }
 
-    fn env(_shared: &Shared) -> VmiEnv {
-        VmiEnv
+    fn env(_flags: &VmiFlags, _shared: &Shared) -> Result<VmiEnv, String> {
+        Ok(VmiEnv)
     }
 
     fn children(informers: &Informers) -> Arc<Informer<VirtualMachineInstance>> {
-        crate::informer::shared::vmis(informers)
+        crate::informer::shared::all(informers)
     }
 
-    fn render(&self, index: u32, hash: &str, _env: &VmiEnv) -> Result<VirtualMachineInstance, Problem> {
+    fn example() -> Self {
+        let mut pool = VMIPool::new("vms", serde_json::from_value(serde_json::json!({
+            "vmiCount": 2,
+            "maxUnavailable": 1,
+            "vmiTemplate": {"metadata": {"labels": {"app": "vm"}},
+                            "spec": {"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}}]},
+                                                "resources": {"requests": {"memory": "1Gi"}}},
+                                     "networks": [{"name": "default", "pod": {}}]}},
+        })).unwrap_or_else(|e| unreachable!("the example VMIPool spec decodes: {e}")));
+        pool.metadata.namespace = Some("default".into());
+        pool.metadata.uid = Some("example-uid".into());
+        pool
+    }
+
+    fn render(&self, _id: &ChildId, _env: &VmiEnv) -> Result<VirtualMachineInstance, Problem> {
         let template = &self.spec.vmi_template;
         let mut spec = template.spec.clone();
         spec.tolerations = Some(with_fake_node_toleration(spec.tolerations.take()));
@@ -68,7 +85,7 @@ impl PoolKind for VMIPool {
         if spec.node_selector.as_ref().is_none_or(|s| s.is_empty()) && spec.affinity.is_none() {
             spec.node_selector = Some(fake_node_selector());
         }
-        Ok(VirtualMachineInstance::new(child_meta(self, template.metadata.as_ref(), index, hash), spec))
+        Ok(VirtualMachineInstance::new(from_template(template.metadata.as_ref()), spec))
     }
 
     fn is_ready(child: &VirtualMachineInstance) -> bool {

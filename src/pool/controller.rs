@@ -1,19 +1,13 @@
-//! One controller per pool kind, wiring its API type to the pool core: the kinds' trait
-//! impls (`nodepool.rs`, `podpool.rs`), which pools a child event wakes, and the controller
-//! loop, which waits for a missing child CRD without holding up anything else.
+//! The controller loop of a pool kind, written once for every kind: which pools a child event
+//! wakes, and waiting for a missing child CRD without holding up anything else.
 
-pub mod nodepool;
-pub mod placement;
-pub mod podpool;
-pub mod vmipool;
-
+use super::reconcile::{PoolContext, error_policy, reconcile_contained};
+use super::{ChildCrd, PoolKind};
 use crate::api::common::GROUP;
 use crate::api::common::conditions::DEGRADED;
 use crate::api::conventions::FIELD_MANAGER;
 use crate::api::conventions::split_child_name;
 use crate::informer::Change;
-use crate::pool::reconcile::{PoolContext, error_policy, reconcile_contained};
-use crate::pool::{ChildCrd, PoolKind};
 use crate::telemetry::metrics::PoolLabels;
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -1,10 +1,11 @@
 #![allow(clippy::duplicated_attributes)] // kube(printcolumn(...)) repeats keys by design
 //! VMIPool: a namespaced pool of KubeVirt VirtualMachineInstances.
 
-use super::common::{PoolStatus, TemplateMetadata};
 use super::kubevirt::VmiSpec;
-use super::schema;
-use super::validation;
+use super::rules;
+use crate::api::common::{PoolStatus, TemplateMetadata};
+use crate::api::schema;
+use crate::api::validation;
 use garde::Validate;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
@@ -62,7 +63,7 @@ pub struct VMIPoolSpec {
     /// The VirtualMachineInstance every child is rendered from.
     #[serde(default)]
     #[schemars(extend("default" = {}))]
-    #[garde(custom(validation::vmi_template))]
+    #[garde(custom(rules::vmi_template))]
     pub vmi_template: VmiTemplate,
 
     /// How many VMIs may be unavailable while a template change rolls out: a number or a

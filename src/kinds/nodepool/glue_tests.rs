@@ -1,14 +1,14 @@
-//! The glue between the pool core and the API server, driven through a mock API server (no
-//! cluster): what reconcile writes and in what form, expectations, status writes, errors and
-//! back-off, wake mapping, and the informer's re-list.
+//! The glue between the pool core and the API server for NodePool, driven through a mock API
+//! server (no cluster): what reconcile writes and in what form, expectations, status writes,
+//! errors and back-off, wake mapping, and the informer's re-list.
 
-use super::fixtures::{Reply, Seen, echo, mock_api, store};
-use super::reconcile::{PoolContext, reconcile, validate};
-use super::{PoolKind, Shared};
-use crate::api::NodePool;
-use crate::controllers::pools_to_wake;
+use super::{NodeFlags, NodePool};
 use crate::informer::{Change, Informer, Informers};
-use crate::ipam::HostAllocator;
+use crate::kinds::KindFlags;
+use crate::pool::controller::pools_to_wake;
+use crate::pool::fixtures::{Reply, Seen, echo, mock_api, store};
+use crate::pool::reconcile::{PoolContext, reconcile, validate};
+use crate::pool::{PoolKind, Shared, child};
 use crate::telemetry::metrics::Metrics;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::runtime::controller::Action;
@@ -47,14 +47,11 @@ fn scenario(seen: &Seen) -> Reply {
 }
 
 fn context(client: kube::Client, children: Vec<Node>, pools: Vec<NodePool>) -> Arc<PoolContext<NodePool>> {
-    let shared = Shared {
-        client: client.clone(),
-        informers: Informers::new(client.clone()),
-        simulate: false,
-        node_defaults: Default::default(),
-        addresses: Arc::new(Mutex::new(HostAllocator::new("100.64.0.0/16".parse().unwrap()))),
-    };
-    let env = NodePool::env(&shared);
+    let shared =
+        Shared { client: client.clone(), informers: Informers::new(client.clone()), simulate: false, instance: "kwok-pools".into() };
+    let mut flags: NodeFlags = KindFlags::default().get::<NodePool>();
+    flags.node_ip_range = "100.64.0.0/16".parse().unwrap();
+    let env = NodePool::env(&flags, &shared).unwrap();
     Arc::new(PoolContext::new(client, store(children), store(pools), env, Arc::new(Metrics::default())))
 }
 
@@ -159,16 +156,16 @@ async fn failed_child_writes_are_counted_reported_and_retried_with_backoff() {
 fn an_in_place_update_keeps_the_podcidr_the_node_has() {
     let pool = plain_pool();
     let env = NodePool::validation_env();
-    let mut current = pool.render(1, "old", &env).unwrap();
+    let mut current = child(&pool, 1, "old", &env).unwrap();
     current.spec.as_mut().unwrap().pod_cidr = Some("10.9.0.0/24".into());
     current.spec.as_mut().unwrap().pod_cidrs = Some(vec!["10.9.0.0/24".into()]);
-    let desired = pool.render(1, "new", &env).unwrap();
+    let desired = child(&pool, 1, "new", &env).unwrap();
     let writes = NodePool::in_place(&current, desired);
-    let applied = writes.iter().find_map(|w| if let super::Write::Apply(n) = w { Some(n) } else { None }).unwrap();
+    let applied = writes.iter().find_map(|w| if let crate::pool::Write::Apply(n) = w { Some(n) } else { None }).unwrap();
     let spec = applied.spec.as_ref().unwrap();
     assert_eq!(spec.pod_cidr.as_deref(), Some("10.9.0.0/24"));
     assert_eq!(spec.pod_cidrs.as_deref(), Some(&["10.9.0.0/24".to_string()][..]));
-    assert!(matches!(writes.last(), Some(super::Write::Apply(_))), "the apply (new hash) goes last");
+    assert!(matches!(writes.last(), Some(crate::pool::Write::Apply(_))), "the apply (new hash) goes last");
 }
 
 #[test]
@@ -255,7 +252,7 @@ async fn a_relist_reports_what_disappeared_as_deleted() {
 
 #[tokio::test]
 async fn a_missing_child_crd_marks_the_pools_degraded_until_it_is_established() {
-    use crate::controllers::await_child_crd;
+    use crate::pool::controller::await_child_crd;
     use crate::pool::ChildCrd;
     let established = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = established.clone();
@@ -298,9 +295,9 @@ async fn a_missing_child_crd_marks_the_pools_degraded_until_it_is_established() 
 
 #[test]
 fn what_a_round_reports_and_when_it_looks_again() {
-    use super::apply::Outcome;
-    use super::plan::Plan;
-    use super::reconcile::{next_action, problem_of};
+    use crate::pool::apply::Outcome;
+    use crate::pool::plan::Plan;
+    use crate::pool::reconcile::{next_action, problem_of};
     let plan = Plan::default();
     let quiet = Outcome::default();
     assert_eq!(problem_of("node", "np", &plan, &quiet), None);

@@ -1,25 +1,53 @@
-//! NodePool on the pool core: how a Node child is rendered, judged ready and updated in place.
+//! NodePool on the pool core: how a Node child is rendered, judged ready and updated in place,
+//! and the flags of the kubelet the simulator plays for its nodes.
 
-use crate::api::conventions::{
-    FAKE_NODE_ANNOTATION, FAKE_TAINT_KEY, FAKE_VALUE, HASH_LABEL, HOSTNAME_LABEL, INDEX_LABEL, POOL_LABEL, TYPE_LABEL,
-    TYPE_VALUE, child_name,
-};
+use super::api::NodePool;
+use super::rules::node_template_warnings;
+use crate::api::PoolStatus;
+use crate::api::conventions::{FAKE_NODE_ANNOTATION, FAKE_TAINT_KEY, FAKE_VALUE, HOSTNAME_LABEL, TYPE_LABEL, TYPE_VALUE};
+use crate::api::lifecycle::Lifecycle;
 use crate::api::ranges::{nth_host, nth_subnet};
-use crate::api::{NodePool, PoolStatus};
+use crate::cli::duration::parse_duration;
 use crate::informer::{Informer, Informers};
 use crate::ipam::HostAllocator;
 use crate::kubelet::node::{self as node_status, NodeDefaults};
 use crate::pool::plan::UpdateMode;
+use crate::pool::stamp::from_template;
 use crate::pool::status::Problem;
-use crate::pool::{PoolKind, Shared, Write, hash};
+use crate::pool::{ChildId, PoolKind, Shared, Write, hash};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::ObjectMeta;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-/// What rendering a node needs beyond its pool.
+/// The flags of the nodes' kubelet (on `run` and `simulate`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct NodeFlags {
+    /// How often node conditions get a fresh heartbeat time (e.g. 60s, 5m).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub node_status_frequency: Duration,
+    /// The range InternalIPs come from for nodes whose pool sets no spec.internalIPs.
+    #[arg(long, default_value = "100.64.0.0/10")]
+    pub node_ip_range: IpNet,
+    /// nodeInfo.kubeletVersion for nodes whose template sets none.
+    #[arg(long, default_value = "fake")]
+    pub node_kubelet_version: String,
+    /// How long a deleted pod takes to exit, for pods whose pools say nothing
+    /// (`spec.lifecycle.pods.exitDelay`); never longer than its grace period. Default 1s, as a
+    /// process that honours SIGTERM; set it to the grace period's length (or use
+    /// `ignoreSIGTERM` on a pool) for pods that hold on until they are killed.
+    #[arg(long, value_parser = parse_duration)]
+    pub pod_termination_delay: Option<Duration>,
+    /// How long pods owned by a Job run before they complete successfully, for pods whose
+    /// pools say nothing (`spec.lifecycle.pods.jobRunTime`).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub job_run_time: Duration,
+}
+
+/// What rendering a node needs beyond its pool (shared with the node simulator).
+#[derive(Clone)]
 pub struct NodeEnv {
     /// Render nodes born Ready (this process simulates them). Off when another simulator
     /// (a real kwok) owns node status.
@@ -68,11 +96,13 @@ impl PoolKind for NodePool {
     type Child = Node;
     type Stored = Node;
     type Env = NodeEnv;
+    type Flags = NodeFlags;
     const NOUN: &'static str = "node";
     const TEMPLATE_PATH: &'static str = "spec.nodeTemplate";
     // A POST never takes over a real Node that appeared under a child's name after the store
     // was read (a forced apply would); later writes are applies guarded by the node's UID.
     const CREATE_WITH_POST: bool = true;
+    const PATCHES_CHILDREN: bool = true;
 
     fn validation_env() -> NodeEnv {
         // Nodes rendered for validation carry the template's status, not a simulated one, and
@@ -86,7 +116,25 @@ impl PoolKind for NodePool {
     }
 
     fn warnings(&self) -> Vec<String> {
-        crate::api::validation::node_template_warnings(&self.spec.node_template)
+        node_template_warnings(&self.spec.node_template)
+    }
+
+    fn example() -> Self {
+        let mut pool = NodePool::new("nodes", serde_json::from_value(serde_json::json!({
+            "nodeCount": 3,
+            "podCIDR": {"cidr": "10.0.0.0/16", "maskSize": 24},
+            "internalIPs": "10.1.0.0/24",
+            "nodeTemplate": {"metadata": {"labels": {"node.kubernetes.io/instance-type": "m5.large"}},
+                             "status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                                        "allocatable": {"cpu": "7"}}},
+            "lifecycle": {"seed": 1, "pods": {"startDelay": {"fixed": "1s"}}},
+        })).unwrap_or_else(|e| unreachable!("the example NodePool spec decodes: {e}")));
+        pool.metadata.uid = Some("example-uid".into());
+        pool
+    }
+
+    fn lifecycle(&self) -> Option<&Lifecycle> {
+        self.spec.lifecycle.as_ref()
     }
 
     fn count(&self) -> u32 {
@@ -109,32 +157,30 @@ impl PoolKind for NodePool {
         NodePool::problems(self, old, peers)
     }
 
-    fn env(shared: &Shared) -> NodeEnv {
-        NodeEnv {
+    fn env(flags: &NodeFlags, shared: &Shared) -> Result<NodeEnv, String> {
+        let range = flags.node_ip_range.trunc();
+        // The default instance counts from the start of the range; others from a point of their own.
+        let addresses =
+            if shared.instance == "kwok-pools" { HostAllocator::new(range) } else { HostAllocator::seeded(range, &shared.instance) };
+        Ok(NodeEnv {
             simulate: shared.simulate,
-            defaults: shared.node_defaults.clone(),
-            addresses: shared.addresses.clone(),
-        }
+            defaults: NodeDefaults { kubelet_version: flags.node_kubelet_version.clone() },
+            addresses: Arc::new(Mutex::new(addresses)),
+        })
     }
 
     fn children(informers: &Informers) -> Arc<Informer<Node>> {
         crate::informer::shared::nodes(informers)
     }
 
-    fn render(&self, index: u32, hash: &str, env: &NodeEnv) -> Result<Node, Problem> {
-        let pool = self.name_any();
-        let name = child_name(&pool, index);
+    fn render(&self, id: &ChildId, env: &NodeEnv) -> Result<Node, Problem> {
+        let (name, index) = (id.name.clone(), id.index);
         let template = &self.spec.node_template;
-        let tmeta = template.metadata.clone().unwrap_or_default();
-
-        let mut labels = tmeta.labels.unwrap_or_default();
+        let mut metadata = from_template(template.metadata.as_ref());
+        let labels = metadata.labels.get_or_insert_default();
         labels.entry(TYPE_LABEL.into()).or_insert_with(|| TYPE_VALUE.into());
         labels.insert(HOSTNAME_LABEL.into(), name.clone());
-        labels.insert(POOL_LABEL.into(), pool.clone());
-        labels.insert(INDEX_LABEL.into(), index.to_string());
-        labels.insert(HASH_LABEL.into(), hash.into());
-        let mut annotations = tmeta.annotations.unwrap_or_default();
-        annotations.insert(FAKE_NODE_ANNOTATION.into(), FAKE_VALUE.into());
+        metadata.annotations.get_or_insert_default().insert(FAKE_NODE_ANNOTATION.into(), FAKE_VALUE.into());
 
         let mut spec: NodeSpec = template.spec.clone().unwrap_or_default();
         let mut taints = spec.taints.take().unwrap_or_default();
@@ -172,18 +218,7 @@ impl PoolKind for NodePool {
             Some(s)
         };
 
-        Ok(Node {
-            metadata: ObjectMeta {
-                name: Some(name),
-                labels: Some(labels),
-                annotations: Some(annotations),
-                finalizers: tmeta.finalizers,
-                owner_references: self.controller_owner_ref(&()).map(|o| vec![o]),
-                ..Default::default()
-            },
-            spec: Some(spec),
-            status,
-        })
+        Ok(Node { metadata, spec: Some(spec), status })
     }
 
     fn is_ready(child: &Node) -> bool {

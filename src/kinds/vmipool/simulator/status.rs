@@ -3,7 +3,7 @@
 //! merge patches of each phase (only fields KubeVirt's own schema has, so a structural CRD
 //! keeps them).
 
-use crate::api::kubevirt::{VirtualMachineInstance, VmiSpec};
+use crate::kinds::vmipool::kubevirt::{VirtualMachineInstance, VmiSpec};
 use crate::informer::pod::SlimPod;
 use k8s_openapi::api::core::v1::{Container, Pod, PodReadinessGate, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -17,7 +17,9 @@ pub const FINALIZER: &str = "kubevirt.io/foregroundDeleteVirtualMachine";
 /// The readiness gate of a launcher pod (True while the VM is not paused).
 pub const UNPAUSED_GATE: &str = "kubevirt.io/virtual-machine-unpaused";
 /// Labels of launcher pods.
-pub use crate::informer::pod::{KUBEVIRT_APP_LABEL as APP_LABEL, KUBEVIRT_CREATED_BY_LABEL as CREATED_BY_LABEL};
+/// KubeVirt's labels on a launcher pod: `kubevirt.io=virt-launcher`, and the VMI's UID.
+pub const APP_LABEL: &str = "kubevirt.io";
+pub const CREATED_BY_LABEL: &str = "kubevirt.io/created-by";
 pub const NODE_NAME_LABEL: &str = "kubevirt.io/nodeName";
 /// The launcher image the simulated pods name (never pulled).
 pub const LAUNCHER_IMAGE: &str = "quay.io/kubevirt/virt-launcher:v1.9.0";
@@ -438,7 +440,7 @@ mod tests {
         }))
         .unwrap();
         if !phase.is_empty() {
-            v.status = Some(crate::api::kubevirt::VmiStatus { phase: Some(phase.into()), ..Default::default() });
+            v.status = Some(crate::kinds::vmipool::kubevirt::VmiStatus { phase: Some(phase.into()), ..Default::default() });
         }
         v
     }

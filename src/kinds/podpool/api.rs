@@ -1,10 +1,11 @@
 #![allow(clippy::duplicated_attributes)] // kube(printcolumn(...)) repeats keys by design
 //! PodPool: a namespaced pool of Pods that, by default, land on fake nodes.
 
-use super::common::{PoolStatus, TemplateMetadata};
-use super::lifecycle::Lifecycle;
-use super::schema;
-use super::validation;
+use super::rules;
+use crate::api::common::{PoolStatus, TemplateMetadata};
+use crate::api::lifecycle::Lifecycle;
+use crate::api::schema;
+use crate::api::validation;
 use garde::Validate;
 use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -66,7 +67,7 @@ pub struct PodPoolSpec {
     /// The Pod every child is rendered from (it needs at least one container).
     #[serde(default)]
     #[schemars(extend("default" = {}))]
-    #[garde(custom(validation::pod_template))]
+    #[garde(custom(rules::pod_template))]
     pub pod_template: PodTemplate,
 
     /// How many pods may be unavailable while a template change rolls out: a number or a
@@ -80,7 +81,7 @@ pub struct PodPoolSpec {
     /// "Lifecycle" section.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("!has(self.nodes)").message("only a NodePool has nodes; set lifecycle.nodes on the NodePool"))]
-    #[garde(custom(validation::pod_pool_lifecycle))]
+    #[garde(custom(validation::lifecycle(false)))]
     pub lifecycle: Option<Lifecycle>,
 }
 

@@ -1,8 +1,7 @@
-//! The CRDs' CEL rules, evaluated client-side (kube's `cel` feature) on the same schema the
+//! The CRD's CEL rules, evaluated client-side (kube's `cel` feature) on the same schema the
 //! API server gets.
 
-use crate::api::{NodePool, PodPool};
-
+use super::NodePool;
 fn node_pool(spec: &str) -> NodePool {
     serde_yaml::from_str(&format!(
         "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: p}}\nspec:\n{spec}"
@@ -74,46 +73,3 @@ fn api_version_and_kind_in_the_template() {
     assert!(e.contains("must be Node"), "{e}");
 }
 
-#[test]
-fn max_unavailable_is_a_count_or_a_percentage() {
-    let pp = |v: &str| -> PodPool {
-        serde_yaml::from_str(&format!(
-            "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata: {{name: w, namespace: d}}\nspec:\n  podCount: 1\n  maxUnavailable: {v}\n  podTemplate:\n    spec: {{containers: [{{name: a, image: b}}]}}\n"
-        ))
-        .unwrap()
-    };
-    assert!(pp("3").validate_cel().is_ok());
-    assert!(pp("'25%'").validate_cel().is_ok());
-    let e = format!("{:?}", pp("lots").validate_cel().unwrap_err());
-    assert!(e.contains("percentage"), "{e}");
-    assert!(pp("'150%'").validate_cel().is_err());
-}
-
-#[test]
-fn pod_templates_keep_names_empty() {
-    let p: PodPool = serde_yaml::from_str(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata: {name: w, namespace: d}\nspec:\n  podCount: 1\n  podTemplate:\n    metadata: {namespace: other}\n    spec: {containers: [{name: a, image: b}]}\n",
-    )
-    .unwrap();
-    let e = format!("{:?}", p.validate_cel().unwrap_err());
-    assert!(e.contains("pool's namespace"), "{e}");
-}
-
-#[test]
-fn a_vmi_template_names_kubevirts_api_or_nothing() {
-    use crate::api::VMIPool;
-    let pool = |template: &str| -> VMIPool {
-        serde_yaml::from_str(&format!(
-            "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: VMIPool\nmetadata: {{name: v, namespace: d}}\nspec:\n  vmiCount: 1\n  vmiTemplate:\n{template}"
-        ))
-        .unwrap()
-    };
-    let ok = pool(
-        "    apiVersion: kubevirt.io/v1\n    kind: VirtualMachineInstance\n    spec: {domain: {memory: {guest: 64Mi}}}\n",
-    );
-    assert!(ok.validate_cel().is_ok());
-    let e = format!("{:?}", pool("    apiVersion: v1\n    spec: {}\n").validate_cel());
-    assert!(e.contains("must be kubevirt.io/v1"), "{e}");
-    let e = format!("{:?}", pool("    metadata: {name: fixed}\n    spec: {}\n").validate_cel());
-    assert!(e.contains("must be empty"), "{e}");
-}

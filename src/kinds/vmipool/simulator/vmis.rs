@@ -4,12 +4,12 @@
 //! since KubeVirt's webhook puts back status written by anyone else). The launcher pods are
 //! ordinary pods: the pod simulator runs them and gives them their addresses.
 
-use super::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
-use super::manage::Manage;
-use super::selector::Selector;
-use super::vmi_status::{self, APP_LABEL, CREATED_BY_LABEL, Step};
+use super::status::{self as vmi_status, APP_LABEL, CREATED_BY_LABEL, Step};
 use crate::api::conventions::FIELD_MANAGER;
-use crate::api::kubevirt::VirtualMachineInstance;
+use crate::kinds::vmipool::kubevirt::VirtualMachineInstance;
+use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
+use crate::simulator::manage::Manage;
+use crate::simulator::selector::Selector;
 use crate::informer::Change;
 use crate::informer::pod::SlimPod;
 use crate::shard::Shard;
@@ -231,7 +231,7 @@ impl VmiLoop {
         }
         match failures {
             None => self.look_again(&done.vmi),
-            Some(n) => self.retries.set(done.vmi, super::retry_after(n, Duration::from_secs(30))),
+            Some(n) => self.retries.set(done.vmi, crate::simulator::retry_after(n, Duration::from_secs(30))),
         }
     }
 

@@ -1,0 +1,258 @@
+//! NodePool's own rules (garde): its template owns only what the pool does not set, and its
+//! per-index identity ranges (`podCIDR`, `internalIPs`) are valid, big enough, apart from
+//! every other pool's and never move a live node's. Shared primitives are in
+//! [`crate::api::validation`].
+
+use super::api::{NodePool, NodePoolSpec, NodeTemplate};
+use crate::api::common::SubnetRange;
+use crate::api::conventions::{HOSTNAME_LABEL, RESERVED_LABELS};
+use crate::api::ranges;
+use crate::api::validation::{check, lines, metadata_problems, parse_net, quantity};
+use ipnet::IpNet;
+use kube::ResourceExt;
+use std::sync::Arc;
+
+/// Labels a node template may not set: the pool sets them itself.
+const NODE_RESERVED_LABELS: [&str; 4] = [RESERVED_LABELS[0], RESERVED_LABELS[1], RESERVED_LABELS[2], HOSTNAME_LABEL];
+
+/// What NodePool rules need beyond the spec.
+#[derive(Clone, Debug, Default)]
+pub struct NodePoolRules {
+    /// Ranges of the other NodePools: (name, podCIDR, internalIPs).
+    pub others: Vec<(String, Option<IpNet>, Option<IpNet>)>,
+    /// On update: the spec before the change and how many children the pool has.
+    pub old: Option<(NodePoolSpec, u32)>,
+}
+
+impl NodePoolRules {
+    /// The context for `pool` among `all` pools (itself excluded by name), before an update
+    /// from `old` when there is one.
+    pub fn new(pool: &str, all: &[Arc<NodePool>], old: Option<(&NodePool, u32)>) -> Self {
+        let others = all
+            .iter()
+            .filter(|p| p.name_any() != pool && p.metadata.deletion_timestamp.is_none())
+            .map(|p| {
+                (
+                    p.name_any(),
+                    p.spec.pod_cidr.as_ref().and_then(|r| r.cidr.parse::<IpNet>().ok()).map(|n| n.trunc()),
+                    p.spec.internal_ips.as_ref().and_then(|r| r.parse::<IpNet>().ok()).map(|n| n.trunc()),
+                )
+            })
+            .collect();
+        Self { others, old: old.map(|(p, n)| (p.spec.clone(), n)) }
+    }
+
+    /// How many nodes the pool had before the update (0 on a create).
+    fn live(&self) -> u32 {
+        self.old.as_ref().map_or(0, |(_, n)| *n)
+    }
+}
+
+/// Rules on a node template: only what the pool owns. Everything else a Node may say is the
+/// API server's to judge (the webhook and the reconciler have it validate the rendered node).
+pub fn node_template(t: &NodeTemplate, ctx: &NodePoolRules) -> garde::Result {
+    let _ = ctx;
+    let mut out = Vec::new();
+    metadata_problems(t.metadata.as_ref(), &NODE_RESERVED_LABELS, &mut out);
+    if let Some(spec) = &t.spec
+        && (spec.pod_cidr.as_deref().is_some_and(|c| !c.is_empty())
+            || spec.pod_cidrs.as_ref().is_some_and(|c| !c.is_empty()))
+    {
+        out.push(".spec.podCIDR: must be empty: every node needs a range of its own; set spec.podCIDR {cidr, maskSize} on the pool instead".into());
+    }
+    lines(out)
+}
+
+/// Advice that does not refuse the pool (the API server accepts such a Node): allocatable
+/// above capacity, which no kubelet reports. Never panics, whatever the quantities.
+pub fn node_template_warnings(t: &NodeTemplate) -> Vec<String> {
+    let Some(status) = &t.status else { return vec![] };
+    let (Some(cap), Some(alloc)) = (&status.capacity, &status.allocatable) else { return vec![] };
+    alloc
+        .iter()
+        .filter_map(|(k, a)| {
+            let c = cap.get(k)?;
+            let (qa, qc) = (quantity::approximate(&a.0)?, quantity::approximate(&c.0)?);
+            (qa > qc).then(|| {
+                format!(
+                    "spec.nodeTemplate.status.allocatable.{k}: {} is more than status.capacity.{k} ({}); a kubelet never reports that",
+                    a.0, c.0
+                )
+            })
+        })
+        .collect()
+}
+
+/// The i-th item of a range (as text), and how many items a range holds.
+type Nth<'a> = &'a dyn Fn(&IpNet, u32) -> Option<String>;
+type Len<'a> = &'a dyn Fn(&IpNet) -> u128;
+
+/// One per-index identity range of a NodePool (`podCIDR` or `internalIPs`): what item `i` of
+/// the range is, so that size, overlap and moves are judged by one implementation.
+struct IdentityRange<'a> {
+    /// The manifest field (`podCIDR`, `internalIPs`), for messages naming other pools.
+    field: &'static str,
+    /// The sub-path of the CIDR under the field (`.cidr` or empty).
+    cidr_path: &'static str,
+    /// What the items are, in messages ("subnets of /24", "host addresses").
+    items: String,
+    net: IpNet,
+    nth: Nth<'a>,
+    len: Len<'a>,
+    /// The same range before an update, with its own arithmetic.
+    old: Option<(IpNet, Nth<'a>, Len<'a>)>,
+    /// What a live pool's nodes keep, for the message on a move.
+    keeps: &'static str,
+    /// What to do when the range is too small.
+    advice: &'static str,
+}
+
+impl IdentityRange<'_> {
+    fn problems(&self, count: i32, others: impl Iterator<Item = (String, Option<IpNet>)>, live: u32) -> Vec<String> {
+        let net = self.net;
+        let mut out = Vec::new();
+        let have = (self.len)(&net);
+        if have < u128::from(count.max(0) as u32) {
+            out.push(format!(": {net} has {have} {} but nodeCount is {count}: {}", self.items, self.advice));
+        }
+        for (other, their) in others {
+            if let Some(their) = their
+                && (their.contains(&net.network()) || net.contains(&their.network()))
+            {
+                out.push(format!(
+                    "{}: {net} overlaps {their}, the {} of NodePool {other}: every pool needs a range of its own",
+                    self.cidr_path, self.field
+                ));
+            }
+        }
+        if let Some((old_net, old_nth, old_len)) = &self.old {
+            let live = live.min(count.max(0) as u32);
+            let before = |i| old_nth(old_net, i);
+            let after = |i| (self.nth)(&net, i);
+            if let Some(i) = first_moved(live, before, after, (old_len(old_net), have)) {
+                out.push(format!(
+                    ": the change would move node {i} from {} to {}: a live pool's range may grow, but its nodes keep their {}",
+                    before(i).unwrap_or_default(),
+                    after(i).unwrap_or_else(|| "nothing".into()),
+                    self.keeps
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// The first of the `live` nodes whose item (subnet, address) would move from `before(i)` to
+/// `after(i)`, in constant time whatever the count. Both are arithmetic sequences over their
+/// ranges (`lens` items each): equal at 0 and 1 means the same start and step, so they agree
+/// up to the end of the shorter range.
+fn first_moved<T: PartialEq>(
+    live: u32,
+    before: impl Fn(u32) -> Option<T>,
+    after: impl Fn(u32) -> Option<T>,
+    lens: (u128, u128),
+) -> Option<u32> {
+    let first = (0..live.min(2)).find(|&i| before(i) != after(i));
+    if first.is_some() {
+        return first;
+    }
+    let shorter = lens.0.min(lens.1);
+    (shorter < u128::from(live)).then_some(shorter as u32)
+}
+
+/// How many `/mask` subnets `net` holds (saturating).
+fn subnet_count(net: &IpNet, mask: u8) -> u128 {
+    1u128.checked_shl(u32::from(mask.saturating_sub(net.prefix_len()))).unwrap_or(u128::MAX)
+}
+
+/// Rules on `spec.podCIDR`: valid, big enough, not overlapping another pool, not moving the
+/// subnets of existing nodes.
+pub fn pod_cidr(count: i32) -> impl FnOnce(&Option<SubnetRange>, &NodePoolRules) -> garde::Result {
+    move |range, ctx| pod_cidr_rule(range, ctx, count)
+}
+
+fn pod_cidr_rule(range: &Option<SubnetRange>, ctx: &NodePoolRules, count: i32) -> garde::Result {
+    let Some(range) = range else { return Ok(()) };
+    let net = parse_net(&range.cidr).map_err(|e| garde::Error::new(format!(".cidr: {e}")))?;
+    let max = if net.addr().is_ipv4() { 32 } else { 128 };
+    if range.mask_size <= net.prefix_len() || range.mask_size > max {
+        return Err(garde::Error::new(format!(
+            ".maskSize: {} must be longer than the prefix of {} (/{}) and at most {max}",
+            range.mask_size,
+            range.cidr,
+            net.prefix_len()
+        )));
+    }
+    let subnets_of = |mask: u8| move |n: &IpNet, i: u32| ranges::nth_subnet(n, mask, i).map(|s| s.to_string());
+    let (nth, len) = (subnets_of(range.mask_size), move |n: &IpNet| subnet_count(n, range.mask_size));
+    let old = ctx.old.as_ref().and_then(|(old, _)| {
+        let r = old.pod_cidr.as_ref()?;
+        Some((parse_net(&r.cidr).ok()?, r.mask_size))
+    });
+    let (old_nth, old_len) = match old {
+        Some((_, mask)) => (subnets_of(mask), mask),
+        None => (subnets_of(0), 0),
+    };
+    let old_len = move |n: &IpNet| subnet_count(n, old_len);
+    let rule = IdentityRange {
+        field: "podCIDR",
+        cidr_path: ".cidr",
+        items: format!("subnets of /{}", range.mask_size),
+        net,
+        nth: &nth,
+        len: &len,
+        old: old.map(|(n, _)| (n, &old_nth as Nth, &old_len as Len)),
+        keeps: "subnets (keep the start and maskSize, or scale to 0 first)",
+        advice: "use a larger cidr, a longer maskSize or fewer nodes",
+    };
+    let others = ctx.others.iter().map(|(name, cidr, _)| (name.clone(), *cidr));
+    lines(rule.problems(count, others, ctx.live()))
+}
+
+/// Rules on `spec.internalIPs`: the same rules as `podCIDR`, item by host address.
+pub fn internal_ips(count: i32) -> impl FnOnce(&Option<String>, &NodePoolRules) -> garde::Result {
+    move |range, ctx| internal_ips_rule(range, ctx, count)
+}
+
+fn internal_ips_rule(range: &Option<String>, ctx: &NodePoolRules, count: i32) -> garde::Result {
+    let Some(text) = range else { return Ok(()) };
+    let net = parse_net(text).map_err(|e| garde::Error::new(format!(": {e}")))?;
+    let nth = |n: &IpNet, i: u32| ranges::nth_host(n, i).map(|a| a.to_string());
+    let len = |n: &IpNet| ranges::host_count(n);
+    let old = ctx.old.as_ref().and_then(|(old, _)| parse_net(old.internal_ips.as_ref()?).ok());
+    let rule = IdentityRange {
+        field: "internalIPs",
+        cidr_path: "",
+        items: "host addresses".into(),
+        net,
+        nth: &nth,
+        len: &len,
+        old: old.map(|n| (n, &nth as Nth, &len as Len)),
+        keeps: "addresses (keep the start, or scale to 0 first)",
+        advice: "use a larger range or fewer nodes",
+    };
+    let others = ctx.others.iter().map(|(name, _, ips)| (name.clone(), *ips));
+    lines(rule.problems(count, others, ctx.live()))
+}
+
+/// Checks a NodePool (messages with manifest paths), given the rules' context.
+pub fn check_nodepool(spec: &NodePoolSpec, ctx: &NodePoolRules) -> Result<(), Vec<String>> {
+    let problems = check(spec, ctx);
+    if problems.is_empty() { Ok(()) } else { Err(problems) }
+}
+
+impl NodePool {
+    /// Every problem with this pool (messages with manifest paths): the one check the
+    /// webhook and the reconciler both run. `old` is the pool before an update (its nodes
+    /// keep their ranges); `peers` are the other NodePools (ranges must not overlap).
+    pub fn problems(&self, old: Option<&NodePool>, peers: &[Arc<NodePool>]) -> Vec<String> {
+        // Children of a live pool: what its status last counted (all of them if unknown).
+        let old =
+            old.map(|o| (o, o.status.as_ref().map_or(o.spec.node_count.max(0) as u32, |s| s.replicas.max(0) as u32)));
+        check_nodepool(&self.spec, &NodePoolRules::new(&self.name_any(), peers, old)).err().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+#[path = "rules_tests.rs"]
+mod tests;

@@ -1,0 +1,93 @@
+//! The kubelet of every simulated node, played by the simulator: node status and lease
+//! heartbeats ([`nodes`], [`leases`]) and the pods bound to the node ([`pods`]). Registered
+//! with NodePool, it simulates every managed node whoever made it, and every pod on one.
+
+pub mod leases;
+pub mod nodes;
+pub mod pods;
+
+use super::{NodeEnv, NodeFlags, NodePool};
+use crate::informer::{SyncWait, shared, wait_synced};
+use crate::kubelet::node as node_status;
+use crate::rbac::Rule;
+use crate::simulator::lifecycle::Defaults;
+use crate::simulator::{SimContext, Simulate, Simulation};
+use kube::ResourceExt;
+use nodes::{NodeSimConfig, NodeSimulator};
+use pods::{PodSimConfig, PodSimulator};
+use std::time::Duration;
+
+impl Simulate for NodePool {
+    fn simulations(env: &NodeEnv, flags: &NodeFlags, sim: &SimContext) -> Vec<Simulation> {
+        let (nodes, pods) = (shared::nodes(&sim.informers), shared::pods(&sim.informers));
+        let (node_changes, node_changes_for_pods, pod_changes) = (nodes.subscribe(), nodes.subscribe(), pods.subscribe());
+        let mut lifecycles = sim.lifecycles.clone();
+        lifecycles.defaults = Defaults { exit_delay: flags.pod_termination_delay, job_run_time: flags.job_run_time };
+        let node_sim = NodeSimulator {
+            client: sim.client.clone(),
+            config: NodeSimConfig {
+                manage: sim.manage.clone(),
+                lease_duration: sim.node_lease_duration,
+                status_frequency: flags.node_status_frequency.max(Duration::from_secs(1)),
+                defaults: env.defaults.clone(),
+            },
+            nodes: nodes.store(),
+            addresses: env.addresses.clone(),
+            metrics: sim.metrics.clone(),
+            writes: sim.writes.clone(),
+            lifecycles: lifecycles.clone(),
+            shard: sim.shard.clone(),
+            identity: sim.identity.clone(),
+        };
+        let pod_sim = PodSimulator {
+            client: sim.client.clone(),
+            config: PodSimConfig { manage: sim.manage.clone(), lifecycles },
+            nodes: nodes.store(),
+            pods: pods.store(),
+            metrics: sim.metrics.clone(),
+            writes: sim.writes.clone(),
+            shard: sim.shard.clone(),
+        };
+        // Before anything renders or simulates a node: the default address allocator learns
+        // the addresses the nodes have.
+        let (store, addresses) = (nodes.store(), env.addresses.clone());
+        let nodes_ready: SyncWait = Box::pin(async move {
+            wait_synced("nodes", &store).await?;
+            let mut a = addresses.lock().unwrap_or_else(|e| e.into_inner());
+            for node in store.state() {
+                for ip in node_status::internal_ips(&node) {
+                    a.observe(&node.name_any(), ip);
+                }
+            }
+            Ok(())
+        });
+        vec![
+            Simulation {
+                name: "node simulator".into(),
+                ready: vec![nodes_ready],
+                run: Box::pin(node_sim.run(node_changes)),
+            },
+            Simulation {
+                name: "pod simulator".into(),
+                ready: vec![crate::informer::sync_wait("pods".into(), pods.store())],
+                run: Box::pin(pod_sim.run(pod_changes, node_changes_for_pods)),
+            },
+        ]
+    }
+
+    fn simulator_rules() -> Vec<Rule> {
+        vec![
+            Rule::cluster("", &["nodes/status"], &["patch"], "node status heartbeats and conditions"),
+            Rule::cluster("", &["pods"], &["get", "list", "watch", "delete"], "every pod on a simulated node: watched, removed once it has exited"),
+            Rule::cluster("", &["pods/status"], &["patch"], "pod status: Running, addresses, exits"),
+            Rule::namespace(
+                crate::informer::shared::LEASE_NAMESPACE,
+                "coordination.k8s.io",
+                &["leases"],
+                &["get", "create", "patch"],
+                "node heartbeats: one Lease per simulated node",
+            ),
+            Rule::cluster("events.k8s.io", &["events"], &["create", "patch"], "events about pods and nodes (an exhausted pod range)"),
+        ]
+    }
+}

@@ -1,0 +1,28 @@
+//! PodPool's own rules (garde): its template owns only what the pool does not set and names
+//! a container; the API server judges the rest on the rendered pod.
+
+use super::api::{PodPool, PodTemplate};
+use crate::api::conventions::RESERVED_LABELS;
+use crate::api::validation::{check, lines, metadata_problems};
+
+/// Rules on a pod template: only what the pool owns (the API server judges the rendered pod,
+/// and the schema requires a container).
+pub fn pod_template(t: &PodTemplate, _ctx: &()) -> garde::Result {
+    let mut out = Vec::new();
+    metadata_problems(t.metadata.as_ref(), &RESERVED_LABELS, &mut out);
+    if t.spec.containers.is_empty() {
+        out.push(".spec.containers: Required value: a Pod needs at least one container, e.g. containers: [{name: app, image: nginx}]".into());
+    }
+    lines(out)
+}
+
+impl PodPool {
+    /// Every problem with this pool (messages with manifest paths).
+    pub fn problems(&self) -> Vec<String> {
+        check(&self.spec, &())
+    }
+}
+
+#[cfg(test)]
+#[path = "rules_tests.rs"]
+mod tests;

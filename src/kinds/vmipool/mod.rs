@@ -1,0 +1,18 @@
+//! VMIPool: a namespaced pool of KubeVirt VirtualMachineInstances ([`api`], with the VMI types
+//! no crate has in [`kubevirt`] and KubeVirt's CRD for clusters without it in
+//! [`kubevirt_crd`]), its rules ([`rules`]), its place on the pool core ([`kind`]) and the
+//! part of KubeVirt the simulator plays ([`simulator`]).
+
+pub mod api;
+pub mod kind;
+pub mod kubevirt;
+pub mod kubevirt_crd;
+pub mod rules;
+pub mod simulator;
+
+#[cfg(test)]
+mod cel_tests;
+
+pub use api::{VMIPool, VMIPoolSpec, VmiTemplate};
+pub use kind::VmiEnv;
+pub use simulator::VmiFlags;

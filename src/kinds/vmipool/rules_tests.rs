@@ -1,0 +1,77 @@
+//! VMIPool rules: what KubeVirt would refuse is refused at its manifest path.
+
+use super::*;
+
+/// A VMIPool whose template is the spec (and labels) of one of KubeVirt's example VMIs.
+fn vmipool_of_example(file: &str) -> (VMIPool, serde_json::Value) {
+    let path = format!("{}/tests/fixtures/kubevirt/{file}", env!("CARGO_MANIFEST_DIR"));
+    let vmi: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let pool = serde_json::json!({
+        "apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "VMIPool",
+        "metadata": {"name": "vms", "namespace": "d"},
+        "spec": {"vmiCount": 3, "vmiTemplate": {
+            "apiVersion": vmi["apiVersion"], "kind": vmi["kind"],
+            "metadata": {"labels": vmi["metadata"]["labels"]},
+            "spec": vmi["spec"],
+        }}
+    });
+    (serde_json::from_value(pool).unwrap(), vmi["spec"].clone())
+}
+
+#[test]
+fn kubevirts_example_vmis_are_templates_verbatim() {
+    for file in ["vmi-ephemeral.yaml", "vmi-fedora.yaml", "vmi-multus-ptp.yaml"] {
+        let (pool, spec) = vmipool_of_example(file);
+        assert_eq!(pool.problems(), Vec::<String>::new(), "{file}");
+        // Nothing is lost: what is not typed (rng, resources: {}) is kept as written.
+        assert_eq!(serde_json::to_value(&pool.spec.vmi_template.spec).unwrap(), spec, "{file}");
+    }
+}
+
+#[test]
+fn a_vmi_template_kubevirt_would_refuse_is_refused_at_its_paths() {
+    let (good, _) = vmipool_of_example("vmi-fedora.yaml");
+    let problems = |edit: &dyn Fn(&mut VMIPool)| {
+        let mut p = good.clone();
+        edit(&mut p);
+        p.problems()
+    };
+    let has = |ps: Vec<String>, start: &str| {
+        assert!(ps.iter().any(|p| p.starts_with(start)), "no problem at {start} in {ps:?}");
+    };
+    has(
+        problems(&|p| p.spec.vmi_template.spec.networks.clear()),
+        "spec.vmiTemplate.spec.domain.devices.interfaces[0].name:",
+    );
+    has(
+        problems(&|p| p.spec.vmi_template.spec.domain.devices.interfaces.clear()),
+        "spec.vmiTemplate.spec.networks[0].name:",
+    );
+    has(
+        problems(&|p| p.spec.vmi_template.spec.volumes.truncate(1)),
+        "spec.vmiTemplate.spec.domain.devices.disks[1].name:",
+    );
+    has(
+        problems(&|p| p.spec.vmi_template.spec.domain.resources = None),
+        "spec.vmiTemplate.spec.domain: Required value",
+    );
+    has(
+        problems(&|p| p.spec.vmi_template.spec.networks[0].multus = Some(Default::default())),
+        "spec.vmiTemplate.spec.networks[0]: set exactly one",
+    );
+    has(
+        problems(&|p| {
+            let v = p.spec.vmi_template.spec.volumes[0].clone();
+            p.spec.vmi_template.spec.volumes.push(v);
+        }),
+        "spec.vmiTemplate.spec.volumes: the name \"containerdisk\" is used twice",
+    );
+    has(
+        problems(&|p| {
+            let labels = p.spec.vmi_template.metadata.as_mut().unwrap().labels.get_or_insert_default();
+            labels.insert("pools.kwok.x-k8s.io/index".into(), "1".into());
+        }),
+        "spec.vmiTemplate.metadata.labels.pools.kwok.x-k8s.io/index:",
+    );
+    has(problems(&|p| p.spec.vmi_count = -1), "spec.vmiCount:");
+}

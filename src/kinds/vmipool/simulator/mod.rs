@@ -1,0 +1,151 @@
+//! KubeVirt, played by the simulator for VMIs on simulated nodes: virt-controller's part
+//! (admission defaults, the launcher pod, phases, deletion) and virt-handler's (Running), or
+//! beside a real KubeVirt only virt-handler's ([`vmis`], [`status`]). It waits, holding
+//! nothing up, until KubeVirt's VMI CRD is installed.
+
+pub mod status;
+pub mod vmis;
+
+use super::kubevirt::VirtualMachineInstance;
+use super::{VMIPool, VmiEnv};
+use crate::informer::pod::SlimPod;
+use crate::informer::{shared, wait_synced};
+use crate::pool::controller::crd_established;
+use crate::rbac::Rule;
+use crate::simulator::selector::Selector;
+use crate::simulator::{SimContext, Simulate, Simulation};
+use kube::Client;
+use std::time::Duration;
+use vmis::{KubevirtRole, VmiSimulator};
+
+/// The flags of the KubeVirt the simulator plays (on `run` and `simulate`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct VmiFlags {
+    /// Which part of KubeVirt the simulator plays for VMIs: `auto` (virt-handler's part when
+    /// a KubeVirt is installed, i.e. the kubevirts.kubevirt.io CRD exists; else also
+    /// virt-controller's), `controller` or `handler`.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "controller", "handler"])]
+    pub kubevirt_role: String,
+    /// Only VMIs whose labels match are simulated (default: every VMI; beside a real KubeVirt
+    /// only VMIs on managed nodes are touched anyway).
+    #[arg(long, value_name = "SELECTOR", value_parser = Selector::parse)]
+    pub vmi_selector: Option<Selector>,
+    /// Beside a real KubeVirt, the account VMI status writes impersonate (KubeVirt's webhook
+    /// puts back status written by anyone else).
+    #[arg(long, default_value = "system:serviceaccount:kubevirt:kubevirt-handler")]
+    pub kubevirt_handler_user: String,
+}
+
+impl VmiFlags {
+    /// The role asked for (`None`: decide from what is installed).
+    fn role(&self) -> Option<KubevirtRole> {
+        match self.kubevirt_role.as_str() {
+            "controller" => Some(KubevirtRole::Controller),
+            "handler" => Some(KubevirtRole::Handler),
+            _ => None,
+        }
+    }
+}
+
+impl Simulate for VMIPool {
+    const POD_LABELS: &'static [&'static str] = &[status::APP_LABEL, status::CREATED_BY_LABEL];
+
+    /// Launcher pods, wherever they run (their VMI's simulator reads them).
+    fn keeps_pod(pod: &SlimPod) -> bool {
+        pod.label(status::CREATED_BY_LABEL).is_some()
+    }
+
+    fn simulations(_env: &VmiEnv, flags: &VmiFlags, sim: &SimContext) -> Vec<Simulation> {
+        let (flags, sim) = (flags.clone(), sim.clone());
+        vec![Simulation { name: "VMI simulator".into(), ready: vec![], run: Box::pin(run(flags, sim)) }]
+    }
+
+    fn simulator_rules() -> Vec<Rule> {
+        vec![
+            Rule::cluster(
+                "kubevirt.io",
+                &["virtualmachineinstances"],
+                &["get", "list", "watch", "patch", "delete"],
+                "every VMI on a simulated node: defaults, phases, finalizers (playing virt-controller)",
+            ),
+            Rule::cluster("kubevirt.io", &["virtualmachineinstances/status"], &["patch"], "VMI status, for a KubeVirt whose CRD has the subresource"),
+            Rule::pool_namespaces("", &["pods"], &["create"], "launcher pods of VMIs"),
+            Rule::cluster("apiextensions.k8s.io", &["customresourcedefinitions"], &["get"], "whether KubeVirt (and its VMI CRD) is installed"),
+            Rule::named(
+                "",
+                &["serviceaccounts"],
+                &["impersonate"],
+                &["kubevirt-handler"],
+                "beside a real KubeVirt, VMI status is written as its handler (KubeVirt's webhook puts back status written by anyone else)",
+            ),
+        ]
+    }
+}
+
+/// Waits until KubeVirt's VMI CRD is installed, decides which part of KubeVirt to play, and
+/// simulates.
+async fn run(flags: VmiFlags, sim: SimContext) {
+    let client = sim.client.clone();
+    let mut told = false;
+    while !crd_established(&client, super::kubevirt_crd::NAME).await.unwrap_or(false) {
+        if !std::mem::replace(&mut told, true) {
+            tracing::info!(
+                "no VirtualMachineInstance CRD yet: VMIs are simulated once KubeVirt or `kwok-pools crd --kubevirt` is installed"
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+    let kubevirt_installed = loop {
+        // A definite answer: guessing wrong would play virt-controller beside a real one.
+        match crd_established(&client, "kubevirts.kubevirt.io").await {
+            Ok(installed) => break installed,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot tell whether KubeVirt is installed (the operator needs get on customresourcedefinitions); asking again in 5s");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    };
+    let role = flags.role().unwrap_or(if kubevirt_installed { KubevirtRole::Handler } else { KubevirtRole::Controller });
+    let vmi_client = match role {
+        KubevirtRole::Controller => client.clone(),
+        KubevirtRole::Handler => match impersonating(&flags.kubevirt_handler_user).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, user = %flags.kubevirt_handler_user, "cannot build a client that impersonates KubeVirt's handler; VMIs are not simulated");
+                return std::future::pending().await;
+            }
+        },
+    };
+    tracing::info!(?role, "simulating VMIs");
+    let (vmis, pods, nodes) = (
+        shared::all::<VirtualMachineInstance>(&sim.informers),
+        shared::pods(&sim.informers),
+        shared::nodes(&sim.informers),
+    );
+    let (vmi_changes, pod_changes) = (vmis.subscribe(), pods.subscribe());
+    if let Err(e) = wait_synced("virtualmachineinstances", &vmis.store()).await {
+        tracing::error!(error = %e, "the VMI store did not sync; VMIs are not simulated");
+        return std::future::pending().await;
+    }
+    let simulator = VmiSimulator {
+        client: vmi_client,
+        pod_client: client,
+        role,
+        manage: sim.manage.clone(),
+        selector: flags.vmi_selector.clone().unwrap_or_default(),
+        nodes: nodes.store(),
+        pods: pods.store(),
+        vmis: vmis.store(),
+        metrics: sim.metrics.clone(),
+        writes: sim.writes.clone(),
+        shard: sim.shard.clone(),
+    };
+    simulator.run(vmi_changes, pod_changes).await;
+}
+
+/// A client for the same cluster that acts as `user`.
+async fn impersonating(user: &str) -> anyhow::Result<Client> {
+    let mut config = kube::Config::infer().await?;
+    config.auth_info.impersonate = Some(user.to_string());
+    Ok(Client::try_from(config)?)
+}

@@ -1,0 +1,39 @@
+//! Where workload children (pods, VMIs) go by default: onto fake nodes. They always tolerate
+//! the fake-node taint; without placement of their own they select `type: kwok`.
+
+use crate::api::conventions::{FAKE_TAINT_KEY, FAKE_VALUE, TYPE_LABEL, TYPE_VALUE};
+use k8s_openapi::api::core::v1::Toleration;
+use std::collections::BTreeMap;
+
+/// Whether the tolerations already tolerate the fake-node taint.
+pub fn tolerates_fake_nodes(tolerations: &[Toleration]) -> bool {
+    tolerations.iter().any(|t| {
+        let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == "NoSchedule");
+        let exists = t.operator.as_deref() == Some("Exists");
+        let key_ok = match t.key.as_deref() {
+            None | Some("") => exists,
+            // Equal (the default operator) tolerates only the taint's own value.
+            Some(k) => k == FAKE_TAINT_KEY && (exists || t.value.as_deref() == Some(FAKE_VALUE)),
+        };
+        key_ok && effect_ok
+    })
+}
+
+/// `tolerations` with the fake-node toleration added unless one already covers it.
+pub fn with_fake_node_toleration(tolerations: Option<Vec<Toleration>>) -> Vec<Toleration> {
+    let mut tolerations = tolerations.unwrap_or_default();
+    if !tolerates_fake_nodes(&tolerations) {
+        tolerations.push(Toleration {
+            key: Some(FAKE_TAINT_KEY.into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        });
+    }
+    tolerations
+}
+
+/// The node selector of fake nodes.
+pub fn fake_node_selector() -> BTreeMap<String, String> {
+    [(TYPE_LABEL.to_string(), TYPE_VALUE.to_string())].into()
+}
