@@ -64,9 +64,9 @@ schema-tools: ## Install check-jsonschema into a cached virtualenv.
 	fi
 
 .PHONY: lint
-lint: ## cargo fmt --check and clippy -D warnings.
+lint: ## cargo fmt --check and clippy -D warnings (with the test-only kind, so every target is linted).
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets --features test-kinds -- -D warnings
 
 .PHONY: unit
 unit: schema-tools ## Unit tests only (no cluster).
@@ -116,6 +116,10 @@ e2e: controlplane build helm ## End-to-end tests on a fresh local cluster (creat
 	KUBECONFIG=$(E2E_HOME)/clusters/$(E2E_CLUSTER)/kubeconfig E2E_NODE_GRACE_SECONDS=$(E2E_GRACE) \
 	  E2E_LOG_DIR=$(E2E_HOME)/logs RUST_TEST_THREADS=$(E2E_THREADS) \
 	  cargo test --no-fail-fast $(addprefix --test ,$(E2E_TESTS)) || status=$$?; \
+	echo "== the test-only kind (docs/adding-a-kind.md): cargo test --features test-kinds --test kind_proof"; \
+	KUBECONFIG=$(E2E_HOME)/clusters/$(E2E_CLUSTER)/kubeconfig E2E_LOG_DIR=$(E2E_HOME)/logs \
+	  cargo test --features test-kinds --test kind_proof || status=$$?; \
+	cargo build --bin kwok-pools; \
 	$(DEBUG_BIN) cluster delete --name $(E2E_CLUSTER) || true; \
 	echo "== scale tests (release build, clusters of their own): $(E2E_SCALE_TESTS)"; \
 	E2E_LOG_DIR=$(E2E_HOME)/logs cargo test --release $(addprefix --test ,$(E2E_SCALE_TESTS)) || status=$$?; \

@@ -167,15 +167,18 @@ impl KindFlags {
     }
 }
 
-/// `cmd` with every kind's flags added (the `run` and `simulate` commands).
+/// `cmd` with every kind's flags added (the `run` and `simulate` commands); kinds that share
+/// a flags type share its flags.
 pub fn add_flags(cmd: clap::Command) -> clap::Command {
-    struct Add(Option<clap::Command>);
+    struct Add(Option<clap::Command>, std::collections::HashSet<TypeId>);
     impl Visitor for Add {
         fn visit<K: Kind>(&mut self) {
-            self.0 = self.0.take().map(<K::Flags as clap::Args>::augment_args);
+            if self.1.insert(TypeId::of::<K::Flags>()) {
+                self.0 = self.0.take().map(<K::Flags as clap::Args>::augment_args);
+            }
         }
     }
-    let mut a = Add(Some(cmd));
+    let mut a = Add(Some(cmd), std::collections::HashSet::new());
     visit_all(&mut a);
     a.0.unwrap_or_else(|| unreachable!("the command is put back after each kind"))
 }

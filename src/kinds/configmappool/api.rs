@@ -1,0 +1,56 @@
+#![allow(clippy::duplicated_attributes)] // kube(printcolumn(...)) repeats keys by design
+//! The ConfigMapPool type.
+
+use super::rules;
+use crate::api::common::{PoolStatus, TemplateMetadata};
+use crate::api::validation;
+use garde::Validate;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A pool of `configMapCount` ConfigMaps named `<pool>-<index>`, each rendered from
+/// `configMapTemplate`.
+#[derive(CustomResource, KubeSchema, Validate, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "pools.kwok.x-k8s.io",
+    version = "v1alpha1",
+    kind = "ConfigMapPool",
+    namespaced,
+    status = "PoolStatus",
+    shortname = "cmp",
+    category = "pools",
+    derive = "PartialEq",
+    doc = "A pool of ConfigMaps (a test kind)",
+    scale(
+        spec_replicas_path = ".spec.configMapCount",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.configMapCount", description = "wanted"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas", description = "present"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapPoolSpec {
+    /// How many ConfigMaps the pool keeps (0 to 100000).
+    #[schemars(range(min = 0, max = 100000))]
+    #[garde(custom(validation::count))]
+    pub config_map_count: i32,
+
+    /// The ConfigMap every child is rendered from.
+    #[serde(default)]
+    #[garde(custom(rules::config_map_template))]
+    pub config_map_template: ConfigMapTemplate,
+}
+
+/// A ConfigMap template: metadata and data.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapTemplate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+    /// The data of every ConfigMap.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub data: BTreeMap<String, String>,
+}
