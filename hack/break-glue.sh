@@ -4,11 +4,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mutations=(
-  "src/controllers/nodepool.rs|taints.push(fake_taint());|let _ = fake_taint();|drop the fake taint"
+  "src/kinds/nodepool/kind.rs|taints.push(fake_taint());|let _ = fake_taint();|drop the fake taint"
   "src/pool/reconcile.rs|add_pending(&mut observed, pending, &pool.name_any(), hash);|let _ = pending;|ignore pending creates"
-  "src/controllers/mod.rs|let r = with_ns(ObjectRef::new(pool));|let r = with_ns(ObjectRef::new(\"nobody\"));|a child event wakes the wrong pool"
+  "src/pool/controller.rs|let r = with_ns(ObjectRef::new(pool));|let r = with_ns(ObjectRef::new(\"nobody\"));|a child event wakes the wrong pool"
   "src/informer/mod.rs|this.send(Change::Deleted(obj));|let _ = obj;|a re-list stops reporting deletions"
-  "src/controllers/nodepool.rs|spec.pod_cidr = current.pod_cidr.clone();|let _ = &current.pod_cidr;|podCIDR not kept on an in-place update"
+  "src/kinds/nodepool/kind.rs|spec.pod_cidr = current.pod_cidr.clone();|let _ = &current.pod_cidr;|podCIDR not kept on an in-place update"
   "src/pool/reconcile.rs|ctx.metrics.reconcile_failed(&kind, \"child_write\");|let _ = &kind;|child-write failures not counted"
 )
 failed=0

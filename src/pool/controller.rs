@@ -103,7 +103,7 @@ pub fn missing_crd_condition(crd: &ChildCrd, noun: &str, generation: Option<i64>
     Condition {
         type_: DEGRADED.into(),
         status: "True".into(),
-        reason: "ChildCRDMissing".into(),
+        reason: super::status::Reason::ChildCrdMissing.as_str().into(),
         message: format!(
             "the {noun}s of this pool need the CRD {}, which is not installed: {}; the pool starts by itself once it is",
             crd.name, crd.install

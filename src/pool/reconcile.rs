@@ -6,7 +6,7 @@ use super::PoolKind;
 use super::apply::{self, Outcome};
 use super::expectations::{Expect, Expectations};
 use super::plan::{self, Observed, Plan, PlanInput};
-use super::status::{self, Problem, StatusInput};
+use super::status::{self, Problem, Reason, StatusInput};
 use crate::api::PoolStatus;
 use crate::api::conventions::{FIELD_MANAGER, POOL_LABEL, child_index, child_name};
 use crate::backoff::Backoffs;
@@ -194,7 +194,7 @@ pub fn validate<P: PoolKind>(pool: &P, all: &[Arc<P>]) -> Option<(Problem, Actio
     }
     let alone = pool.problems(None, &[]).is_empty();
     let problem = Problem {
-        reason: "InvalidSpec".into(),
+        reason: Reason::InvalidSpec,
         message: format!("{}; nothing is done to the {}s until the spec is fixed", problems.join("; "), P::NOUN),
     };
     Some((problem, if alone { Action::requeue(Duration::from_secs(30)) } else { Action::await_change() }))
@@ -219,7 +219,7 @@ pub fn problem_of(noun: &str, pool: &str, plan: &Plan, outcome: &Outcome) -> Opt
     }
     if !outcome.refused.is_empty() {
         return Some(Problem {
-            reason: "InvalidTemplate".into(),
+            reason: Reason::InvalidTemplate,
             message: format!(
                 "the API server refuses the {noun}s this template renders: {}; fix the template (retrying every 30s)",
                 outcome.refused.join("; ")
@@ -229,7 +229,7 @@ pub fn problem_of(noun: &str, pool: &str, plan: &Plan, outcome: &Outcome) -> Opt
     if !outcome.failures.is_empty() {
         let shown: Vec<&str> = outcome.failures.iter().take(3).map(String::as_str).collect();
         return Some(Problem {
-            reason: "WriteFailed".into(),
+            reason: Reason::WriteFailed,
             message: format!(
                 "{} of {} writes failed, retrying: {}",
                 outcome.failures.len(),
@@ -416,7 +416,7 @@ pub async fn reconcile_contained<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext
     status.conditions.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
         type_: crate::api::common::conditions::DEGRADED.into(),
         status: "True".into(),
-        reason: "Panicked".into(),
+        reason: crate::pool::status::Reason::Panicked.as_str().into(),
         message: format!("the operator hit a bug on this pool ({message}); nothing else is affected; please report it"),
         last_transition_time: now,
         observed_generation: pool.meta().generation,

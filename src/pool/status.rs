@@ -6,12 +6,72 @@ use crate::api::PoolStatus;
 use crate::api::common::conditions::{DEGRADED, PROGRESSING, READY};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-/// Why a pool is degraded, if it is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What kind of problem degrades a pool: the Degraded condition's reason and the label of
+/// the metric that counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// The spec breaks a rule (nothing is done until it changes).
+    InvalidSpec,
+    /// A per-index range (podCIDR, internalIPs, the default node range) has no item left.
+    RangeExhausted,
+    /// The API server refuses the children the template renders.
+    InvalidTemplate,
+    /// Writes to children failed (retried with back-off).
+    WriteFailed,
+    /// Objects the pool does not own hold some of its children's names.
+    NameConflict,
+    /// The children's CRD is not installed.
+    ChildCrdMissing,
+    /// The operator hit a bug on this pool.
+    Panicked,
+}
+
+impl Reason {
+    /// The condition's reason (CamelCase).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::RangeExhausted => "RangeExhausted",
+            Reason::InvalidTemplate => "InvalidTemplate",
+            Reason::WriteFailed => "WriteFailed",
+            Reason::NameConflict => "NameConflict",
+            Reason::ChildCrdMissing => "ChildCRDMissing",
+            Reason::Panicked => "Panicked",
+        }
+    }
+
+    /// A low-cardinality metric label (snake_case).
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            Reason::InvalidSpec => "invalid_spec",
+            Reason::RangeExhausted => "range_exhausted",
+            Reason::InvalidTemplate => "invalid_template",
+            Reason::WriteFailed => "write_failed",
+            Reason::NameConflict => "name_conflict",
+            Reason::ChildCrdMissing => "child_crd_missing",
+            Reason::Panicked => "panicked",
+        }
+    }
+}
+
+impl PartialEq<&str> for Reason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// Why a pool is degraded, if it is: a category and a message a person can act on.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
 pub struct Problem {
-    /// CamelCase reason, e.g. `InvalidSpec`, `NameConflict`, `WriteFailed`.
-    pub reason: String,
+    pub reason: Reason,
     pub message: String,
+}
+
+impl Problem {
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
+        Self { reason, message: message.into() }
+    }
 }
 
 pub struct StatusInput<'a> {
@@ -67,7 +127,7 @@ pub fn build(input: &StatusInput<'_>) -> PoolStatus {
     };
 
     let (deg_status, deg_reason, deg_message) = match &input.problem {
-        Some(p) => ("True", p.reason.clone(), p.message.clone()),
+        Some(p) => ("True", p.reason.as_str().to_string(), p.message.clone()),
         None => ("False", "AsExpected".to_string(), "no problem found".to_string()),
     };
 
@@ -120,7 +180,7 @@ pub fn conflict_problem(pool: &str, kind: &str, conflicts: &[u32]) -> Option<Pro
     let names: Vec<String> = conflicts.iter().take(5).map(|i| crate::api::conventions::child_name(pool, *i)).collect();
     let more = if conflicts.len() > 5 { format!(" and {} more", conflicts.len() - 5) } else { String::new() };
     Some(Problem {
-        reason: "NameConflict".into(),
+        reason: Reason::NameConflict,
         message: format!(
             "{kind} {}{more} already exist and are not owned by this pool; they are left alone. \
              Delete or rename them (or the pool) to let the pool create its own",

@@ -1,4 +1,4 @@
-//! The machinery every simulated kind shares (nodes, pods, and VMIs next): one timer wheel
+//! The machinery every simulated kind shares (nodes, pods, VMIs): one timer wheel
 //! keyed by the timer itself, the state of one kind of write per object (in flight, failures
 //! in a row), and writes run as bounded background tasks that report back to the loop.
 //!
@@ -179,6 +179,12 @@ impl<D: Send + 'static> Writes<D> {
     }
 }
 
+/// Whether a write failed because its object is gone or was replaced by another of the same
+/// name (404, or a 422 on the `metadata.uid` the write was guarded by): nothing to retry.
+pub fn object_gone(result: &Result<impl Sized, kube::Error>) -> bool {
+    matches!(result, Err(kube::Error::Api(s)) if s.code == 404 || (s.code == 422 && s.message.contains("metadata.uid")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,5 +294,20 @@ mod tests {
         assert_eq!((b.all.available_permits(), b.others.available_permits()), (1, 1));
         let b = WriteBudget::new(96);
         assert_eq!((b.all.available_permits(), b.others.available_permits()), (96, 72));
+    }
+
+    #[test]
+    fn a_write_to_a_gone_or_replaced_object_is_not_retried() {
+        let status = |code: u16, message: &str| -> Result<(), kube::Error> {
+            Err(kube::Error::Api(kube::core::Status::failure(message, "Invalid").with_code(code).boxed()))
+        };
+        assert!(object_gone(&status(404, "not found")));
+        assert!(object_gone(&status(
+            422,
+            "Precondition failed: UID in precondition: x, UID in object meta: metadata.uid"
+        )));
+        assert!(!object_gone(&status(422, "spec.containers: Required value")), "a refusal of the object itself");
+        assert!(!object_gone(&status(500, "etcd down")));
+        assert!(!object_gone(&Ok::<(), kube::Error>(())));
     }
 }

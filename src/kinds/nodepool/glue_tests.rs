@@ -6,7 +6,7 @@ use super::{NodeFlags, NodePool};
 use crate::informer::{Change, Informer, Informers};
 use crate::kinds::KindFlags;
 use crate::pool::controller::pools_to_wake;
-use crate::pool::fixtures::{Reply, Seen, echo, mock_api, store};
+use crate::pool::fixtures::{Call, Reply, Seen, echo, mock_api, store, strict_api};
 use crate::pool::reconcile::{PoolContext, reconcile, validate};
 use crate::pool::{PoolKind, Shared, child};
 use crate::telemetry::metrics::Metrics;
@@ -30,20 +30,32 @@ fn plain_pool() -> NodePool {
     )
 }
 
-/// The pool's metadata for the one read before creating; everything else echoed.
-fn scenario(seen: &Seen) -> Reply {
-    if seen.is("GET", "/apis/pools.kwok.x-k8s.io/v1alpha1/nodepools/np") {
-        return Reply::json(
+const POOL: &str = "/apis/pools.kwok.x-k8s.io/v1alpha1/nodepools/np";
+const POOL_STATUS: &str = "/apis/pools.kwok.x-k8s.io/v1alpha1/nodepools/np/status";
+const NODES: &str = "/api/v1/nodes";
+
+/// The one read of the pool before creating children, `times` times.
+fn pool_read(times: usize) -> Call {
+    Call::new("GET", POOL, times, |_| {
+        Reply::json(
             200,
             json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": "np", "uid": "uid-np"}}),
-        );
-    }
-    if seen.path.ends_with("/nodepools/np/status") {
+        )
+    })
+}
+
+/// The pool's status write, `times` times: the pool with the status sent.
+fn status_write(times: usize) -> Call {
+    Call::new("PATCH", POOL_STATUS, times, |seen| {
         let mut pool = serde_json::to_value(plain_pool()).unwrap();
         pool["status"] = seen.body["status"].clone();
-        return Reply::json(200, pool);
-    }
-    echo(seen)
+        Reply::json(200, pool)
+    })
+}
+
+/// Node creates (POST), `times` times, echoed.
+fn node_creates(times: usize) -> Call {
+    Call::new("POST", NODES, times, echo)
 }
 
 fn context(client: kube::Client, children: Vec<Node>, pools: Vec<NodePool>) -> Arc<PoolContext<NodePool>> {
@@ -65,10 +77,11 @@ fn status_writes(log: &[Seen]) -> Vec<&Seen> {
 
 #[tokio::test]
 async fn missing_children_are_applied_with_the_conventions_and_the_status_is_written_once() {
-    let (client, log) = mock_api(scenario);
+    let (client, verifier) = strict_api(vec![pool_read(1), node_creates(2), status_write(1)]);
     let ctx = context(client, vec![], vec![]);
     reconcile(Arc::new(plain_pool()), ctx).await.unwrap();
-    let log = log.lock().unwrap().clone();
+    verifier.assert_done();
+    let log = verifier.seen();
     let nodes = node_writes(&log);
     assert_eq!(nodes.len(), 2, "{log:?}");
     let np1 = nodes.iter().find(|s| s.body["metadata"]["name"] == "np-1").expect("np-1 created");
@@ -93,14 +106,14 @@ async fn missing_children_are_applied_with_the_conventions_and_the_status_is_wri
 
 #[tokio::test]
 async fn children_created_but_not_yet_seen_are_not_created_again() {
-    let (client, log) = mock_api(scenario);
+    // Two rounds, one create of each child and no read before the second (nothing to create).
+    let (client, verifier) = strict_api(vec![pool_read(1), node_creates(2), status_write(2)]);
     let ctx = context(client, vec![], vec![]);
     reconcile(Arc::new(plain_pool()), ctx.clone()).await.unwrap();
-    assert_eq!(node_writes(&log.lock().unwrap()).len(), 2);
     // The store still shows nothing (the watch has not caught up).
     reconcile(Arc::new(plain_pool()), ctx).await.unwrap();
-    let log = log.lock().unwrap().clone();
-    assert_eq!(node_writes(&log).len(), 2, "no second create");
+    verifier.assert_done();
+    let log = verifier.seen();
     let status = status_writes(&log);
     assert_eq!(status.last().unwrap().body["status"]["replicas"], 2, "created children count as present");
     assert_eq!(status.last().unwrap().body["status"]["readyReplicas"], 0);
@@ -108,15 +121,16 @@ async fn children_created_but_not_yet_seen_are_not_created_again() {
 
 #[tokio::test]
 async fn an_invalid_pool_is_reported_and_waits_for_a_change_without_touching_children() {
-    let (client, log) = mock_api(scenario);
+    // Only the status is written: no read, no child.
+    let (client, verifier) = strict_api(vec![status_write(1)]);
     let ctx = context(client, vec![], vec![]);
     let bad = nodepool(
         "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {name: np}\nspec:\n  nodeCount: 2\n  nodeTemplate: {metadata: {labels: {pools.kwok.x-k8s.io/pool: x}}}\n",
     );
     let action = reconcile(Arc::new(bad), ctx).await.unwrap();
     assert_eq!(action, Action::await_change());
-    let log = log.lock().unwrap().clone();
-    assert!(node_writes(&log).is_empty());
+    verifier.assert_done();
+    let log = verifier.seen();
     let status = status_writes(&log);
     let degraded =
         status[0].body["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Degraded").cloned();
@@ -127,15 +141,9 @@ async fn an_invalid_pool_is_reported_and_waits_for_a_change_without_touching_chi
 
 #[tokio::test]
 async fn failed_child_writes_are_counted_reported_and_retried_with_backoff() {
-    let (client, _) = mock_api(|seen: &Seen| {
-        if seen.path.starts_with("/api/v1/nodes") {
-            return Reply::json(
-                500,
-                json!({"kind": "Status", "apiVersion": "v1", "code": 500, "message": "etcd is sad"}),
-            );
-        }
-        scenario(seen)
-    });
+    // Six rounds: each reads the pool, tries both creates again and writes the status once.
+    let sad = |_: &Seen| Reply::json(500, json!({"kind": "Status", "apiVersion": "v1", "code": 500, "message": "etcd is sad"}));
+    let (client, verifier) = strict_api(vec![pool_read(6), Call::new("POST", NODES, 12, sad), status_write(6)]);
     let ctx = context(client, vec![], vec![]);
     let first = reconcile(Arc::new(plain_pool()), ctx.clone()).await.unwrap();
     let metrics = ctx.metrics.encode();
@@ -144,12 +152,23 @@ async fn failed_child_writes_are_counted_reported_and_retried_with_backoff() {
         reconcile(Arc::new(plain_pool()), ctx.clone()).await.unwrap();
     }
     let later = reconcile(Arc::new(plain_pool()), ctx.clone()).await.unwrap();
-    let delay = |a: &Action| format!("{a:?}");
-    assert!(
-        first == Action::requeue(Duration::from_secs(1)) || delay(&first).contains("ms") || delay(&first).contains('s')
-    );
+    verifier.assert_done();
+    // Retried on the pool's back-off: neither parked until a change nor left to the resync.
+    for action in [&first, &later] {
+        assert_ne!(*action, Action::await_change());
+        assert_ne!(*action, Action::requeue(Duration::from_secs(300)));
+    }
     assert_eq!(ctx.backoff.failures(&"uid-np".to_string()), 6, "each failed round counts");
-    assert_ne!(later, first, "the retry delay grows: {} then {}", delay(&first), delay(&later));
+    assert_ne!(later, first, "the retry delay grows");
+    let degraded = verifier.seen().iter().rev().find(|s| s.path == POOL_STATUS).unwrap().body["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Degraded")
+        .cloned()
+        .unwrap();
+    assert_eq!(degraded["reason"], "WriteFailed");
+    assert!(degraded["message"].as_str().unwrap().contains("etcd is sad"), "{degraded}");
 }
 
 #[test]
@@ -256,15 +275,16 @@ async fn a_missing_child_crd_marks_the_pools_degraded_until_it_is_established() 
     use crate::pool::ChildCrd;
     let established = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = established.clone();
-    let (client, log) = mock_api(move |seen: &Seen| {
-        if seen.path.ends_with("/customresourcedefinitions/things.example.com") {
+    let crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/things.example.com";
+    let (client, verifier) = strict_api(vec![
+        Call::polled("GET", crd_path, move |_| {
             if !flag.load(std::sync::atomic::Ordering::SeqCst) {
                 return Reply::json(
                     404,
                     json!({"kind": "Status", "apiVersion": "v1", "code": 404, "reason": "NotFound", "message": "not found"}),
                 );
             }
-            return Reply::json(
+            Reply::json(
                 200,
                 json!({
                     "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -272,18 +292,18 @@ async fn a_missing_child_crd_marks_the_pools_degraded_until_it_is_established() 
                     "spec": {"group": "example.com", "scope": "Namespaced", "names": {"plural": "things", "kind": "Thing"}, "versions": []},
                     "status": {"conditions": [{"type": "Established", "status": "True"}]}
                 }),
-            );
-        }
-        scenario(seen)
-    });
+            )
+        }),
+        // Told once per generation, not on every check.
+        status_write(1),
+    ]);
     let crd = ChildCrd { name: "things.example.com", install: "kubectl apply -f things.yaml" };
     let pools = store(vec![plain_pool()]);
     let wait =
         tokio::spawn(async move { await_child_crd::<NodePool>(&client, crd, &pools, Duration::from_millis(50)).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!wait.is_finished(), "waits while the CRD is missing");
-    let patches: Vec<Seen> =
-        log.lock().unwrap().iter().filter(|s| s.path.ends_with("/nodepools/np/status")).cloned().collect();
+    let patches: Vec<Seen> = verifier.seen().into_iter().filter(|s| s.path == POOL_STATUS).collect();
     assert_eq!(patches.len(), 1, "told once per generation, not on every check");
     let condition = &patches[0].body["status"]["conditions"][0];
     assert_eq!((condition["type"].as_str(), condition["reason"].as_str()), (Some("Degraded"), Some("ChildCRDMissing")));
@@ -291,6 +311,7 @@ async fn a_missing_child_crd_marks_the_pools_degraded_until_it_is_established() 
     assert!(message.contains("things.example.com") && message.contains("kubectl apply -f things.yaml"), "{message}");
     established.store(true, std::sync::atomic::Ordering::SeqCst);
     tokio::time::timeout(Duration::from_secs(5), wait).await.expect("returns once established").unwrap();
+    verifier.assert_done();
 }
 
 #[test]

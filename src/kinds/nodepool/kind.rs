@@ -13,7 +13,7 @@ use crate::ipam::HostAllocator;
 use crate::kubelet::node::{self as node_status, NodeDefaults};
 use crate::pool::plan::UpdateMode;
 use crate::pool::stamp::from_template;
-use crate::pool::status::Problem;
+use crate::pool::status::{Problem, Reason};
 use crate::pool::{ChildId, PoolKind, Shared, Write, hash};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
@@ -59,7 +59,7 @@ pub struct NodeEnv {
 
 fn pool_net(text: &str, field: &str) -> Result<IpNet, Problem> {
     text.parse::<IpNet>().map(|n| n.trunc()).map_err(|e| Problem {
-        reason: "InvalidSpec".into(),
+        reason: Reason::InvalidSpec,
         message: format!("{field}: {text:?} is not a CIDR ({e})"),
     })
 }
@@ -74,7 +74,7 @@ impl NodePool {
         if let Some(range) = &self.spec.internal_ips {
             let net = pool_net(range, "spec.internalIPs")?;
             return nth_host(&net, index).map(|ip| vec![ip]).ok_or_else(|| Problem {
-                reason: "RangeExhausted".into(),
+                reason: Reason::RangeExhausted,
                 message: format!(
                     "spec.internalIPs {range} has no host address for node index {index}: use a larger range"
                 ),
@@ -86,7 +86,7 @@ impl NodePool {
         let mut addresses = env.addresses.lock().unwrap_or_else(|e| e.into_inner());
         let net = *addresses.net();
         addresses.allocate(name).map(|ip| vec![ip]).ok_or_else(|| Problem {
-            reason: "RangeExhausted".into(),
+            reason: Reason::RangeExhausted,
             message: format!("the default node address range {net} is full: set spec.internalIPs or start the operator with a larger --node-ip-range"),
         })
     }
@@ -191,7 +191,7 @@ impl PoolKind for NodePool {
         if let Some(range) = &self.spec.pod_cidr {
             let net = pool_net(&range.cidr, "spec.podCIDR.cidr")?;
             let subnet = nth_subnet(&net, range.mask_size, index).ok_or_else(|| Problem {
-                reason: "RangeExhausted".into(),
+                reason: Reason::RangeExhausted,
                 message: format!(
                     "spec.podCIDR {} has no /{} subnet for node index {index}: use a larger cidr or a longer maskSize",
                     range.cidr, range.mask_size

@@ -23,6 +23,7 @@ use kube::{Api, Client, ResourceExt};
 use rand::Rng;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use tracing::Instrument;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
@@ -294,7 +295,11 @@ impl NodeLoop {
         // The last renewal has not come back: not a second one beside it.
         if t.lease.begin() {
             let (sim, first) = (self.sim.clone(), !t.lease_written);
-            self.lease_writes.spawn(move || lease_write(sim, node, due, first));
+            self.lease_writes.spawn(move || {
+                // One span per heartbeat, made once the write has room (a backlog holds none).
+                let span = tracing::debug_span!("heartbeat", node = %node.name_any(), first);
+                lease_write(sim, node, due, first).instrument(span)
+            });
         }
     }
 }
@@ -336,7 +341,10 @@ async fn lease_write(this: Arc<NodeSimulator>, node: Arc<Node>, due: Instant, fi
 /// the budget has room.
 fn spawn_status(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, node: Arc<Node>, full: bool) {
     let sim = sim.clone();
-    writes.spawn(move || status_write(sim, node, full));
+    writes.spawn(move || {
+        let span = tracing::debug_span!("node_status", node = %node.name_any(), full);
+        status_write(sim, node, full).instrument(span)
+    });
 }
 
 async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool) -> Done {
@@ -377,8 +385,8 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool) -> 
     patch["metadata"] = serde_json::json!({ "uid": node.metadata.uid });
     let result = api.patch_status(&name, &pp, &Patch::Merge(&patch)).await;
     this.metrics.write("nodes", "patch-status", result.is_ok());
-    if let Err(e) = result
-        && !matches!(&e, kube::Error::Api(s) if s.code == 404 || (s.code == 422 && s.message.contains("metadata.uid")))
+    if let Err(e) = &result
+        && !crate::simulator::machinery::object_gone(&result)
     {
         tracing::warn!(node = %name, error = %e, "node status write failed");
     }

@@ -24,6 +24,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use tracing::Instrument;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
@@ -650,7 +651,10 @@ impl Loop {
 
     fn spawn_status(&self, pod: Arc<SlimPod>, patch: serde_json::Value, transition: &'static str) {
         let sim = self.sim.clone();
-        self.writes.spawn(move || async move {
+        self.writes.spawn(move || {
+            // One span per transition, made once the write has room (a backlog holds none).
+            let span = tracing::debug_span!("pod_transition", namespace = pod.metadata.namespace.as_deref().unwrap_or_default(), pod = pod.name(), transition);
+            async move {
             let ns = pod.namespace().unwrap_or_default();
             let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
             let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
@@ -663,19 +667,23 @@ impl Loop {
             sim.metrics.write("pods", "patch-status", ok);
             sim.metrics.pod_transitions.get_or_create(&ResultLabels { result: transition.into() }).inc();
             // Gone or replaced: nothing to retry for this pod.
-            let gone = matches!(&result, Err(kube::Error::Api(s)) if s.code == 404 || (s.code == 422 && s.message.contains("metadata.uid")));
+            let gone = crate::simulator::machinery::object_gone(&result);
             if let Err(e) = &result
                 && !gone
             {
                 tracing::warn!(pod = %pod.name_any(), namespace = %ns, error = %e, "pod status write failed; will retry");
             }
             Done::after(&pod, ok || gone, false)
+            }
+            .instrument(span)
         });
     }
 
     fn spawn_remove(&self, pod: Arc<SlimPod>) {
         let sim = self.sim.clone();
-        self.writes.spawn(move || async move {
+        self.writes.spawn(move || {
+            let span = tracing::debug_span!("pod_removal", namespace = pod.metadata.namespace.as_deref().unwrap_or_default(), pod = pod.name());
+            async move {
             let ns = pod.namespace().unwrap_or_default();
             let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
             let dp = DeleteParams {
@@ -694,6 +702,8 @@ impl Loop {
             };
             sim.metrics.write("pods", "delete", ok);
             Done::after(&pod, ok, ok)
+            }
+            .instrument(span)
         });
     }
 }

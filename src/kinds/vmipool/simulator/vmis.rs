@@ -21,6 +21,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use std::collections::HashMap;
 use std::sync::Arc;
+use tracing::Instrument;
 use std::time::Duration;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
@@ -274,11 +275,16 @@ impl VmiLoop {
             return;
         }
         let (sim, vmi, key) = (self.sim.clone(), vmi.clone(), ObjectRef::from_obj(vmi.as_ref()));
-        self.writes.spawn(move || async move {
-            // A bug in one step must not wedge the VMI: a panic counts as a failed write.
-            let run = std::panic::AssertUnwindSafe(act(&sim, &vmi, pod.as_deref(), node.as_deref(), &step));
-            let ok = futures::FutureExt::catch_unwind(run).await.unwrap_or(false);
-            Done { vmi: key, uid, step, ok }
+        self.writes.spawn(move || {
+            // One span per VMI step, made once the write has room (a backlog holds none).
+            let span = tracing::debug_span!("vmi_step", namespace = vmi.metadata.namespace.as_deref().unwrap_or_default(), vmi = vmi.metadata.name.as_deref().unwrap_or_default(), step = ?step);
+            async move {
+                // A bug in one step must not wedge the VMI: a panic counts as a failed write.
+                let run = std::panic::AssertUnwindSafe(act(&sim, &vmi, pod.as_deref(), node.as_deref(), &step));
+                let ok = futures::FutureExt::catch_unwind(run).await.unwrap_or(false);
+                Done { vmi: key, uid, step, ok }
+            }
+            .instrument(span)
         });
     }
 }
