@@ -91,32 +91,49 @@ pub async fn create(opts: &CreateOptions) -> Result<Created, ClusterError> {
     std::fs::create_dir_all(&layout.dir).ctx(|| format!("creating {}", layout.dir.display()))?;
     eprintln!("creating cluster {:?} in {}", opts.name, layout.dir.display());
 
-    let ports = pick_ports()?;
     pki::write_pki(&layout)?;
-    pki::write_kubeconfig(&layout, &opts.name, ports.apiserver)?;
     std::fs::write(layout.scheduler_config(), component::scheduler_config(&layout))
         .ctx(|| "writing the scheduler configuration".into())?;
-    let record = ClusterRecord {
-        name: opts.name.clone(),
-        ports: ports.clone(),
-        bin_dir: bin_dir.clone(),
-        created: chrono::Utc::now().to_rfc3339(),
-        extra_args: opts.extra_args.iter().map(|(c, a)| (c.name().to_string(), a.clone())).collect(),
-    };
-    std::fs::write(layout.record(), serde_json::to_string_pretty(&record).unwrap_or_default())
-        .ctx(|| "writing cluster.json".into())?;
-
-    let result = start_all(opts, &layout, &ports, &bin_dir, deadline).await;
-    if let Err(e) = result {
-        eprintln!(
-            "cluster {:?} did not come up; stopping what was started (logs kept in {})",
-            opts.name,
-            layout.logs().display()
-        );
-        stop_all(&layout);
-        return Err(e);
+    // Ports are free when chosen, but another process may bind one before the component does:
+    // then the cluster comes up again on other ports (a few times).
+    let mut attempt = 1;
+    loop {
+        let ports = pick_ports()?;
+        pki::write_kubeconfig(&layout, &opts.name, ports.apiserver)?;
+        let record = ClusterRecord {
+            name: opts.name.clone(),
+            ports: ports.clone(),
+            bin_dir: bin_dir.clone(),
+            created: chrono::Utc::now().to_rfc3339(),
+            extra_args: opts.extra_args.iter().map(|(c, a)| (c.name().to_string(), a.clone())).collect(),
+        };
+        std::fs::write(layout.record(), serde_json::to_string_pretty(&record).unwrap_or_default())
+            .ctx(|| "writing cluster.json".into())?;
+        match start_all(opts, &layout, &ports, &bin_dir, deadline).await {
+            Ok(()) => return Ok(Created { kubeconfig: layout.kubeconfig(), ports, elapsed: started.elapsed() }),
+            Err(e) if attempt < 3 && port_taken(&e) => {
+                eprintln!("  a port was taken by another process meanwhile; starting again on other ports");
+                stop_all(&layout);
+                // A fresh etcd: its data would remember the ports of the attempt that failed.
+                let _ = std::fs::remove_dir_all(layout.etcd_data());
+                attempt += 1;
+            }
+            Err(e) => {
+                eprintln!(
+                    "cluster {:?} did not come up; stopping what was started (logs kept in {})",
+                    opts.name,
+                    layout.logs().display()
+                );
+                stop_all(&layout);
+                return Err(e);
+            }
+        }
     }
-    Ok(Created { kubeconfig: layout.kubeconfig(), ports, elapsed: started.elapsed() })
+}
+
+/// Whether a component could not start because its port was taken.
+fn port_taken(e: &ClusterError) -> bool {
+    matches!(e, ClusterError::ComponentExited { tail, .. } if tail.contains("address already in use"))
 }
 
 /// Starts every component that does not run (all of them for a new cluster), etcd and the
