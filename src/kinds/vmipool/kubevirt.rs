@@ -32,8 +32,10 @@ pub struct VmiSpec {
     #[serde(default)]
     pub domain: Domain,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
     pub networks: Vec<Network>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
     pub volumes: Vec<Volume>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
@@ -126,8 +128,10 @@ pub struct Memory {
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct Devices {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
     pub disks: Vec<Disk>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
     pub interfaces: Vec<Interface>,
     #[serde(flatten)]
     #[schemars(skip)]

@@ -75,3 +75,37 @@ fn a_vmi_template_kubevirt_would_refuse_is_refused_at_its_paths() {
     );
     has(problems(&|p| p.spec.vmi_count = -1), "spec.vmiCount:");
 }
+
+#[test]
+fn a_huge_template_is_refused_fast_with_a_short_message() {
+    // A forged review bypasses the schema's maxItems: the rules must stay linear and short.
+    let (good, _) = vmipool_of_example("vmi-fedora.yaml");
+    let mut big = good.clone();
+    let spec = &mut big.spec.vmi_template.spec;
+    let iface = spec.domain.devices.interfaces[0].clone();
+    let net = spec.networks[0].clone();
+    for i in 0..20_000 {
+        let mut f = iface.clone();
+        f.name = format!("if-{i}");
+        spec.domain.devices.interfaces.push(f);
+        let mut n = net.clone();
+        n.name = format!("net-{}", i + 1);
+        spec.networks.push(n);
+    }
+    let start = std::time::Instant::now();
+    let problems = big.problems();
+    assert!(start.elapsed() < std::time::Duration::from_millis(500), "took {:?}", start.elapsed());
+    assert!(problems.iter().any(|p| p.contains("a VMI takes at most 256")), "{problems:?}");
+    assert!(problems.len() <= 4, "{}", problems.len());
+    // Within the bound but every interface unmatched: listed up to ten, the rest counted.
+    let mut wrong = good.clone();
+    let spec = &mut wrong.spec.vmi_template.spec;
+    for i in 0..200 {
+        let mut f = iface.clone();
+        f.name = format!("lonely-{i}");
+        spec.domain.devices.interfaces.push(f);
+    }
+    let problems = wrong.problems();
+    assert!(problems.iter().any(|p| p.contains("190 more problems")), "{problems:?}");
+    assert!(problems.len() <= 12, "{}", problems.len());
+}
