@@ -139,7 +139,7 @@ run: controlplane release ## Start (or reuse) the local cluster, apply the sampl
 	KUBECONFIG=$$kubeconfig $(KUBECTL) apply -f samples/nodepool.yaml; \
 	echo; echo "In another shell:  export KUBECONFIG=$$kubeconfig"; \
 	echo "                   $(KUBECTL) get nodes -o wide"; echo; \
-	KUBECONFIG=$$kubeconfig exec $(RELEASE_BIN) run
+	KUBECONFIG=$$kubeconfig exec $(RELEASE_BIN) run --webhook-client-ca $$(dirname $$kubeconfig)/pki/webhook-client-ca.crt
 
 .PHONY: clean-cluster
 clean-cluster: ## Delete the `make run` cluster.

@@ -714,8 +714,20 @@ async fn a_malformed_review_gets_a_400_and_the_webhook_keeps_answering() {
     let mut op = Operator::start(&s, &[]);
     op.wait_ready().await;
     kwok_pools::telemetry::init_crypto();
-    let http = reqwest::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
     let url = format!("https://127.0.0.1:{}/validate", op.webhook_port);
+    // Anyone but the API server is refused at the handshake: a forged review never reaches
+    // the judge (nor its dry runs).
+    let stranger = reqwest::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+    assert!(stranger.post(&url).body("{}").send().await.is_err(), "a caller without the API server's certificate");
+    // As the API server: its webhook client identity from the cluster's PKI.
+    let pki = kubeconfig().parent().unwrap().join("pki");
+    let mut identity = std::fs::read(pki.join("apiserver-webhook-client.crt")).unwrap();
+    identity.extend(std::fs::read(pki.join("apiserver-webhook-client.key")).unwrap());
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .identity(reqwest::Identity::from_pem(&identity).unwrap())
+        .build()
+        .unwrap();
     for body in [&b"not json at all"[..], br#"{"kind":"AdmissionReview"}"#, br#"{"request": []}"#] {
         let r = http.post(&url).body(body.to_vec()).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 400, "{}", String::from_utf8_lossy(body));

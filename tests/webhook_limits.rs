@@ -1,8 +1,10 @@
-//! The webhook server under a hostile client, in process (no cluster): connections beyond the
+//! The webhook server under a hostile client, in process (no cluster): idle connects cannot
+//! lock a real client out (handshakes take no slot) while established connections beyond the
 //! limit are closed, a client that never finishes its handshake or its headers is cut off, a
-//! body over the limit is refused before it is read, a certificate that does not cover the
-//! host the API server would call is refused at start, and a changed certificate is served
-//! without a restart.
+//! body over the limit is refused before it is read, bodies in flight are bounded in bytes,
+//! only clients with a certificate from the given CA are served when one is given, a
+//! certificate that does not cover the host the API server would call is refused at start, and
+//! a changed certificate is served without a restart.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)]
 
 use kwok_pools::admission::review::Peers;
@@ -23,6 +25,7 @@ fn limits() -> Limits {
         header_timeout: Duration::from_millis(800),
         review_timeout: Duration::from_secs(5),
         body_limit: 64 * 1024,
+        max_bytes_in_flight: 1024 * 1024,
     }
 }
 
@@ -63,26 +66,148 @@ fn client(ca_pem: &str) -> reqwest::Client {
         .unwrap()
 }
 
+fn tls_connector(ca_pem: &str, identity: Option<&tls::ServingCert>) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some(id) => builder
+            .with_client_auth_cert(
+                vec![rustls::pki_types::CertificateDer::from_pem_slice(id.cert_pem.as_bytes()).unwrap()],
+                rustls::pki_types::PrivateKeyDer::from_pem_slice(id.key_pem.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    };
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// A POST of `{}` over `tls`, and the status line of the answer.
+async fn post_empty<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(tls: &mut S) -> String {
+    tls.write_all(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}").await.unwrap();
+    let mut buf = [0u8; 512];
+    let n = tls.read(&mut buf).await.unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or_default().to_string()
+}
+
 #[tokio::test]
-async fn connections_beyond_the_limit_are_closed_and_the_limit_frees_up() {
+async fn idle_connects_do_not_lock_a_real_client_out() {
     let (addr, cert) = generated().await;
-    let mut held = Vec::new();
-    for _ in 0..4 {
-        held.push(TcpStream::connect(addr).await.unwrap());
+    // Far more silent connects than connection slots: they take none while they handshake.
+    let mut idle = Vec::new();
+    for _ in 0..40 {
+        idle.push(TcpStream::connect(addr).await.unwrap());
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut extra = TcpStream::connect(addr).await.unwrap();
-    assert!(closed_within(&mut extra, Duration::from_millis(400)).await, "the fifth connection is closed at once");
-    // The silent ones are cut off by the handshake timeout; then a real client gets through.
-    for s in &mut held {
+    let url = format!("https://127.0.0.1:{}/validate", addr.port());
+    let started = Instant::now();
+    let resp = client(&cert.ca_pem).post(&url).body("{}").send().await.unwrap();
+    assert_eq!(resp.status(), 400, "a real client is served while 40 idle connects are open");
+    assert!(started.elapsed() < Duration::from_millis(500), "at once: {:?}", started.elapsed());
+    // The silent ones are cut off by the handshake timeout.
+    for s in &mut idle {
         assert!(
             closed_within(s, Duration::from_secs(3)).await,
             "a silent connection is closed after the handshake timeout"
         );
     }
+}
+
+#[tokio::test]
+async fn established_connections_beyond_the_limit_are_closed_and_the_limit_frees_up() {
+    let (addr, cert) = generated().await;
+    let connector = tls_connector(&cert.ca_pem, None);
+    let name = || rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        held.push(connector.connect(name(), tcp).await.expect("the handshake completes"));
+    }
+    // The fifth completes its handshake, then is closed: no slot is left.
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let fifth = connector.connect(name(), tcp).await;
+    let refused = match fifth {
+        Err(_) => true,
+        Ok(mut tls) => post_empty(&mut tls).await.is_empty(),
+    };
+    assert!(refused, "a fifth established connection is closed");
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let url = format!("https://127.0.0.1:{}/validate", addr.port());
     let resp = client(&cert.ca_pem).post(&url).body("{}").send().await.unwrap();
     assert_eq!(resp.status(), 400, "served again once the slots are free");
+}
+
+#[tokio::test]
+async fn only_clients_with_a_certificate_of_the_given_ca_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let clients_ca = kwok_pools::certs::Authority::new("test-webhook-client-ca").unwrap();
+    std::fs::write(dir.path().join("ca.crt"), &clients_ca.pair.cert_pem).unwrap();
+    let spec = kwok_pools::certs::LeafSpec {
+        common_name: "kube-apiserver-webhook-client",
+        organization: None,
+        sans: vec![],
+        server: false,
+        client: true,
+    };
+    let pair = clients_ca.issue(&spec).unwrap();
+    let api_server = tls::ServingCert { cert_pem: pair.cert_pem, key_pem: pair.key_pem, ca_pem: String::new() };
+    let other_ca = kwok_pools::certs::Authority::new("someone-else").unwrap();
+    let other = other_ca.issue(&spec).unwrap();
+    let stranger = tls::ServingCert { cert_pem: other.cert_pem, key_pem: other.key_pem, ca_pem: String::new() };
+
+    let (source, cert) = Source::generated(&["127.0.0.1".to_string()], tls::GENERATED_LIFETIME).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = kwok_pools::admission::router_with(Peers::default(), None, Arc::new(Metrics::default()), &limits());
+    let clients = serve::ClientAuth { ca_file: Some(dir.path().join("ca.crt")) };
+    let served = cert.clone();
+    tokio::spawn(async move { serve::serve_with(listener, source, served, app, &limits(), clients).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let name = || rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    for (who, identity) in [("no certificate", None), ("a certificate of another CA", Some(&stranger))] {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let refused = match tls_connector(&cert.ca_pem, identity).connect(name(), tcp).await {
+            Err(_) => true,
+            Ok(mut tls) => !post_empty(&mut tls).await.starts_with("HTTP/1.1"),
+        };
+        assert!(refused, "a client with {who} is not served (a forged review never reaches the judge)");
+    }
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let mut tls = tls_connector(&cert.ca_pem, Some(&api_server))
+        .connect(name(), tcp)
+        .await
+        .expect("the API server's identity is accepted");
+    assert!(post_empty(&mut tls).await.starts_with("HTTP/1.1 400"), "the API server is served");
+}
+
+#[tokio::test]
+async fn bodies_in_flight_are_bounded_in_bytes() {
+    let (source, cert) = Source::generated(&["127.0.0.1".to_string()], tls::GENERATED_LIFETIME).unwrap();
+    let small = Limits { max_bytes_in_flight: 100 * 1024, body_limit: 64 * 1024, ..limits() };
+    let addr = start(source, cert.clone(), small).await;
+    let name = || rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let connector = tls_connector(&cert.ca_pem, None);
+    // Two clients announce 60 KiB each and send nothing more: the second has no room.
+    let mut first = connector.connect(name(), TcpStream::connect(addr).await.unwrap()).await.unwrap();
+    first.write_all(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 61440\r\n\r\n{").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut second = connector.connect(name(), TcpStream::connect(addr).await.unwrap()).await.unwrap();
+    second.write_all(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 61440\r\n\r\n{").await.unwrap();
+    let mut buf = [0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(2), second.read(&mut buf)).await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 429"), "{}", String::from_utf8_lossy(&buf[..n]));
+    // Once the first is gone its room is free again.
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let url = format!("https://127.0.0.1:{}/validate", addr.port());
+    let resp = client(&cert.ca_pem).post(&url).body("{}").send().await.unwrap();
+    assert_eq!(resp.status(), 400);
 }
 
 #[tokio::test]
@@ -188,6 +313,7 @@ async fn a_webhook_url_the_certificate_does_not_cover_is_refused_at_start() {
         cert_dir: Some(dir.path().to_path_buf()),
         object_selector: None,
         limits: Limits::default(),
+        clients: serve::ClientAuth::default(),
     };
     let refused = kwok_pools::admission::certificate_for(
         &config("https://10.9.8.7:9443/validate"),

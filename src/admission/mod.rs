@@ -35,6 +35,8 @@ pub struct WebhookConfig {
     pub object_selector: Option<LabelSelector>,
     /// Connections, timeouts and body size a client may take.
     pub limits: serve::Limits,
+    /// Who may call the webhook (only the API server, where its client certificate is known).
+    pub clients: serve::ClientAuth,
 }
 
 #[derive(Clone)]
@@ -51,7 +53,7 @@ async fn judge_body(
     judge: review::Judge,
     limit: std::time::Duration,
 ) -> Result<Result<review::Answer, review::BadReview>, String> {
-    let task = tokio::spawn(async move {
+    let mut task = tokio::spawn(async move {
         let decoded = tokio::task::spawn_blocking(move || review::decode(&body)).await;
         match decoded {
             Ok(Ok(review)) => Ok(review::answer_decoded(review, &judge).await),
@@ -59,11 +61,16 @@ async fn judge_body(
             Err(e) => Err(e),
         }
     });
-    match tokio::time::timeout(limit, task).await {
+    match tokio::time::timeout(limit, &mut task).await {
         Ok(Ok(Ok(judged))) => Ok(judged),
         Ok(Ok(Err(e)) | Err(e)) if e.is_panic() => Err(crate::pool::reconcile::panic_message(e.into_panic().as_ref())),
         Ok(Ok(Err(_)) | Err(_)) => Err("the review was cancelled".to_string()),
-        Err(_) => Err(format!("judging took longer than {limit:?}")),
+        Err(_) => {
+            // The work stops with the answer (a decode already on a blocking thread finishes
+            // there, and its result is dropped).
+            task.abort();
+            Err(format!("judging took longer than {limit:?}"))
+        }
     }
 }
 
@@ -105,18 +112,46 @@ async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
     }
 }
 
-/// Rewrites float quantities as strings (see [`mutate`]).
-async fn mutate(body: Bytes) -> Response {
-    let review =
-        match serde_json::from_slice::<kube::core::admission::AdmissionReview<kube::core::DynamicObject>>(&body) {
-            Ok(r) => r,
-            Err(e) => {
-                return (StatusCode::BAD_REQUEST, format!("the body is not an AdmissionReview: {e}\n")).into_response();
-            }
-        };
-    match mutate::answer(review) {
-        Ok(review) => axum::Json(review).into_response(),
-        Err(e) => (StatusCode::BAD_REQUEST, format!("the AdmissionReview has no request: {e}\n")).into_response(),
+/// Rewrites float quantities as strings (see [`mutate`]): decoded and rewritten on a blocking
+/// thread (a body can be megabytes), within the review time limit.
+async fn mutate(State(state): State<AppState>, body: Bytes) -> Response {
+    let work = tokio::task::spawn_blocking(move || {
+        let review = serde_json::from_slice::<kube::core::admission::AdmissionReview<kube::core::DynamicObject>>(&body)
+            .map_err(|e| format!("the body is not an AdmissionReview: {e}"))?;
+        mutate::answer(review).map_err(|e| format!("the AdmissionReview has no request: {e}"))
+    });
+    match tokio::time::timeout(state.review_timeout, work).await {
+        Ok(Ok(Ok(review))) => axum::Json(review).into_response(),
+        Ok(Ok(Err(bad))) => (StatusCode::BAD_REQUEST, format!("{bad}\n")).into_response(),
+        Ok(Err(e)) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("rewriting quantities failed: {e}\n")).into_response()
+        }
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, format!("rewriting took longer than {:?}\n", state.review_timeout))
+            .into_response(),
+    }
+}
+
+/// Holds room in the byte budget for the request's body while it is read and judged; a
+/// request the budget has no room for is answered 429 before its body is read.
+async fn within_budget(
+    State(budget): State<serve::ByteBudget>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let length = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    match budget.reserve(length) {
+        Some(_room) => next.run(request).await,
+        None => {
+            tracing::warn!(
+                length,
+                "webhook requests in flight hold the byte budget; a request was answered 429 (the API server retries)"
+            );
+            (StatusCode::TOO_MANY_REQUESTS, "too many bytes of requests in flight; retry\n").into_response()
+        }
     }
 }
 
@@ -134,10 +169,12 @@ pub fn router_with(
     limits: &serve::Limits,
 ) -> Router {
     let judge = review::Judge { peers, client };
+    let budget = serve::ByteBudget::new(limits.max_bytes_in_flight, limits.body_limit);
     Router::new()
         .route(register::PATH, post(validate))
         .route(register::MUTATE_PATH, post(mutate))
         .layer(axum::extract::DefaultBodyLimit::max(limits.body_limit))
+        .layer(axum::middleware::from_fn_with_state(budget, within_budget))
         .with_state(AppState { judge, metrics, review_timeout: limits.review_timeout })
 }
 
@@ -215,17 +252,17 @@ pub async fn start(
     let bound = listener.local_addr()?;
     let (source, cert) = certificate_for(&config, bound)?;
     let ca_pem = cert.ca_pem.clone();
-    // Refuse an unusable certificate here, not at the first connection.
-    axum_server::tls_rustls::RustlsConfig::from_pem(
-        cert.cert_pem.clone().into_bytes(),
-        cert.key_pem.clone().into_bytes(),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("the webhook certificate is not usable: {e}"))?;
+    // Refuse an unusable certificate (or client CA) here, not at the first connection.
+    serve::server_config(&cert, &config.clients)?;
+    if config.clients.ca_file.is_none() {
+        tracing::warn!(
+            "the webhook accepts reviews from anyone who can reach it: pass --webhook-client-ca with the CA of the API server's admission client certificate (the local cluster makes one)"
+        );
+    }
     let app = router_with(peers, Some(client.clone()), metrics, &config.limits);
-    let limits = config.limits.clone();
+    let (limits, clients) = (config.limits.clone(), config.clients.clone());
     tokio::spawn(async move {
-        if let Err(e) = serve::serve(listener, source, cert, app, &limits).await {
+        if let Err(e) = serve::serve_with(listener, source, cert, app, &limits, clients).await {
             tracing::error!(error = %e, "webhook server stopped");
         }
     });

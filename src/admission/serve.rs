@@ -1,13 +1,19 @@
-//! Serving the webhook over TLS with limits a hostile or broken client cannot push past: a
-//! bounded number of connections, a TLS handshake timeout, a header-read timeout that is also
-//! the idle timeout between requests on a kept-alive connection, a body limit and a time limit
-//! per review; and a certificate that is renewed (or read again) while serving.
+//! Serving the webhook over TLS with limits a hostile or broken client cannot push past:
+//! handshakes are timed and take no connection slot (idle connects cannot lock the API server
+//! out), a bounded number of established connections, a header-read timeout that is also the
+//! idle timeout between requests on a kept-alive connection, a body limit, a bound on the bytes
+//! of all requests in flight, a time limit per review; optionally, only clients with a
+//! certificate from a given CA (the API server's admission client identity); and a serving
+//! certificate that is renewed (or read again) while serving.
 
 use super::tls::{ServingCert, Source};
 use axum::Router;
-use axum_server::accept::Accept;
+use axum_server::accept::{Accept, DefaultAcceptor};
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
-use std::future::Ready;
+use futures::future::BoxFuture;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
@@ -16,7 +22,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// What one client may take of the webhook.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    /// Connections open at once; more are closed at accept (the API server retries).
+    /// Established connections open at once; more are closed after their handshake (the API
+    /// server retries). Handshakes in progress take no slot.
     pub max_connections: usize,
     /// Time for a TLS handshake.
     pub handshake_timeout: Duration,
@@ -27,6 +34,9 @@ pub struct Limits {
     /// Largest request body: an AdmissionReview holds the object and the old object, each up
     /// to the API server's 3 MiB request limit, plus the review around them.
     pub body_limit: usize,
+    /// Bytes of all request bodies held at once; a request beyond it is answered 429 before
+    /// its body is read (the API server retries).
+    pub max_bytes_in_flight: usize,
 }
 
 impl Default for Limits {
@@ -37,12 +47,60 @@ impl Default for Limits {
             header_timeout: Duration::from_secs(30),
             review_timeout: Duration::from_secs(10),
             body_limit: 7 * 1024 * 1024,
+            max_bytes_in_flight: 64 * 1024 * 1024,
         }
     }
 }
 
+/// Who may call the webhook: everyone who can reach it, or only clients with a certificate
+/// signed by this CA (the API server's admission client identity).
+#[derive(Clone, Debug, Default)]
+pub struct ClientAuth {
+    /// A PEM file with the CA(s) of the allowed clients.
+    pub ca_file: Option<PathBuf>,
+}
+
 /// How often the certificate is looked at (files changed, renewal due).
 const REFRESH_EVERY: Duration = Duration::from_secs(10);
+
+/// The TLS configuration: `cert`, HTTP/2 and HTTP/1.1, and client certificates from the CA
+/// in `clients` when one is given.
+pub fn server_config(cert: &ServingCert, clients: &ClientAuth) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("the webhook certificate (tls.crt) is not PEM: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes())
+        .map_err(|e| anyhow::anyhow!("the webhook key (tls.key) is not a PEM private key: {e}"))?;
+    let builder = rustls::ServerConfig::builder();
+    let builder = match &clients.ca_file {
+        None => builder.with_no_client_auth(),
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| {
+                anyhow::anyhow!("cannot read the webhook's client CA {}: {e}; pass the file the API server's admission client certificate is signed by", path.display())
+            })?;
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(&pem) {
+                let c = c.map_err(|e| anyhow::anyhow!("{} is not a PEM certificate: {e}", path.display()))?;
+                roots.add(c).map_err(|e| anyhow::anyhow!("{}: not a usable CA certificate: {e}", path.display()))?;
+            }
+            if roots.is_empty() {
+                anyhow::bail!(
+                    "{} holds no certificate: pass the CA of the API server's admission client",
+                    path.display()
+                );
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
+                .build()
+                .map_err(|e| anyhow::anyhow!("the webhook's client CA {} is not usable: {e}", path.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| anyhow::anyhow!("the webhook certificate and key do not go together: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
 
 /// Serves `app` on `listener` with `limits`, renewing the certificate from `source`.
 pub async fn serve(
@@ -52,51 +110,56 @@ pub async fn serve(
     app: Router,
     limits: &Limits,
 ) -> anyhow::Result<()> {
-    let rustls = RustlsConfig::from_pem(cert.cert_pem.clone().into_bytes(), cert.key_pem.clone().into_bytes())
-        .await
-        .map_err(|e| anyhow::anyhow!("the webhook certificate is not usable: {e}"))?;
-    let acceptor = RustlsAcceptor::new(rustls.clone())
-        .handshake_timeout(limits.handshake_timeout)
-        .acceptor(ConnectionLimit::new(limits.max_connections));
+    serve_with(listener, source, cert, app, limits, ClientAuth::default()).await
+}
+
+/// [`serve`], accepting only the clients `clients` allows.
+pub async fn serve_with(
+    listener: std::net::TcpListener,
+    source: Source,
+    cert: ServingCert,
+    app: Router,
+    limits: &Limits,
+    clients: ClientAuth,
+) -> anyhow::Result<()> {
+    let rustls = RustlsConfig::from_config(server_config(&cert, &clients)?);
+    let handshake = RustlsAcceptor::new(rustls.clone()).handshake_timeout(limits.handshake_timeout);
+    let acceptor = ConnectionLimit::new(limits.max_connections, handshake);
     let mut server = axum_server::from_tcp(listener)?.acceptor(acceptor);
     server.http_builder().http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.header_timeout);
     server.http_builder().http2().timer(hyper_util::rt::TokioTimer::new()).keep_alive_interval(limits.header_timeout);
     let server = server.first_request_timeout(limits.header_timeout).accept_error_handler(|remote, e| {
         tracing::debug!(?remote, error = %e, "webhook connection refused");
     });
-    tokio::spawn(keep_fresh(rustls, source, cert));
+    tokio::spawn(keep_fresh(rustls, source, cert, clients));
     server.serve(app.into_make_service()).await?;
     Ok(())
 }
 
 /// Renews the served certificate when due (generated) or changed (files), until the process
 /// ends. A failed read keeps the certificate being served and says what to fix.
-async fn keep_fresh(rustls: RustlsConfig, source: Source, mut current: ServingCert) {
+async fn keep_fresh(rustls: RustlsConfig, source: Source, mut current: ServingCert, clients: ClientAuth) {
     let mut warned_expiry = false;
     loop {
         tokio::time::sleep(REFRESH_EVERY).await;
         match source.refresh(&current, SystemTime::now()) {
             Ok(None) => {}
-            Ok(Some(fresh)) => {
-                match rustls
-                    .reload_from_pem(fresh.cert_pem.clone().into_bytes(), fresh.key_pem.clone().into_bytes())
-                    .await
-                {
-                    Ok(()) => {
-                        tracing::info!(expires = ?super::tls::not_after(&fresh.cert_pem), "webhook certificate renewed");
-                        if fresh.ca_pem != current.ca_pem {
-                            tracing::warn!(
-                                "the webhook certificate's CA changed: the webhook configuration's caBundle must follow (restart the operator, or let your certificate tooling inject it)"
-                            );
-                        }
-                        current = fresh;
-                        warned_expiry = false;
+            Ok(Some(fresh)) => match server_config(&fresh, &clients) {
+                Ok(config) => {
+                    rustls.reload_from_config(config);
+                    tracing::info!(expires = ?super::tls::not_after(&fresh.cert_pem), "webhook certificate renewed");
+                    if fresh.ca_pem != current.ca_pem {
+                        tracing::warn!(
+                            "the webhook certificate's CA changed: the webhook configuration's caBundle must follow (restart the operator, or let your certificate tooling inject it)"
+                        );
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the new webhook certificate is not usable; serving the old one: fix tls.crt/tls.key");
-                    }
+                    current = fresh;
+                    warned_expiry = false;
                 }
-            }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the new webhook certificate is not usable; serving the old one: fix tls.crt/tls.key");
+                }
+            },
             Err(e) => tracing::warn!(error = %e, "cannot read the webhook certificate again; serving the old one"),
         }
         let soon = SystemTime::now() + Duration::from_secs(7 * 24 * 3600);
@@ -109,33 +172,48 @@ async fn keep_fresh(rustls: RustlsConfig, source: Source, mut current: ServingCe
     }
 }
 
-/// An acceptor that lets at most `max` connections be open at once; a connection beyond that
-/// is closed at accept.
+/// An acceptor that completes the TLS handshake (within its timeout, taking no slot), then lets
+/// at most `max` established connections be open at once; a connection beyond that is closed.
 #[derive(Clone)]
-pub struct ConnectionLimit {
+pub struct ConnectionLimit<A = RustlsAcceptor<DefaultAcceptor>> {
     permits: Arc<Semaphore>,
+    inner: A,
 }
 
-impl ConnectionLimit {
-    pub fn new(max: usize) -> Self {
-        Self { permits: Arc::new(Semaphore::new(max.max(1))) }
+impl<A> ConnectionLimit<A> {
+    pub fn new(max: usize, inner: A) -> Self {
+        Self { permits: Arc::new(Semaphore::new(max.max(1))), inner }
     }
 }
 
-impl<I, S> Accept<I, S> for ConnectionLimit {
-    type Stream = I;
-    type Service = Held<S>;
-    type Future = Ready<std::io::Result<(I, Held<S>)>>;
+impl<A, I, S> Accept<I, S> for ConnectionLimit<A>
+where
+    A: Accept<I, S> + Clone + Send + Sync + 'static,
+    A::Future: Send + 'static,
+    A::Stream: Send + 'static,
+    A::Service: Send + 'static,
+    I: Send + 'static,
+    S: Send + 'static,
+{
+    type Stream = A::Stream;
+    type Service = Held<A::Service>;
+    type Future = BoxFuture<'static, std::io::Result<(A::Stream, Held<A::Service>)>>;
 
     fn accept(&self, stream: I, service: S) -> Self::Future {
-        let result = match self.permits.clone().try_acquire_owned() {
-            Ok(permit) => Ok((stream, Held { inner: service, _permit: Arc::new(permit) })),
-            Err(_) => {
-                tracing::warn!("webhook connection limit reached; a connection was closed (the API server retries)");
-                Err(std::io::Error::other("too many webhook connections"))
+        let handshake = self.inner.accept(stream, service);
+        let permits = self.permits.clone();
+        Box::pin(async move {
+            let (stream, service) = handshake.await?;
+            match permits.try_acquire_owned() {
+                Ok(permit) => Ok((stream, Held { inner: service, _permit: Arc::new(permit) })),
+                Err(_) => {
+                    tracing::warn!(
+                        "webhook connection limit reached; a connection was closed (the API server retries)"
+                    );
+                    Err(std::io::Error::other("too many webhook connections"))
+                }
             }
-        };
-        std::future::ready(result)
+        })
     }
 }
 
@@ -157,5 +235,27 @@ impl<S: tower_service::Service<R>, R> tower_service::Service<R> for Held<S> {
 
     fn call(&mut self, req: R) -> Self::Future {
         self.inner.call(req)
+    }
+}
+
+/// The bytes of request bodies held at once, across every connection.
+#[derive(Clone)]
+pub struct ByteBudget {
+    bytes: Arc<Semaphore>,
+    /// What a request without a Content-Length reserves: the body limit.
+    unknown: usize,
+}
+
+impl ByteBudget {
+    pub fn new(total: usize, body_limit: usize) -> Self {
+        let total = total.clamp(1, Semaphore::MAX_PERMITS);
+        Self { bytes: Arc::new(Semaphore::new(total)), unknown: body_limit.min(total) }
+    }
+
+    /// Room for a body of `length` bytes (the declared length, else the body limit), held
+    /// while the request is judged; `None` when the budget is spent now.
+    pub fn reserve(&self, length: Option<usize>) -> Option<OwnedSemaphorePermit> {
+        let want = length.unwrap_or(self.unknown).clamp(1, self.unknown.max(1));
+        self.bytes.clone().try_acquire_many_owned(u32::try_from(want).unwrap_or(u32::MAX)).ok()
     }
 }

@@ -70,6 +70,12 @@ pub struct RunArgs {
     /// certificate made at start.
     #[arg(long)]
     pub webhook_cert_dir: Option<std::path::PathBuf>,
+    /// Accept admission reviews only from clients with a certificate signed by this CA (PEM):
+    /// the API server's admission client identity (the local cluster writes it to
+    /// pki/webhook-client-ca.crt; in a cluster, the CA your API server's AdmissionConfiguration
+    /// kubeconfig uses). Without it anyone who reaches the port is served.
+    #[arg(long, value_name = "FILE")]
+    pub webhook_client_ca: Option<std::path::PathBuf>,
     /// The name of this operator instance: its webhook configuration is `kwok-pools-<instance>`
     /// (or `kwok-pools` for the default instance).
     #[arg(long, default_value = "kwok-pools")]
@@ -152,6 +158,7 @@ impl RunArgs {
             cert_dir: self.webhook_cert_dir.clone(),
             object_selector,
             limits: crate::admission::serve::Limits::default(),
+            clients: crate::admission::serve::ClientAuth { ca_file: self.webhook_client_ca.clone() },
         }))
     }
 

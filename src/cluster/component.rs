@@ -97,6 +97,8 @@ impl Component {
                 format!("--service-account-key-file={}", p(layout.sa_public())),
                 format!("--service-account-signing-key-file={}", p(layout.sa_private())),
                 "--allow-privileged=true".into(),
+                // Its client certificate towards webhooks (the operator's --webhook-client-ca).
+                format!("--admission-control-config-file={}", p(layout.admission_config())),
                 "--profiling=false".into(),
                 // Room for simulators that write thousands of objects per second.
                 "--max-requests-inflight=2000".into(),

@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 /// The environment variable that overrides the home of all cluster state.
 pub const HOME_ENV: &str = "KWOK_POOLS_HOME";
 
+/// The file name (under pki/) of the CA that signs the API server's webhook client certificate.
+pub const WEBHOOK_CLIENT_CA: &str = "webhook-client-ca";
+
 /// The default home: `$KWOK_POOLS_HOME`, else `~/.kwok-pools`.
 pub fn default_home() -> PathBuf {
     if let Some(home) = std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
@@ -115,6 +118,19 @@ impl Layout {
     }
     pub fn scheduler_config(&self) -> PathBuf {
         self.dir.join("kube-scheduler.yaml")
+    }
+    /// The API server's AdmissionConfiguration (its client identity towards webhooks).
+    pub fn admission_config(&self) -> PathBuf {
+        self.dir.join("admission.yaml")
+    }
+    /// The kubeconfig the API server presents to webhooks (`*`: every webhook).
+    pub fn webhook_client_kubeconfig(&self) -> PathBuf {
+        self.dir.join("webhook-client.kubeconfig")
+    }
+    /// The CA of the API server's webhook client certificate: what a webhook (the operator's
+    /// `--webhook-client-ca`) accepts callers by.
+    pub fn webhook_client_ca(&self) -> PathBuf {
+        self.cert(WEBHOOK_CLIENT_CA)
     }
     pub fn logs(&self) -> PathBuf {
         self.dir.join("logs")

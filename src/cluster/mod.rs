@@ -225,6 +225,10 @@ pub async fn start(home: &Path, name: &str, timeout: Duration) -> Result<Duratio
         record.extra_args.iter().filter_map(|(c, a)| Component::parse(c).map(|c| (c, a.clone()))).collect();
     let started = Instant::now();
     eprintln!("starting cluster {name:?} from {}", layout.dir.display());
+    if !layout.admission_config().exists() {
+        // A cluster made before the API server had a webhook client identity.
+        pki::write_webhook_client(&layout)?;
+    }
     start_components(name, &extra, &layout, &record.ports, &bin_dir, started + timeout).await?;
     Ok(started.elapsed())
 }

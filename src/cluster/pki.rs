@@ -84,7 +84,44 @@ pub fn write_pki(layout: &Layout) -> Result<(), ClusterError> {
     let (sa_private, sa_public) = signing_key()?;
     write(&layout.sa_private(), &sa_private, true)?;
     write(&layout.sa_public(), &sa_public, false)?;
-    Ok(())
+    write_webhook_client(layout)
+}
+
+/// The API server's identity towards admission webhooks: a CA of its own (so a webhook that
+/// trusts it trusts nothing else of the cluster), a client certificate it signs, the
+/// kubeconfig that presents it to every webhook, and the AdmissionConfiguration naming it.
+pub fn write_webhook_client(layout: &Layout) -> Result<(), ClusterError> {
+    let ca = Authority::new("kwok-pools-webhook-client-ca")?;
+    write(&layout.webhook_client_ca(), &ca.pair.cert_pem, false)?;
+    let spec = LeafSpec {
+        common_name: "kube-apiserver-webhook-client",
+        organization: None,
+        sans: vec![],
+        server: false,
+        client: true,
+    };
+    let pair = ca.issue(&spec)?;
+    write(&layout.cert("apiserver-webhook-client"), &pair.cert_pem, false)?;
+    write(&layout.key("apiserver-webhook-client"), &pair.key_pem, true)?;
+    let p = |path: std::path::PathBuf| path.display().to_string();
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nusers:\n- name: '*'\n  user:\n    client-certificate: {}\n    client-key: {}\n",
+        p(layout.cert("apiserver-webhook-client")),
+        p(layout.key("apiserver-webhook-client"))
+    );
+    write(&layout.webhook_client_kubeconfig(), &kubeconfig, false)?;
+    let plugin = |name: &str| {
+        format!(
+            "- name: {name}\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: {}\n",
+            p(layout.webhook_client_kubeconfig())
+        )
+    };
+    let admission = format!(
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n{}{}",
+        plugin("ValidatingAdmissionWebhook"),
+        plugin("MutatingAdmissionWebhook")
+    );
+    write(&layout.admission_config(), &admission, false)
 }
 
 /// The kubeconfig text for cluster `name` served on `port`, with the PKI embedded so the file

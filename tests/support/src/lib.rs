@@ -239,6 +239,14 @@ impl Operator {
             args.push("--manage-nodes-with-label-selector".into());
             args.push(selector);
         }
+        // Reviews only from the API server's webhook client identity, as users run it.
+        let client_ca = self.kubeconfig.parent().map(|d| d.join("pki/webhook-client-ca.crt"));
+        if let Some(ca) = client_ca.filter(|ca| ca.exists())
+            && !self.extra.iter().any(|a| a == "--webhook-client-ca" || a == "--no-webhook")
+        {
+            args.push("--webhook-client-ca".into());
+            args.push(ca.display().to_string());
+        }
         args.extend(self.extra.iter().filter(|a| *a != "--simulate-only").cloned());
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         let mut cmd = Command::new(kwok_pools_bin());
