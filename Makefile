@@ -47,11 +47,9 @@ crds: ## Regenerate crds/ (CRDs and editor JSON schemas) from the Rust types.
 	@echo "wrote crds/kwok-pools.yaml (and the Helm chart's copy)"
 	cargo run --quiet --bin kwok-pools -- schema --out crds/schemas
 
-.PHONY: rbac
-rbac: ## Regenerate the operator's RBAC (config/rbac.yaml and the chart's) from the registered kinds.
-	cargo run --quiet --bin kwok-pools -- rbac > config/rbac.yaml
-	cargo run --quiet --bin kwok-pools -- rbac --chart > charts/kwok-pools/templates/rbac.yaml
-	@echo "wrote config/rbac.yaml and charts/kwok-pools/templates/rbac.yaml"
+.PHONY: manifests
+manifests: ## Regenerate the install's RBAC, webhook configurations and policies (config/, the chart) from the registered kinds.
+	cargo run --quiet --bin kwok-pools -- generate --root .
 
 # check-jsonschema (PyPI) validates the samples against the editor schemas.
 VENV := $(HOME)/.cache/kwok-pools/venv

@@ -143,28 +143,40 @@ pub async fn held_by_other(client: &Client, config: &LeaderConfig) -> bool {
     other && live
 }
 
-/// The leader's part of the process: waits for the lead (if elected), registers the webhook,
-/// runs the controllers. Returns, ending the process, when the lead is lost or a controller
-/// stops.
+/// The leader's part of the process: waits for the lead (if elected), registers the webhook
+/// (in the background, retrying: a registration that fails leaves this replica not Ready, with
+/// the reason in `webhook_problem`, and ends nothing), runs the controllers. Returns, ending
+/// the process, when the lead is lost or a controller stops.
 pub async fn lead(
     mut leader: Option<Leader>,
     registration: Option<crate::admission::Registration>,
     work: Vec<Work>,
     metrics: Arc<crate::telemetry::metrics::Metrics>,
-    registered: Arc<std::sync::atomic::AtomicBool>,
+    leading: Arc<std::sync::atomic::AtomicBool>,
+    webhook_problem: Arc<std::sync::Mutex<Option<String>>>,
 ) -> String {
     if let Some(l) = leader.as_mut() {
         l.acquired().await;
     }
     metrics.leader.set(1);
-    if let Some(r) = registration
-        && let Err(e) = r.apply().await
-    {
-        tracing::error!(error = %e, "the leader cannot register the webhook");
-        return "webhook registration".into();
-    }
-    registered.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut controllers = tokio::task::JoinSet::new();
+    if let Some(r) = registration {
+        // Not registered until the first attempt says so.
+        *webhook_problem.lock().unwrap_or_else(|e| e.into_inner()) = Some("webhook not registered yet".into());
+        let problem = webhook_problem.clone();
+        match r.once().await {
+            Ok(()) => {
+                *problem.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                tracing::info!("admission webhook registered");
+            }
+            Err(e) => *problem.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("webhook not registered: {e}")),
+        }
+        controllers.spawn(async move {
+            r.until_done(problem).await;
+            "webhook registration".to_string()
+        });
+    }
+    leading.store(true, std::sync::atomic::Ordering::Relaxed);
     for w in work {
         controllers.spawn(w);
     }

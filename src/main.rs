@@ -33,10 +33,11 @@ async fn main() {
             print!("{}", serde_yaml::to_string(&kwok_pools::kinds::vmipool::kubevirt_crd::crd()).unwrap_or_default());
             Ok(())
         }
-        Command::Rbac { chart } => {
-            print!("{}", if chart { kwok_pools::rbac::chart_yaml() } else { kwok_pools::rbac::config_yaml() });
-            Ok(())
-        }
+        Command::Generate { root } => kwok_pools::deploy::write_all(&root).map(|written| {
+            for path in written {
+                println!("wrote {path}");
+            }
+        }),
         Command::Schema { out } => write_schemas(&out),
         Command::Version => {
             println!("kwok-pools {}", env!("CARGO_PKG_VERSION"));

@@ -185,7 +185,14 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
     let informers = Informers::new(client.clone());
     let watched = informers.clone();
-    let problems: server::Problems = Arc::new(move || watched.problems());
+    // Why the webhook is not registered (the leader retries meanwhile).
+    let webhook_problem: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let webhook_seen = webhook_problem.clone();
+    let problems: server::Problems = Arc::new(move || {
+        let mut all = watched.problems();
+        all.extend(webhook_seen.lock().unwrap_or_else(|e| e.into_inner()).clone());
+        all
+    });
     let watched = informers.clone();
     let dead: server::Problems = Arc::new(move || watched.dead());
     let watched = informers.clone();
@@ -202,24 +209,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     filter_pods(&config, &shared.informers, &mut tasks);
     let wiring = wire_kinds(&config, &shared, &metrics)?;
     let shard = join_shard(&config, &client, &metrics, &mut tasks, &mut cleanup)?;
-    let simulations = if config.simulate {
-        let context = SimContext {
-            client: client.clone(),
-            informers: shared.informers.clone(),
-            metrics: metrics.clone(),
-            writes: WriteBudget::new(config.max_simulator_writes_in_flight),
-            shard: shard.clone(),
-            manage: config.manage.clone(),
-            lifecycles: wiring.lifecycles.clone(),
-            node_lease_duration: config.lease_duration,
-            identity: config.shard.as_ref().map(|_| config.identity.clone()),
-        };
-        let mut s = Simulations { context, config: &config, envs: &wiring.envs, out: Vec::new() };
-        kinds::visit_all(&mut s);
-        s.out
-    } else {
-        Vec::new()
-    };
+    let simulations = simulations(&config, &shared, &metrics, &shard, &wiring);
     let Wiring { peers, syncs, leader_work, .. } = wiring;
     shared.informers.start_all();
     for wait in syncs {
@@ -240,7 +230,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
             Some(webhook) => Some(crate::admission::start(client.clone(), webhook, peers, metrics.clone()).await?.1),
             None => None,
         };
-        let registered = Arc::new(AtomicBool::new(false));
+        let leading = Arc::new(AtomicBool::new(false));
         let election = leader_config(&config);
         let leader = match &election {
             Some(c) => Some(Leader::join(client.clone(), c.clone()).await?),
@@ -250,12 +240,47 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
             let handle = l.release_handle();
             cleanup.push(Box::pin(async move { handle.release().await }));
         }
-        tasks.spawn(crate::leader::lead(leader, registration, leader_work, metrics.clone(), registered.clone()));
-        await_leader_known(&client, election.as_ref(), &registered).await;
+        tasks.spawn(crate::leader::lead(
+            leader,
+            registration,
+            leader_work,
+            metrics.clone(),
+            leading.clone(),
+            webhook_problem.clone(),
+        ));
+        await_leader_known(&client, election.as_ref(), &leading).await;
     }
     ready.store(true, Ordering::Relaxed);
     tracing::info!(controllers = config.controllers, simulate = config.simulate, identity = %config.identity, "kwok-pools running");
     supervise(tasks, cleanup).await
+}
+
+/// Every registered kind's simulations, built before the informers start (none without the
+/// simulator).
+fn simulations(
+    config: &OperatorConfig,
+    shared: &Shared,
+    metrics: &Arc<Metrics>,
+    shard: &Shard,
+    wiring: &Wiring<'_>,
+) -> Vec<Simulation> {
+    if !config.simulate {
+        return Vec::new();
+    }
+    let context = SimContext {
+        client: shared.client.clone(),
+        informers: shared.informers.clone(),
+        metrics: metrics.clone(),
+        writes: WriteBudget::new(config.max_simulator_writes_in_flight),
+        shard: shard.clone(),
+        manage: config.manage.clone(),
+        lifecycles: wiring.lifecycles.clone(),
+        node_lease_duration: config.lease_duration,
+        identity: config.shard.as_ref().map(|_| config.identity.clone()),
+    };
+    let mut s = Simulations { context, config, envs: &wiring.envs, out: Vec::new() };
+    kinds::visit_all(&mut s);
+    s.out
 }
 
 /// Pods are kept only when the operator needs them ([`PodFilter`]), with the labels someone
@@ -336,8 +361,8 @@ fn join_shard(
     Ok(shard)
 }
 
-/// Ready once the webhook is registered by this replica as leader, or another replica is
-/// known to lead (this one stands by).
+/// Returns once this replica leads (its webhook registration then decides readiness), or
+/// another replica is known to lead (this one stands by).
 async fn await_leader_known(client: &Client, election: Option<&LeaderConfig>, registered: &AtomicBool) {
     let start = Instant::now();
     let mut told = Instant::now();

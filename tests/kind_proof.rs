@@ -34,18 +34,21 @@ fn the_registry_generates_its_crd_schema_and_rbac() {
     assert!(crd.spec.versions[0].subresources.as_ref().unwrap().scale.is_some(), "kubectl scale works");
     let schemas = kwok_pools::kinds::editor_schemas();
     assert!(schemas.iter().any(|(name, _)| name == "configmappool_v1alpha1.json"), "its editor schema");
-    let rbac = kwok_pools::rbac::config_yaml();
+    let rbac = kwok_pools::deploy::rbac::config_yaml();
     assert!(rbac.contains("configmappools/status"), "its pools' status is granted");
-    let rules = kwok_pools::rbac::rules();
-    let granted = |resource: &str, verb: &str, scope: kwok_pools::rbac::Scope| {
+    let rules = kwok_pools::deploy::rbac::rules();
+    let granted = |resource: &str, verb: &str, scope: kwok_pools::deploy::rbac::Scope| {
         rules
             .iter()
             .any(|r| r.scope == scope && r.resources.iter().any(|x| x == resource) && r.verbs.iter().any(|v| v == verb))
     };
-    assert!(granted("configmaps", "watch", kwok_pools::rbac::Scope::Cluster));
-    assert!(granted("configmaps", "create", kwok_pools::rbac::Scope::PoolNamespaces), "created only where pools live");
-    assert!(granted("configmaps", "patch", kwok_pools::rbac::Scope::PoolNamespaces), "updated in place");
-    assert!(!granted("configmaps", "create", kwok_pools::rbac::Scope::Cluster));
+    assert!(granted("configmaps", "watch", kwok_pools::deploy::rbac::Scope::Cluster));
+    assert!(
+        granted("configmaps", "create", kwok_pools::deploy::rbac::Scope::PoolNamespaces),
+        "created only where pools live"
+    );
+    assert!(granted("configmaps", "patch", kwok_pools::deploy::rbac::Scope::PoolNamespaces), "updated in place");
+    assert!(!granted("configmaps", "create", kwok_pools::deploy::rbac::Scope::Cluster));
 }
 
 fn review(object: serde_json::Value) -> Vec<u8> {

@@ -314,6 +314,7 @@ async fn a_webhook_url_the_certificate_does_not_cover_is_refused_at_start() {
         object_selector: None,
         limits: Limits::default(),
         clients: serve::ClientAuth::default(),
+        registration: kwok_pools::admission::RegistrationMode::Apply,
     };
     let refused = kwok_pools::admission::certificate_for(
         &config("https://10.9.8.7:9443/validate"),

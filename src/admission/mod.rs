@@ -37,6 +37,19 @@ pub struct WebhookConfig {
     pub limits: serve::Limits,
     /// Who may call the webhook (only the API server, where its client certificate is known).
     pub clients: serve::ClientAuth,
+    /// Whether the leader writes the webhook configurations or only checks them.
+    pub registration: RegistrationMode,
+}
+
+/// What the leader does with the webhook configurations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegistrationMode {
+    /// Writes them (create or patch): an operator outside the cluster, whose URL and CA nobody
+    /// else knows.
+    Apply,
+    /// Only reads them and says what is wrong: they are installed with the operator (the chart,
+    /// config/) with their CA, and its identity may not write any webhook configuration.
+    Check,
 }
 
 #[derive(Clone)]
@@ -215,26 +228,60 @@ pub fn certificate_for(config: &WebhookConfig, bound: SocketAddr) -> anyhow::Res
     Ok((tls::Source::Dir(dir.clone()), cert))
 }
 
-/// Starts the TLS server in the background and registers the webhook configuration.
-/// Returns the bound address.
-/// The webhook configurations to register: only the leader writes them.
+/// The webhook configurations this replica serves for: the leader writes them or checks them
+/// ([`RegistrationMode`]), retrying with back-off until they are right.
 pub struct Registration {
     client: kube::Client,
     name: String,
+    mode: RegistrationMode,
     vwc: k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
     mwc: k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
 }
 
 impl Registration {
-    pub async fn apply(self) -> anyhow::Result<()> {
-        register::register(self.client, &self.vwc, &self.mwc).await.map_err(|e| {
-            anyhow::anyhow!(
-                "cannot register the webhook configurations {}: {e}; in a cluster they are installed with the operator (config/webhook.yaml or the Helm chart) and it needs get/patch on them by name; locally it needs create too (or run with --no-webhook)",
-                self.name
-            )
-        })?;
-        tracing::info!(configuration = %self.name, "admission webhook registered");
-        Ok(())
+    /// One attempt: the configurations written (Apply) or found as they should be (Check); the
+    /// error says what to do.
+    pub async fn once(&self) -> anyhow::Result<()> {
+        match self.mode {
+            RegistrationMode::Apply => register::register(self.client.clone(), &self.vwc, &self.mwc).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot write the webhook configurations {}: {e}; outside a cluster the operator needs get/create/patch on them (the local cluster's admin has it; config/components/webhook-registration grants it to its ServiceAccount), or run with --no-webhook",
+                    self.name
+                )
+            }),
+            RegistrationMode::Check => register::check(self.client.clone(), &self.vwc, &self.mwc).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "the webhook configurations {} are not as this operator serves them: {e}; install them with the operator (config/webhook.yaml with `kwok-pools webhook-cert`, or the Helm chart), or let an operator outside the cluster write them (--webhook-registration apply)",
+                    self.name
+                )
+            }),
+        }
+    }
+
+    /// Tries until done, backing off (1 s doubling to a minute); `problem` says why meanwhile
+    /// (the process is not Ready while the webhook is not registered). Never gives up: a
+    /// configuration deleted or fixed later is found on a later try.
+    pub async fn until_done(self, problem: Arc<std::sync::Mutex<Option<String>>>) {
+        let mut failures = 0u32;
+        loop {
+            match self.once().await {
+                Ok(()) => {
+                    if problem.lock().unwrap_or_else(|e| e.into_inner()).take().is_some() {
+                        tracing::info!(configuration = %self.name, mode = ?self.mode, "admission webhook registered");
+                    }
+                    failures = 0;
+                    // Looked at again now and then: a configuration deleted later is put back.
+                    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    let retry = crate::backoff::retry_after(failures, std::time::Duration::from_secs(60));
+                    tracing::warn!(error = %e, retry_in = ?retry, "webhook not registered; the simulator and controllers go on, and this replica is not Ready meanwhile");
+                    *problem.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("webhook not registered: {e}"));
+                    tokio::time::sleep(retry).await;
+                }
+            }
+        }
     }
 }
 
@@ -273,5 +320,5 @@ pub async fn start(
     let vwc = register::configuration(&config.configuration_name, &endpoint, &ca_pem, config.object_selector.clone());
     let mwc = register::mutating_configuration(&vwc);
     tracing::info!(%bound, configuration = %config.configuration_name, ?endpoint, "admission webhook serving");
-    Ok((bound, Registration { client, name: config.configuration_name.clone(), vwc, mwc }))
+    Ok((bound, Registration { client, name: config.configuration_name.clone(), mode: config.registration, vwc, mwc }))
 }

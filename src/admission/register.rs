@@ -132,6 +132,74 @@ where
     }
 }
 
+/// What is wrong with the configurations as installed, compared with what this operator
+/// serves: missing, another endpoint, a CA that is not its own, rules that miss a kind.
+pub async fn check(
+    client: kube::Client,
+    validating: &ValidatingWebhookConfiguration,
+    mutating: &MutatingWebhookConfiguration,
+) -> anyhow::Result<()> {
+    let name = validating.metadata.name.clone().unwrap_or_default();
+    let found_v = Api::<ValidatingWebhookConfiguration>::all(client.clone()).get_opt(&name).await?;
+    let found_m = Api::<MutatingWebhookConfiguration>::all(client).get_opt(&name).await?;
+    let (Some(found_v), Some(found_m)) = (found_v, found_m) else {
+        anyhow::bail!("ValidatingWebhookConfiguration and MutatingWebhookConfiguration {name} must both exist");
+    };
+    let want = |hooks: Vec<(String, WebhookClientConfig, Option<Vec<RuleWithOperations>>)>,
+                have: Vec<(String, WebhookClientConfig, Option<Vec<RuleWithOperations>>)>,
+                what: &str|
+     -> anyhow::Result<()> {
+        for (hook, config, rules) in hooks {
+            let Some((_, got, got_rules)) = have.iter().find(|(n, _, _)| *n == hook) else {
+                anyhow::bail!("the {what} has no webhook {hook}");
+            };
+            if got.service != config.service || got.url != config.url {
+                anyhow::bail!(
+                    "the {what}'s webhook {hook} calls {:?}, not this operator ({:?})",
+                    got.service.as_ref().map(|s| format!("{}/{}", s.namespace, s.name)).or(got.url.clone()),
+                    config.service.as_ref().map(|s| format!("{}/{}", s.namespace, s.name)).or(config.url.clone())
+                );
+            }
+            let ca = |c: &WebhookClientConfig| {
+                c.ca_bundle.as_ref().map(|b| String::from_utf8_lossy(&b.0).trim().to_string())
+            };
+            if ca(got) != ca(&config) {
+                anyhow::bail!(
+                    "the {what}'s webhook {hook} trusts another CA than the webhook's certificate (ca.crt of its Secret)"
+                );
+            }
+            let resources = |r: &Option<Vec<RuleWithOperations>>| -> Vec<String> {
+                let mut v: Vec<String> =
+                    r.iter().flatten().flat_map(|r| r.resources.clone().unwrap_or_default()).collect();
+                v.sort();
+                v
+            };
+            let missing: Vec<String> =
+                resources(&rules).into_iter().filter(|r| !resources(got_rules).contains(r)).collect();
+            if !missing.is_empty() {
+                anyhow::bail!("the {what}'s webhook {hook} does not cover {}", missing.join(", "));
+            }
+        }
+        Ok(())
+    };
+    let v = |c: &ValidatingWebhookConfiguration| {
+        c.webhooks
+            .iter()
+            .flatten()
+            .map(|w| (w.name.clone(), w.client_config.clone(), w.rules.clone()))
+            .collect::<Vec<_>>()
+    };
+    let m = |c: &MutatingWebhookConfiguration| {
+        c.webhooks
+            .iter()
+            .flatten()
+            .map(|w| (w.name.clone(), w.client_config.clone(), w.rules.clone()))
+            .collect::<Vec<_>>()
+    };
+    want(v(validating), v(&found_v), "ValidatingWebhookConfiguration")?;
+    want(m(mutating), m(&found_m), "MutatingWebhookConfiguration")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

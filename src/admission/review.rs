@@ -69,6 +69,19 @@ async fn judge<K: PoolKind>(req: &AdmissionRequest<DynamicObject>, judge: &Judge
     let mut problems = new.problems(old.as_ref(), &peers);
     if problems.is_empty()
         && let Some(client) = &judge.client
+    {
+        // A pool creates its children on its creator's behalf: only someone who may create
+        // them may ask for them.
+        match may_create_children::<K>(client, req, &new).await {
+            Ok(None) => {}
+            Ok(Some(refusal)) => problems.push(refusal),
+            Err(e) => {
+                tracing::warn!(error = %e, kind = %req.kind.kind, "cannot ask whether the requester may create the children; not judged")
+            }
+        }
+    }
+    if problems.is_empty()
+        && let Some(client) = &judge.client
         && needs_dry_run(&new, old.as_ref())
     {
         match dry_run::child_problems(client.clone(), &new, &K::validation_env()).await {
@@ -83,6 +96,47 @@ async fn judge<K: PoolKind>(req: &AdmissionRequest<DynamicObject>, judge: &Judge
         resp.warnings = Some(warnings);
     }
     if problems.is_empty() { (true, resp) } else { (false, resp.deny(problems.join("; "))) }
+}
+
+/// Whether the person asking may create the pool's children where the pool would (a
+/// SubjectAccessReview for them): `Some(refusal)` says what they lack.
+async fn may_create_children<K: PoolKind>(
+    client: &kube::Client,
+    req: &AdmissionRequest<DynamicObject>,
+    pool: &K,
+) -> kube::Result<Option<String>> {
+    use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+    let user = &req.user_info;
+    let (group, resource) = (<K::Child as kube::Resource>::group(&()), <K::Child as kube::Resource>::plural(&()));
+    let namespace = pool.meta().namespace.clone();
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: user.username.clone(),
+            groups: user.groups.clone(),
+            uid: user.uid.clone(),
+            extra: user.extra.as_ref().map(|e| e.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+            resource_attributes: Some(ResourceAttributes {
+                namespace: namespace.clone(),
+                verb: Some("create".into()),
+                group: Some(group.to_string()),
+                resource: Some(resource.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = kube::Api::<SubjectAccessReview>::all(client.clone()).create(&Default::default(), &review).await?;
+    if answer.status.is_some_and(|s| s.allowed) {
+        return Ok(None);
+    }
+    let who = user.username.clone().unwrap_or_else(|| "the requester".into());
+    let place = namespace.map_or_else(|| "in the cluster".to_string(), |ns| format!("in namespace {ns}"));
+    Ok(Some(format!(
+        "{who} may not create {resource} {place}: a {} creates its {}s on its creator's behalf, so creating or changing one needs create on {resource} there too (ask an administrator for it)",
+        K::kind(&()),
+        K::NOUN
+    )))
 }
 
 /// Errors that make the answer an HTTP 400: the body is not an AdmissionReview.
@@ -170,6 +224,7 @@ impl AllowAnyway for AdmissionResponse {
 mod tests {
     use super::*;
     use crate::kinds::nodepool::NodePool;
+    use crate::pool::fixtures::{Call, Reply, strict_api};
     use kube::runtime::reflector::store::Writer;
     use serde_json::json;
 
@@ -216,23 +271,6 @@ mod tests {
 
     fn offline(store: Store<NodePool>) -> Judge {
         Judge { peers: Peers::default().with(store), client: None }
-    }
-
-    /// A client whose API server answers every request with `code` and `body`, and records
-    /// the requests (method and path with query).
-    fn api_server(code: u16, body: serde_json::Value) -> (kube::Client, Arc<std::sync::Mutex<Vec<String>>>) {
-        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let log = seen.clone();
-        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-            log.lock().unwrap().push(format!("{} {}", req.method(), req.uri()));
-            let body = serde_json::to_vec(&body).unwrap();
-            async move {
-                Ok::<_, std::convert::Infallible>(
-                    http::Response::builder().status(code).body(kube::client::Body::from(body)).unwrap(),
-                )
-            }
-        });
-        (kube::Client::new(service, "default"), seen)
     }
 
     fn podpool(image: Option<&str>) -> serde_json::Value {
@@ -286,47 +324,92 @@ mod tests {
         assert!(answer(br#"{"request": 5}"#, &judge).await.is_err());
     }
 
+    const SAR: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    const DRY_RUN: &str = "/api/v1/namespaces/d/pods";
+
+    /// The API server's answer to a SubjectAccessReview, `times` times.
+    fn access(allowed: bool, times: usize) -> Call {
+        Call::new("POST", SAR, times, move |seen| {
+            let mut review = seen.body.clone();
+            review["status"] = json!({"allowed": allowed});
+            Reply::json(201, review)
+        })
+    }
+
+    fn dry_run(times: usize, code: u16, body: serde_json::Value) -> Call {
+        Call::new("POST", DRY_RUN, times, move |_| Reply::json(code, body.clone()))
+    }
+
     #[tokio::test]
     async fn the_api_server_judges_the_rendered_child_at_its_template_path() {
-        let (client, seen) = api_server(
-            422,
-            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422, "reason": "Invalid",
+        let (client, verifier) = strict_api(vec![
+            access(true, 1),
+            dry_run(
+                1,
+                422,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422, "reason": "Invalid",
                    "message": "Pod \"w-11\" is invalid: spec.containers[0].image: Required value",
                    "details": {"name": "w-11", "kind": "Pod", "causes": [
                        {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers[0].image"}]}}),
-        );
+            ),
+        ]);
         let judge = Judge { peers: Peers::default(), client: Some(client) };
         let (kind, allowed, r) = answer(&review("PodPool", podpool(None), None), &judge).await.unwrap();
         assert_eq!((kind, allowed), ("PodPool", false));
         assert_eq!(message(&r), "spec.podTemplate.spec.containers[0].image: Required value");
-        let seen = seen.lock().unwrap().clone();
-        assert_eq!(seen.len(), 1, "{seen:?}");
-        assert!(seen[0].starts_with("POST /api/v1/namespaces/d/pods?") && seen[0].contains("dryRun=All"), "{seen:?}");
+        verifier.assert_done();
+        let seen = verifier.seen();
+        assert!(seen[1].query.contains("dryRun=All"), "{:?}", seen[1]);
+        // The access review asks about the requester, for the pool's children where they go.
+        let spec = &seen[0].body["spec"];
+        assert_eq!(spec["user"], "admin");
+        assert_eq!(
+            spec["resourceAttributes"],
+            json!({"namespace": "d", "verb": "create", "group": "", "resource": "pods"})
+        );
+    }
+
+    #[tokio::test]
+    async fn a_requester_who_may_not_create_the_children_is_refused_before_any_dry_run() {
+        let (client, verifier) = strict_api(vec![access(false, 1)]);
+        let judge = Judge { peers: Peers::default(), client: Some(client) };
+        let (_, allowed, r) = answer(&review("PodPool", podpool(Some("nginx")), None), &judge).await.unwrap();
+        assert!(!allowed);
+        let m = message(&r);
+        assert!(m.contains("admin may not create pods in namespace d") && m.contains("on its creator's behalf"), "{m}");
+        verifier.assert_done();
     }
 
     #[tokio::test]
     async fn an_update_that_renders_the_same_children_is_not_sent_again() {
-        let (client, seen) = api_server(500, json!({"code": 500, "message": "must not be called"}));
+        let (client, verifier) = strict_api(vec![
+            access(true, 2),
+            dry_run(1, 500, json!({"code": 500, "message": "the API server cannot judge"})),
+        ]);
         let judge = Judge { peers: Peers::default(), client: Some(client) };
         let mut scaled = podpool(Some("nginx"));
         scaled["spec"]["podCount"] = json!(15);
         let (_, allowed, _) = answer(&review("PodPool", scaled, Some(podpool(Some("nginx")))), &judge).await.unwrap();
         assert!(allowed);
-        assert!(seen.lock().unwrap().is_empty());
+        assert!(!verifier.seen().iter().any(|s| s.path == DRY_RUN), "no dry run for a scale");
         // A new template, or a longer child name (101 pods: `w-100`), is judged again.
         let mut grown = podpool(Some("nginx"));
         grown["spec"]["podCount"] = json!(101);
         let (_, allowed, _) = answer(&review("PodPool", grown, Some(podpool(Some("nginx")))), &judge).await.unwrap();
         assert!(allowed, "an API server that cannot judge lets the pool through");
-        assert_eq!(seen.lock().unwrap().len(), 1);
+        verifier.assert_done();
     }
 
     #[tokio::test]
     async fn a_child_that_exists_already_passed_validation() {
-        let (client, _) = api_server(409, json!({"code": 409, "reason": "AlreadyExists", "message": "exists"}));
+        let (client, verifier) = strict_api(vec![
+            access(true, 1),
+            dry_run(1, 409, json!({"code": 409, "reason": "AlreadyExists", "message": "exists"})),
+        ]);
         let judge = Judge { peers: Peers::default(), client: Some(client) };
         let (_, allowed, r) = answer(&review("PodPool", podpool(Some("nginx")), None), &judge).await.unwrap();
         assert!(allowed, "{}", message(&r));
+        verifier.assert_done();
     }
 
     #[test]

@@ -53,6 +53,25 @@ impl MaxUnavailable {
     }
 }
 
+/// Where a workload pool's children may run.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Placement {
+    /// Only on simulated nodes: every child selects `type: kwok` and tolerates the fake-node
+    /// taint, whatever else the template says (the default: a pool's children never run on a
+    /// real node).
+    #[default]
+    Simulated,
+    /// Wherever the template says. The operator creates such pods only in namespaces an
+    /// administrator labelled `pools.kwok.x-k8s.io/unconfined=true` (its admission policy).
+    Any,
+}
+
+impl Placement {
+    pub fn is_default(&self) -> bool {
+        *self == Placement::Simulated
+    }
+}
+
 /// The largest count any pool accepts.
 pub const MAX_COUNT: i32 = 100_000;
 

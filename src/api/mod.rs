@@ -11,4 +11,4 @@ pub mod ranges;
 pub mod schema;
 pub mod validation;
 
-pub use common::{GROUP_VERSION, PoolStatus, SubnetRange, TemplateMetadata};
+pub use common::{GROUP_VERSION, Placement, PoolStatus, SubnetRange, TemplateMetadata};

@@ -41,12 +41,12 @@ pub enum Command {
         #[arg(long)]
         kubevirt: bool,
     },
-    /// Print the operator's RBAC, generated from the registered kinds: config/rbac.yaml, or
-    /// with --chart the Helm chart's templates/rbac.yaml.
-    Rbac {
-        /// Print the Helm chart's template instead.
-        #[arg(long)]
-        chart: bool,
+    /// Write the install's generated manifests (RBAC, webhook configurations, admission
+    /// policies) for kustomize (config/) and the Helm chart, from the registered kinds.
+    Generate {
+        /// The repository root to write under.
+        #[arg(long, default_value = ".")]
+        root: std::path::PathBuf,
     },
     /// Write one JSON Schema per kind for editors and validators (`{kind}_{version}.json`).
     Schema {

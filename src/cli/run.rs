@@ -76,6 +76,12 @@ pub struct RunArgs {
     /// kubeconfig uses). Without it anyone who reaches the port is served.
     #[arg(long, value_name = "FILE")]
     pub webhook_client_ca: Option<std::path::PathBuf>,
+    /// What the leader does with the webhook configurations: `apply` writes them (an operator
+    /// outside the cluster, whose URL and CA only it knows), `check` only reads them and says
+    /// what is wrong (installed with the operator, which may not write any); `auto`: apply
+    /// with --webhook-url or no endpoint, check with --webhook-service.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "apply", "check"])]
+    pub webhook_registration: String,
     /// The name of this operator instance: its webhook configuration is `kwok-pools-<instance>`
     /// (or `kwok-pools` for the default instance).
     #[arg(long, default_value = "kwok-pools")]
@@ -159,6 +165,10 @@ impl RunArgs {
             object_selector,
             limits: crate::admission::serve::Limits::default(),
             clients: crate::admission::serve::ClientAuth { ca_file: self.webhook_client_ca.clone() },
+            registration: match (self.webhook_registration.as_str(), &self.webhook_service) {
+                ("apply", _) | ("auto", None) => crate::admission::RegistrationMode::Apply,
+                _ => crate::admission::RegistrationMode::Check,
+            },
         }))
     }
 

@@ -128,6 +128,19 @@ pub trait PoolKind:
         None
     }
 
+    /// Where a workload's children may run (`None`: the children are not workloads, e.g.
+    /// the simulated nodes themselves). With [`Placement::Simulated`] the core confines every
+    /// child to simulated nodes ([`PoolKind::confine`]) after `render`.
+    fn placement(&self) -> Option<crate::api::Placement> {
+        None
+    }
+
+    /// Confines a rendered child to simulated nodes (selects `type: kwok`, tolerates the
+    /// fake-node taint): the kind says where in its child that goes.
+    fn confine(child: &mut Self::Child) {
+        let _ = child;
+    }
+
     /// An environment to render children for validation only: it reserves nothing (no
     /// address is allocated) and shares nothing with the controllers.
     fn validation_env() -> Self::Env;

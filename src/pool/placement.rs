@@ -33,6 +33,22 @@ pub fn with_fake_node_toleration(tolerations: Option<Vec<Toleration>>) -> Vec<To
     tolerations
 }
 
+/// Confines a workload to simulated nodes: `type: kwok` in its node selector (beside what the
+/// template selects) and the fake-node toleration.
+pub fn confine(node_selector: &mut Option<BTreeMap<String, String>>, tolerations: &mut Option<Vec<Toleration>>) {
+    node_selector.get_or_insert_default().insert(TYPE_LABEL.into(), TYPE_VALUE.into());
+    *tolerations = Some(with_fake_node_toleration(tolerations.take()));
+}
+
+/// A template that selects a `type` other than simulated nodes' contradicts `Simulated`
+/// placement: the message says what to do.
+pub fn selector_conflict(node_selector: Option<&BTreeMap<String, String>>, path: &str) -> Option<String> {
+    let other = node_selector?.get(TYPE_LABEL).filter(|v| v.as_str() != TYPE_VALUE)?;
+    Some(format!(
+        "{path}.nodeSelector.{TYPE_LABEL}: {other:?} selects nodes that are not simulated, but placement is Simulated: drop it, or set spec.placement: Any"
+    ))
+}
+
 /// The node selector of fake nodes.
 pub fn fake_node_selector() -> BTreeMap<String, String> {
     [(TYPE_LABEL.to_string(), TYPE_VALUE.to_string())].into()

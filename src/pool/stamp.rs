@@ -1,6 +1,7 @@
 //! What the core sets on every child, after the kind has rendered it: the name
-//! `<pool>-<index>`, the pool's namespace, the pool, index and template-hash labels and the
-//! controller owner reference. A kind renders only what is its own, so the conventions other
+//! `<pool>-<index>`, the pool's namespace, the pool, index and template-hash labels, the
+//! controller owner reference, and — for a workload whose placement is `Simulated` — the
+//! confinement to simulated nodes. A kind renders only what is its own, so the conventions other
 //! tools rely on are written once, here.
 
 use super::PoolKind;
@@ -49,6 +50,9 @@ pub fn stamp<P: PoolKind>(meta: &mut ObjectMeta, pool: &P, index: u32, hash: &st
 pub fn child<P: PoolKind>(pool: &P, index: u32, hash: &str, env: &P::Env) -> Result<P::Child, Problem> {
     let id = ChildId::new(&pool.name_any(), index);
     let mut rendered = pool.render(&id, env)?;
+    if pool.placement() == Some(crate::api::Placement::Simulated) {
+        P::confine(&mut rendered);
+    }
     stamp(rendered.meta_mut(), pool, index, hash);
     Ok(rendered)
 }

@@ -13,10 +13,10 @@ pub mod selector;
 
 pub use crate::backoff::{retry_after, timer_delay};
 
+use crate::deploy::rbac::Rule;
 use crate::informer::pod::SlimPod;
 use crate::informer::{Informers, SyncWait};
 use crate::pool::PoolKind;
-use crate::rbac::Rule;
 use crate::shard::Shard;
 use crate::telemetry::metrics::Metrics;
 use futures::future::BoxFuture;

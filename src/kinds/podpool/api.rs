@@ -2,7 +2,7 @@
 //! PodPool: a namespaced pool of Pods that, by default, land on fake nodes.
 
 use super::rules;
-use crate::api::common::{PoolStatus, TemplateMetadata};
+use crate::api::common::{Placement, PoolStatus, TemplateMetadata};
 use crate::api::lifecycle::Lifecycle;
 use crate::api::schema;
 use crate::api::validation;
@@ -83,6 +83,13 @@ pub struct PodPoolSpec {
     #[x_kube(validation = Rule::new("!has(self.nodes)").message("only a NodePool has nodes; set lifecycle.nodes on the NodePool"))]
     #[garde(custom(validation::lifecycle(false)))]
     pub lifecycle: Option<Lifecycle>,
+
+    /// Where the children may run: `Simulated` (default) confines them to simulated nodes
+    /// whatever the template says; `Any` leaves placement to the template (the operator then
+    /// creates them only in namespaces labelled `pools.kwok.x-k8s.io/unconfined=true`).
+    #[serde(default, skip_serializing_if = "Placement::is_default")]
+    #[garde(skip)]
+    pub placement: Placement,
 }
 
 /// A PodTemplateSpec whose metadata leaves the name to the pool. A whole Pod is accepted

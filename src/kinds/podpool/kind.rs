@@ -2,13 +2,13 @@
 //! template says otherwise), judged ready, and replaced on a template change.
 
 use super::PodPool;
-use crate::api::PoolStatus;
+use crate::api::{Placement, PoolStatus};
 use crate::api::conventions::HASH_LABEL;
 use crate::api::lifecycle::Lifecycle;
 use crate::informer::pod::SlimPod;
 use crate::informer::{Informer, Informers};
 use crate::kubelet::pod as pod_status;
-use crate::pool::placement::{fake_node_selector, with_fake_node_toleration};
+use crate::pool::placement::{confine, fake_node_selector, with_fake_node_toleration};
 use crate::pool::plan::UpdateMode;
 use crate::pool::stamp::from_template;
 use crate::pool::status::Problem;
@@ -39,7 +39,11 @@ impl PoolKind for PodPool {
     }
 
     fn template_hash(&self) -> String {
-        hash::of(&self.spec.pod_template.rendered_part())
+        // The placement counts only when it is not the default (existing pools keep their hash).
+        match self.spec.placement {
+            Placement::Simulated => hash::of(&self.spec.pod_template.rendered_part()),
+            other => hash::of(&(&self.spec.pod_template.rendered_part(), other)),
+        }
     }
 
     fn pool_status(&self) -> Option<&PoolStatus> {
@@ -80,11 +84,22 @@ impl PoolKind for PodPool {
         self.spec.lifecycle.as_ref()
     }
 
+    fn placement(&self) -> Option<Placement> {
+        Some(self.spec.placement)
+    }
+
+    fn confine(pod: &mut Pod) {
+        if let Some(spec) = pod.spec.as_mut() {
+            confine(&mut spec.node_selector, &mut spec.tolerations);
+        }
+    }
+
     fn render(&self, _id: &ChildId, _env: &PodEnv) -> Result<Pod, Problem> {
         let template = &self.spec.pod_template;
         let mut spec = template.spec.clone();
+        // Pods may always go to simulated nodes; with placement Any, the template's own
+        // placement decides, and a template without one still lands on simulated nodes.
         spec.tolerations = Some(with_fake_node_toleration(spec.tolerations.take()));
-        // The template's own placement wins; without one, pods go to fake nodes.
         let placed = spec.node_name.as_deref().is_some_and(|n| !n.is_empty())
             || spec.node_selector.as_ref().is_some_and(|s| !s.is_empty())
             || spec.affinity.is_some();
@@ -138,6 +153,7 @@ mod tests {
                 pod_template: PodTemplate { metadata: None, spec, ..Default::default() },
                 max_unavailable: None,
                 lifecycle: None,
+                placement: Placement::Simulated,
             },
         );
         p.metadata.namespace = Some("ns".into());
@@ -176,16 +192,18 @@ mod tests {
     }
 
     #[test]
-    fn the_template_placement_wins() {
-        let p = pool(PodSpec {
-            containers: container(),
-            node_selector: Some([("zone".to_string(), "a".to_string())].into()),
-            ..Default::default()
-        });
+    fn pods_are_confined_to_simulated_nodes_unless_placement_is_any() {
+        let zone = || Some([("zone".to_string(), "a".to_string())].into());
+        let mut p = pool(PodSpec { containers: container(), node_selector: zone(), ..Default::default() });
+        let selector = child(&p, 0, "h", &PodEnv).unwrap().spec.unwrap().node_selector.unwrap();
+        assert_eq!((selector["zone"].as_str(), selector["type"].as_str()), ("a", "kwok"), "the template's and the confinement");
+        let named = pool(PodSpec { containers: container(), node_name: Some("n1".into()), ..Default::default() });
+        let spec = child(&named, 0, "h", &PodEnv).unwrap().spec.unwrap();
+        assert_eq!(spec.node_selector.unwrap()["type"], "kwok", "a real node's kubelet refuses it");
+        p.spec.placement = Placement::Any;
         let spec = child(&p, 0, "h", &PodEnv).unwrap().spec.unwrap();
-        assert_eq!(spec.node_selector.unwrap().get("type"), None);
-        let p = pool(PodSpec { containers: container(), node_name: Some("n1".into()), ..Default::default() });
-        assert!(child(&p, 0, "h", &PodEnv).unwrap().spec.unwrap().node_selector.is_none());
+        assert_eq!(spec.node_selector.unwrap().get("type"), None, "Any: the template's own placement wins");
+        assert_ne!(p.template_hash(), pool(PodSpec { containers: container(), node_selector: zone(), ..Default::default() }).template_hash());
     }
 
     #[test]

@@ -19,7 +19,12 @@ pub fn pod_template(t: &PodTemplate, _ctx: &()) -> garde::Result {
 impl PodPool {
     /// Every problem with this pool (messages with manifest paths).
     pub fn problems(&self) -> Vec<String> {
-        check(&self.spec, &())
+        let mut out = check(&self.spec, &());
+        if self.spec.placement == crate::api::Placement::Simulated {
+            let selector = self.spec.pod_template.spec.node_selector.as_ref();
+            out.extend(crate::pool::placement::selector_conflict(selector, "spec.podTemplate.spec"));
+        }
+        out
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::kubevirt::VmiSpec;
 use super::rules;
-use crate::api::common::{PoolStatus, TemplateMetadata};
+use crate::api::common::{Placement, PoolStatus, TemplateMetadata};
 use crate::api::schema;
 use crate::api::validation;
 use garde::Validate;
@@ -72,6 +72,13 @@ pub struct VMIPoolSpec {
     #[schemars(schema_with = "schema::int_or_percent")]
     #[garde(custom(validation::max_unavailable))]
     pub max_unavailable: Option<IntOrString>,
+
+    /// Where the children may run: `Simulated` (default) confines them to simulated nodes
+    /// whatever the template says; `Any` leaves placement to the template (the operator then
+    /// creates them only in namespaces labelled `pools.kwok.x-k8s.io/unconfined=true`).
+    #[serde(default, skip_serializing_if = "Placement::is_default")]
+    #[garde(skip)]
+    pub placement: Placement,
 }
 
 /// A VirtualMachineInstance whose metadata leaves the name to the pool. A whole VMI manifest

@@ -4,9 +4,9 @@
 
 use super::kubevirt::VirtualMachineInstance;
 use super::{VMIPool, VmiFlags, kubevirt_crd};
-use crate::api::PoolStatus;
+use crate::api::{Placement, PoolStatus};
 use crate::informer::{Informer, Informers};
-use crate::pool::placement::{fake_node_selector, with_fake_node_toleration};
+use crate::pool::placement::{confine, fake_node_selector, with_fake_node_toleration};
 use crate::pool::plan::UpdateMode;
 use crate::pool::stamp::from_template;
 use crate::pool::status::Problem;
@@ -40,7 +40,11 @@ impl PoolKind for VMIPool {
     }
 
     fn template_hash(&self) -> String {
-        hash::of(&self.spec.vmi_template.rendered_part())
+        // The placement counts only when it is not the default (existing pools keep their hash).
+        match self.spec.placement {
+            Placement::Simulated => hash::of(&self.spec.vmi_template.rendered_part()),
+            other => hash::of(&(&self.spec.vmi_template.rendered_part(), other)),
+        }
     }
 
     fn pool_status(&self) -> Option<&PoolStatus> {
@@ -75,6 +79,14 @@ impl PoolKind for VMIPool {
         pool.metadata.namespace = Some("default".into());
         pool.metadata.uid = Some("example-uid".into());
         pool
+    }
+
+    fn placement(&self) -> Option<Placement> {
+        Some(self.spec.placement)
+    }
+
+    fn confine(vmi: &mut VirtualMachineInstance) {
+        confine(&mut vmi.spec.node_selector, &mut vmi.spec.tolerations);
     }
 
     fn render(&self, _id: &ChildId, _env: &VmiEnv) -> Result<VirtualMachineInstance, Problem> {

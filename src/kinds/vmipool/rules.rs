@@ -104,7 +104,12 @@ pub fn vmi_template(t: &VmiTemplate, _ctx: &()) -> garde::Result {
 impl VMIPool {
     /// Every problem with this pool (messages with manifest paths).
     pub fn problems(&self) -> Vec<String> {
-        check(&self.spec, &())
+        let mut out = check(&self.spec, &());
+        if self.spec.placement == crate::api::Placement::Simulated {
+            let selector = self.spec.vmi_template.spec.node_selector.as_ref();
+            out.extend(crate::pool::placement::selector_conflict(selector, "spec.vmiTemplate.spec"));
+        }
+        out
     }
 }
 

@@ -368,6 +368,23 @@ impl Drop for Operator {
     }
 }
 
+/// A kubeconfig that acts as the ServiceAccount `namespace/name` of the test cluster (through
+/// impersonation), in a directory kept while the returned guard lives.
+pub fn service_account_kubeconfig(namespace: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
+    let mut kc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(kubeconfig()).unwrap()).unwrap();
+    for user in kc["users"].as_sequence_mut().unwrap() {
+        user["user"]["as"] = format!("system:serviceaccount:{namespace}:{name}").into();
+        user["user"]["as-groups"] = serde_yaml::from_str(&format!(
+            "[system:serviceaccounts, 'system:serviceaccounts:{namespace}', system:authenticated]"
+        ))
+        .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+    (dir, path)
+}
+
 /// Deletes a cluster-scoped object by kind and name, not waiting.
 pub fn delete_quietly(kind: &str, name: &str) {
     let _ = kubectl(&["delete", kind, name, "--wait=false", "--ignore-not-found"]);

@@ -1,6 +1,8 @@
-//! Node leases in `kube-node-lease`: the heartbeat the node lifecycle controller watches.
+//! Node leases in `kube-node-lease`: the heartbeat the node lifecycle controller watches. Every
+//! Lease the simulator writes is annotated `kwok.x-k8s.io/node=fake`, as its node is: the
+//! admission policy lets the operator's identity write no other Lease there.
 
-use crate::api::conventions::FIELD_MANAGER;
+use crate::api::conventions::{FAKE_NODE_ANNOTATION, FAKE_VALUE, FIELD_MANAGER};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
@@ -20,13 +22,14 @@ fn owner(node_name: &str, node_uid: &str) -> OwnerReference {
     }
 }
 
-/// The lease of `node_name` as a kubelet writes it.
+/// The lease of `node_name` as a kubelet writes it, marked as a simulated node's.
 pub fn lease(node_name: &str, node_uid: &str, duration_secs: i32, now: MicroTime) -> Lease {
     Lease {
         metadata: ObjectMeta {
             name: Some(node_name.into()),
             namespace: Some(LEASE_NAMESPACE.into()),
             owner_references: Some(vec![owner(node_name, node_uid)]),
+            annotations: Some([(FAKE_NODE_ANNOTATION.to_string(), FAKE_VALUE.to_string())].into()),
             ..Default::default()
         },
         spec: Some(LeaseSpec {
@@ -84,7 +87,7 @@ pub async fn renew(
     let post = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
     let mut fresh = lease(&name, &uid, duration_secs, now.clone());
     if let Some(me) = simulator {
-        fresh.metadata.annotations = Some([(SIMULATOR_ANNOTATION.to_string(), me.to_string())].into());
+        fresh.metadata.annotations.get_or_insert_default().insert(SIMULATOR_ANNOTATION.to_string(), me.to_string());
     }
     match api.create(&post, &fresh).await {
         Ok(_) => Ok(Renewed { verb: "create", ours: true }),
@@ -97,8 +100,9 @@ pub async fn renew(
             if !uid.is_empty() {
                 patch["metadata"]["ownerReferences"] = serde_json::json!([owner(&name, &uid)]);
             }
+            patch["metadata"]["annotations"] = serde_json::json!({ FAKE_NODE_ANNOTATION: FAKE_VALUE });
             if let Some(me) = simulator {
-                patch["metadata"]["annotations"] = serde_json::json!({ SIMULATOR_ANNOTATION: me });
+                patch["metadata"]["annotations"][SIMULATOR_ANNOTATION] = me.into();
             }
             api.patch(&name, &pp, &Patch::Merge(&patch)).await.map(|_| Renewed { verb: "renew", ours: true })
         }

@@ -9,7 +9,7 @@ pub mod pods;
 use super::{NodeEnv, NodeFlags, NodePool};
 use crate::informer::{SyncWait, shared, wait_synced};
 use crate::kubelet::node as node_status;
-use crate::rbac::Rule;
+use crate::deploy::rbac::Rule;
 use crate::simulator::lifecycle::Defaults;
 use crate::simulator::{SimContext, Simulate, Simulation};
 use kube::ResourceExt;

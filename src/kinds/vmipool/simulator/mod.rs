@@ -11,7 +11,7 @@ use super::{VMIPool, VmiEnv};
 use crate::informer::pod::SlimPod;
 use crate::informer::{shared, wait_synced};
 use crate::pool::controller::crd_established;
-use crate::rbac::Rule;
+use crate::deploy::rbac::Rule;
 use crate::simulator::selector::Selector;
 use crate::simulator::{SimContext, Simulate, Simulation};
 use kube::Client;
@@ -71,13 +71,16 @@ impl Simulate for VMIPool {
             Rule::cluster("kubevirt.io", &["virtualmachineinstances/status"], &["patch"], "VMI status, for a KubeVirt whose CRD has the subresource"),
             Rule::pool_namespaces("", &["pods"], &["create"], "launcher pods of VMIs"),
             Rule::cluster("apiextensions.k8s.io", &["customresourcedefinitions"], &["get"], "whether KubeVirt (and its VMI CRD) is installed"),
-            Rule::named(
+            // Only for handler-only mode beside a real KubeVirt, only in KubeVirt's namespace.
+            Rule::namespace(
+                "kubevirt",
                 "",
                 &["serviceaccounts"],
                 &["impersonate"],
-                &["kubevirt-handler"],
                 "beside a real KubeVirt, VMI status is written as its handler (KubeVirt's webhook puts back status written by anyone else)",
-            ),
+            )
+            .named_only(&["kubevirt-handler"])
+            .when("kubevirtHandler"),
         ]
     }
 }

@@ -201,8 +201,19 @@ fn label_value(name: &str) -> String {
     format!("{}-{hex}", name.chars().take(54).collect::<String>().trim_end_matches(['-', '.']))
 }
 
-/// The launcher pod of `vmi` (named by the API server from `virt-launcher-<vmi>-`).
+/// The launcher pod of `vmi` (named by the API server from `virt-launcher-<vmi>-`), with the
+/// VMI's placement and confined to simulated nodes: playing virt-controller means no real
+/// KubeVirt runs, so only a simulated node can run it (and the operator's admission policy
+/// lets it create no other pod).
 pub fn launcher_pod(vmi: &VirtualMachineInstance) -> Pod {
+    let mut pod = launcher_pod_as_kubevirt_makes_it(vmi);
+    if let Some(spec) = pod.spec.as_mut() {
+        crate::pool::placement::confine(&mut spec.node_selector, &mut spec.tolerations);
+    }
+    pod
+}
+
+fn launcher_pod_as_kubevirt_makes_it(vmi: &VirtualMachineInstance) -> Pod {
     let name = vmi.metadata.name.clone().unwrap_or_default();
     let uid = vmi.metadata.uid.clone().unwrap_or_default();
     let mut labels = vmi.metadata.labels.clone().unwrap_or_default();
@@ -552,6 +563,7 @@ mod tests {
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         assert_eq!(spec.readiness_gates.unwrap()[0].condition_type, UNPAUSED_GATE);
         assert_eq!(spec.node_selector.unwrap()["type"], "kwok");
+        assert!(crate::pool::placement::tolerates_fake_nodes(&spec.tolerations.clone().unwrap()), "confined to simulated nodes");
         assert_eq!(spec.enable_service_links, Some(false));
         let c = &spec.containers[0];
         assert_eq!(c.name, "compute");

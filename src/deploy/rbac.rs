@@ -1,9 +1,16 @@
 //! The operator's RBAC, generated from the registry: every kind brings the rights on its pools
 //! and children (from its [`PoolKind`]) and its simulator's ([`Simulate::simulator_rules`]);
-//! the rest of the process adds its own (events, leases, its webhook configurations). One
-//! model, rendered twice — `config/rbac.yaml` (kustomize) and the Helm chart's
-//! `templates/rbac.yaml` — so the two never drift (`make rbac`; a test compares).
+//! the rest of the process adds its own (events, leases, reading its webhook configurations,
+//! asking who may create what). Rights only some installs need are *optional*: rendered apart
+//! (a kustomize component, a chart value) and bound only when asked for. One model, rendered
+//! twice — `config/` (kustomize) and the Helm chart — so the two never drift
+//! (`make manifests`; a test compares). Beside them, aggregated `view`/`edit` roles give
+//! people the pools as the built-in roles give them workloads.
+//!
+//! [`PoolKind`]: crate::pool::PoolKind
+//! [`Simulate::simulator_rules`]: crate::simulator::Simulate::simulator_rules
 
+use super::{CHART, CONFIG, Spelling};
 use crate::api::common::GROUP;
 use crate::informer::shared::LEASE_NAMESPACE;
 use crate::kinds::{self, Kind, Visitor};
@@ -33,6 +40,9 @@ pub struct Rule {
     /// Only these objects (empty: every object).
     pub names: Vec<String>,
     pub why: String,
+    /// Granted only when the install asks for it: the chart value `rbac.<key>.enabled`, the
+    /// kustomize component `config/components/<key in kebab case>` (`None`: always).
+    pub optional: Option<&'static str>,
 }
 
 fn strings(items: &[&str]) -> Vec<String> {
@@ -48,7 +58,20 @@ impl Rule {
             verbs: strings(verbs),
             names: vec![],
             why: why.into(),
+            optional: None,
         }
+    }
+
+    /// Only these objects.
+    pub fn named_only(mut self, names: &[&str]) -> Self {
+        self.names = strings(names);
+        self
+    }
+
+    /// Granted only when the install asks for `key` (see [`Rule::optional`]).
+    pub fn when(mut self, key: &'static str) -> Self {
+        self.optional = Some(key);
+        self
     }
 
     pub fn cluster(group: &str, resources: &[&str], verbs: &[&str], why: &str) -> Self {
@@ -99,6 +122,11 @@ pub fn kind_rules<K: Kind>() -> Vec<Rule> {
     rules
 }
 
+/// The optional bundle that lets the operator write its own webhook configurations: only for
+/// `kwok-pools run` outside a cluster (an install ships them, with the CA, and the operator
+/// only reads them).
+pub const WEBHOOK_REGISTRATION: &str = "webhookRegistration";
+
 /// The rights of the operator process itself, whatever kinds it runs.
 fn process_rules() -> Vec<Rule> {
     vec![
@@ -106,10 +134,31 @@ fn process_rules() -> Vec<Rule> {
         Rule::named(
             "admissionregistration.k8s.io",
             &["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+            &["get"],
+            &[WEBHOOK_NAME],
+            "its own webhook configurations, by name, read only: it checks that they point at it and trust its CA",
+        ),
+        Rule::cluster(
+            "authorization.k8s.io",
+            &["subjectaccessreviews"],
+            &["create"],
+            "at admission, whether the person creating a pool may create its children (a pool creates them on their behalf)",
+        ),
+        Rule::named(
+            "admissionregistration.k8s.io",
+            &["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
             &["get", "patch"],
             &[WEBHOOK_NAME],
-            "its own webhook configurations only (endpoint and caBundle), by name: no create, nothing on any other webhook",
-        ),
+            "writing its own webhook configurations (endpoint and caBundle) when it runs outside the cluster",
+        )
+        .when(WEBHOOK_REGISTRATION),
+        Rule::cluster(
+            "admissionregistration.k8s.io",
+            &["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+            &["create"],
+            "creating them the first time (create cannot be limited by name)",
+        )
+        .when(WEBHOOK_REGISTRATION),
         Rule::operator_namespace(
             "coordination.k8s.io",
             &["leases"],
@@ -145,12 +194,13 @@ struct Merged {
     why: Vec<String>,
 }
 
-/// The rules of one scope, merged (stable order: by group, then names, then resources).
-fn merged(rules: &[Rule], scope: &Scope) -> Vec<Merged> {
+/// The rules of one scope and bundle, merged (stable order: by group, then names, then
+/// resources).
+fn merged(rules: &[Rule], scope: &Scope, optional: Option<&str>) -> Vec<Merged> {
     // (group, names, resource) → (verbs, reasons)
     type Key = (String, Vec<String>, String);
     let mut per: BTreeMap<Key, (BTreeSet<String>, Vec<String>)> = BTreeMap::new();
-    for r in rules.iter().filter(|r| &r.scope == scope) {
+    for r in rules.iter().filter(|r| &r.scope == scope && r.optional == optional) {
         for res in &r.resources {
             let e = per.entry((r.group.clone(), r.names.clone(), res.clone())).or_default();
             e.0.extend(r.verbs.iter().cloned());
@@ -180,26 +230,6 @@ fn order_verbs(verbs: BTreeSet<String>) -> Vec<String> {
     v.sort_by_key(|x| ORDER.iter().position(|o| o == x).unwrap_or(ORDER.len()));
     v
 }
-
-/// Names and namespaces as the two renderings spell them.
-struct Spelling {
-    /// The prefix of every role and binding, and the ServiceAccount's name.
-    name: &'static str,
-    /// The operator's namespace.
-    namespace: &'static str,
-    /// The webhook configurations' name.
-    webhook: &'static str,
-    /// Text before every object (labels, in the chart).
-    labels: &'static str,
-}
-
-const CONFIG: Spelling = Spelling { name: "kwok-pools", namespace: "kwok-pools", webhook: "kwok-pools", labels: "" };
-const CHART: Spelling = Spelling {
-    name: "{{ $name }}",
-    namespace: "{{ $root.Release.Namespace }}",
-    webhook: "{{ $webhookName }}",
-    labels: "\n  labels: {{- include \"kwok-pools.labels\" $root | nindent 4 }}",
-};
 
 fn list(items: &[String]) -> String {
     let quoted: Vec<String> = items.iter().map(|i| if i.is_empty() { "\"\"".to_string() } else { i.clone() }).collect();
@@ -244,10 +274,11 @@ fn binding(out: &mut String, kind: &str, name: &str, namespace: Option<&str>, ro
     );
 }
 
-/// The namespaced scopes in a stable order.
-fn fixed_namespaces(rules: &[Rule]) -> Vec<&'static str> {
+/// The namespaced scopes of one bundle, in a stable order.
+fn fixed_namespaces(rules: &[Rule], optional: Option<&str>) -> Vec<&'static str> {
     let set: BTreeSet<&'static str> = rules
         .iter()
+        .filter(|r| r.optional == optional)
         .filter_map(|r| match r.scope {
             Scope::Namespace(ns) => Some(ns),
             _ => None,
@@ -261,64 +292,154 @@ fn namespace_role_suffix(ns: &str) -> String {
     if ns == LEASE_NAMESPACE { "node-leases".into() } else { ns.to_string() }
 }
 
-/// `config/rbac.yaml`: the ServiceAccount, roles and bindings of `kwok-pools run` in the
-/// `kwok-pools` namespace (pool children allowed in `default`; bind more namespaces alike).
-pub fn config_yaml() -> String {
-    let (all, s) = (rules(), &CONFIG);
-    let mut out = String::from(
-        "# Generated by `kwok-pools rbac` (make rbac) from the registered kinds: do not edit.\n\
-         # Least privilege for `kwok-pools run`: exactly the verbs the controllers, the simulator\n\
-         # and the webhook registration use, each with why.\n\
-         apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: kwok-pools\n  namespace: kwok-pools\n",
-    );
-    role(&mut out, "ClusterRole", "kwok-pools", None, &merged(&all, &Scope::Cluster), s);
-    binding(&mut out, "ClusterRoleBinding", "kwok-pools", None, "ClusterRole", s);
-    out.push_str("# Creating children: only in the namespaces where pools live. Bind this ClusterRole with a\n# RoleBinding in each such namespace; `default` is bound here.\n");
-    role(&mut out, "ClusterRole", "kwok-pools-pool-children", None, &merged(&all, &Scope::PoolNamespaces), s);
-    binding(&mut out, "RoleBinding", "kwok-pools-pool-children", Some("default"), "ClusterRole", s);
-    for ns in fixed_namespaces(&all) {
-        let name = format!("kwok-pools-{}", namespace_role_suffix(ns));
-        role(&mut out, "Role", &name, Some(ns), &merged(&all, &Scope::Namespace(ns)), s);
-        binding(&mut out, "RoleBinding", &name, Some(ns), "Role", s);
+/// The optional bundles, in a stable order.
+pub fn optional_bundles() -> Vec<&'static str> {
+    let set: BTreeSet<&'static str> = rules().iter().filter_map(|r| r.optional).collect();
+    set.into_iter().collect()
+}
+
+/// `fooBar` → `foo-bar` (a bundle's kustomize component directory).
+pub fn kebab(key: &str) -> String {
+    let mut out = String::new();
+    for c in key.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('-');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
     }
-    let own = merged(&all, &Scope::OperatorNamespace);
-    role(&mut out, "Role", "kwok-pools-coordination", Some("kwok-pools"), &own, s);
-    binding(&mut out, "RoleBinding", "kwok-pools-coordination", Some("kwok-pools"), "Role", s);
     out
 }
 
+/// Every role and binding of one bundle (`None`: the core), spelled for a target. A namespace
+/// of an optional bundle is the chart value `rbac.<key>.namespace` in the chart.
+fn roles(out: &mut String, all: &[Rule], optional: Option<&str>, s: &Spelling) {
+    let suffix = optional.map(|k| format!("-{}", kebab(k))).unwrap_or_default();
+    let cluster = merged(all, &Scope::Cluster, optional);
+    if !cluster.is_empty() {
+        let name = format!("{}{suffix}", s.name);
+        role(out, "ClusterRole", &name, None, &cluster, s);
+        binding(out, "ClusterRoleBinding", &name, None, "ClusterRole", s);
+    }
+    let children = merged(all, &Scope::PoolNamespaces, optional);
+    if !children.is_empty() {
+        let name = format!("{}-pool-children{suffix}", s.name);
+        out.push_str("# Creating children: only in the namespaces where pools live.\n");
+        role(out, "ClusterRole", &name, None, &children, s);
+        match s.pool_namespaces {
+            Some((open, each, close)) => {
+                out.push_str(open);
+                binding(out, "RoleBinding", &name, Some(each), "ClusterRole", s);
+                out.push_str("{{- else }}\n");
+                binding(out, "ClusterRoleBinding", &name, None, "ClusterRole", s);
+                out.push_str(close);
+            }
+            None => {
+                out.push_str("# Bind it with a RoleBinding in each such namespace; `default` is bound here.\n");
+                binding(out, "RoleBinding", &name, Some("default"), "ClusterRole", s);
+            }
+        }
+    }
+    for ns in fixed_namespaces(all, optional) {
+        let name = format!("{}-{}", s.name, namespace_role_suffix(ns));
+        let spelled = match (optional, s.values) {
+            (Some(key), true) => format!("{{{{ .Values.rbac.{key}.namespace | default \"{ns}\" }}}}"),
+            _ => ns.to_string(),
+        };
+        role(out, "Role", &name, Some(&spelled), &merged(all, &Scope::Namespace(ns), optional), s);
+        binding(out, "RoleBinding", &name, Some(&spelled), "Role", s);
+    }
+    let own = merged(all, &Scope::OperatorNamespace, optional);
+    if !own.is_empty() {
+        let name = format!("{}-coordination{suffix}", s.name);
+        role(out, "Role", &name, Some(s.namespace), &own, s);
+        binding(out, "RoleBinding", &name, Some(s.namespace), "Role", s);
+    }
+}
+
+/// The aggregated roles that give people the pools: `view` (read) and `edit`/`admin` (write,
+/// scale), as Kubernetes' built-in roles give them Deployments.
+fn people_roles(out: &mut String, s: &Spelling) {
+    let plurals: Vec<String> = kinds::names().into_iter().map(|n| n.plural).collect();
+    let with = |suffix: &str| plurals.iter().map(|p| format!("{p}{suffix}")).collect::<Vec<_>>();
+    let view = vec![Merged {
+        group: GROUP.into(),
+        resources: [plurals.clone(), with("/status"), with("/scale")].concat(),
+        verbs: strings(&["get", "list", "watch"]),
+        names: vec![],
+        why: vec!["the pools, for everyone who may view workloads (aggregated into view)".into()],
+    }];
+    let edit = vec![Merged {
+        group: GROUP.into(),
+        resources: [plurals.clone(), with("/scale")].concat(),
+        verbs: strings(&["create", "update", "patch", "delete", "deletecollection"]),
+        names: vec![],
+        why: vec!["the pools, for everyone who may edit workloads (aggregated into edit and admin)".into()],
+    }];
+    let labelled = |aggregate: &[&str]| -> Spelling {
+        let mut labels = String::from(s.labels);
+        if labels.is_empty() {
+            labels.push_str("\n  labels:");
+        }
+        for to in aggregate {
+            let _ = write!(labels, "\n    rbac.authorization.k8s.io/aggregate-to-{to}: \"true\"");
+        }
+        Spelling { labels: Box::leak(labels.into_boxed_str()), ..*s }
+    };
+    out.push_str("# People: the pools in the built-in view, edit and admin roles.\n");
+    role(out, "ClusterRole", &format!("{}-pools-view", s.name), None, &view, &labelled(&["view"]));
+    role(out, "ClusterRole", &format!("{}-pools-edit", s.name), None, &edit, &labelled(&["edit", "admin"]));
+}
+
+/// `config/rbac.yaml`: the ServiceAccount, roles and bindings of `kwok-pools run` in the
+/// `kwok-pools` namespace (pool children allowed in `default`; bind more namespaces alike),
+/// and the people's aggregated roles.
+pub fn config_yaml() -> String {
+    let (all, s) = (rules(), &CONFIG);
+    let mut out = String::from(
+        "# Generated by `kwok-pools generate` (make manifests) from the registered kinds: do not edit.\n\
+         # Least privilege for `kwok-pools run`: exactly the verbs the controllers, the simulator\n\
+         # and the webhook use, each with why. Optional rights are components (config/components/).\n\
+         apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: kwok-pools\n  namespace: kwok-pools\n",
+    );
+    roles(&mut out, &all, None, s);
+    people_roles(&mut out, s);
+    out
+}
+
+/// The RBAC of an optional bundle, for its kustomize component.
+pub fn config_optional_yaml(key: &str) -> String {
+    let all = rules();
+    let mut out = format!(
+        "# Generated by `kwok-pools generate` (make manifests) from the registered kinds: do not edit.\n\
+         # Optional rights ({key}): only for installs that ask for them (see kustomization.yaml here).\n"
+    );
+    roles(&mut out, &all, Some(key), &CONFIG);
+    out.trim_start_matches("---\n").to_string()
+}
+
 /// The Helm chart's `templates/rbac.yaml`: the same roles, named after the release, pool
-/// children allowed in `rbac.poolNamespaces` (empty: everywhere).
+/// children allowed in `rbac.poolNamespaces` (empty: everywhere), optional bundles behind
+/// `rbac.<key>.enabled`.
 pub fn chart_yaml() -> String {
     let (all, s) = (rules(), &CHART);
     let mut out = String::from(
-        "{{- /* Generated by `kwok-pools rbac --chart` (make rbac) from the registered kinds: do not edit. */ -}}\n\
+        "{{- /* Generated by `kwok-pools generate` (make manifests) from the registered kinds: do not edit. */ -}}\n\
          {{- $name := include \"kwok-pools.name\" . -}}\n\
          {{- $instance := include \"kwok-pools.instance\" . -}}\n\
          {{- $webhookName := ternary \"kwok-pools\" (printf \"kwok-pools-%s\" $instance) (eq $instance \"kwok-pools\") -}}\n\
          {{- $root := . }}\n\
-         # Least privilege: the verbs the controllers, the simulator and the webhook registration\n\
-         # use (the same rules as config/rbac.yaml).\n",
+         # Least privilege: the verbs the controllers, the simulator and the webhook use (the\n\
+         # same rules as config/rbac.yaml).\n",
     );
-    role(&mut out, "ClusterRole", s.name, None, &merged(&all, &Scope::Cluster), s);
-    binding(&mut out, "ClusterRoleBinding", s.name, None, "ClusterRole", s);
-    let children = "{{ $name }}-pool-children";
-    out.push_str("# Creating children only where pools live: rbac.poolNamespaces (empty: everywhere).\n");
-    role(&mut out, "ClusterRole", children, None, &merged(&all, &Scope::PoolNamespaces), s);
-    out.push_str("{{- range $ns := .Values.rbac.poolNamespaces }}\n");
-    binding(&mut out, "RoleBinding", children, Some("{{ $ns }}"), "ClusterRole", s);
-    out.push_str("{{- else }}\n");
-    binding(&mut out, "ClusterRoleBinding", children, None, "ClusterRole", s);
-    out.push_str("{{- end }}\n");
-    for ns in fixed_namespaces(&all) {
-        let name = format!("{{{{ $name }}}}-{}", namespace_role_suffix(ns));
-        role(&mut out, "Role", &name, Some(ns), &merged(&all, &Scope::Namespace(ns)), s);
-        binding(&mut out, "RoleBinding", &name, Some(ns), "Role", s);
+    roles(&mut out, &all, None, s);
+    for key in optional_bundles() {
+        let _ = writeln!(out, "{{{{- if (.Values.rbac.{key}).enabled }}}}");
+        roles(&mut out, &all, Some(key), s);
+        out.push_str("{{- end }}\n");
     }
-    let own = merged(&all, &Scope::OperatorNamespace);
-    let coordination = "{{ $name }}-coordination";
-    role(&mut out, "Role", coordination, Some(s.namespace), &own, s);
-    binding(&mut out, "RoleBinding", coordination, Some(s.namespace), "Role", s);
+    people_roles(&mut out, s);
     out
 }
 
@@ -334,12 +455,15 @@ mod tests {
             Rule::cluster("", &["nodes"], &["watch", "list", "get"], "c"),
             Rule::pool_namespaces("", &["pods"], &["create"], "d"),
         ];
-        let m = merged(&rules, &Scope::Cluster);
+        let m = merged(&rules, &Scope::Cluster, None);
         assert_eq!(m.len(), 1, "{m:?}");
         assert_eq!(m[0].resources, ["nodes", "pods"]);
         assert_eq!(m[0].verbs, ["get", "list", "watch"]);
         assert_eq!(m[0].why, ["c", "a", "b"]);
-        assert_eq!(merged(&rules, &Scope::PoolNamespaces)[0].verbs, ["create"]);
+        assert_eq!(merged(&rules, &Scope::PoolNamespaces, None)[0].verbs, ["create"]);
+        let optional = vec![Rule::cluster("", &["secrets"], &["get"], "x").when("extra")];
+        assert!(merged(&optional, &Scope::Cluster, None).is_empty(), "an optional right stays out of the core");
+        assert_eq!(merged(&optional, &Scope::Cluster, Some("extra")).len(), 1);
     }
 
     #[test]

@@ -1,0 +1,416 @@
+//! What the operator's identity can touch, proven against the real API server: the RBAC both
+//! installs ship (config/ and the chart) grants exactly the matrix below and they agree; the
+//! admission policies refuse the identity any write to a real node, its Lease or pods that
+//! would leave simulated nodes; a person may create a pool only if they may create its
+//! children; people get the pools through the built-in view/edit roles; and a webhook
+//! registration that fails leaves the replica running, simulating and not Ready until it works.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
+
+use kwok_pools_test_support as common;
+
+use common::pools::*;
+use common::*;
+use std::process::Command;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(90);
+
+/// The tests that change the rights of the `kwok-pools/kwok-pools` ServiceAccount run one at a
+/// time (the matrix must not see the registration component another test grants for a while).
+static SHARED_IDENTITY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// `kubectl auth can-i` as `user` (and its groups).
+fn can_i(user: &str, groups: &[&str], args: &[&str]) -> bool {
+    let mut all = vec!["auth", "can-i"];
+    all.extend_from_slice(args);
+    let who = format!("--as={user}");
+    all.push(&who);
+    let group_flags: Vec<String> = groups.iter().map(|g| format!("--as-group={g}")).collect();
+    all.extend(group_flags.iter().map(String::as_str));
+    let out = kubectl(&all);
+    String::from_utf8_lossy(&out.stdout).trim() == "yes"
+}
+
+/// The operator's ServiceAccount `ns/name` as a user with its groups.
+fn sa_groups(ns: &str) -> Vec<String> {
+    vec!["system:serviceaccounts".into(), format!("system:serviceaccounts:{ns}"), "system:authenticated".into()]
+}
+
+/// The matrix: (kubectl auth can-i arguments, allowed). `{ns}` is the operator's namespace,
+/// `{pools}` a namespace where pools live, `{other}` one where none do, `{hook}` the webhook
+/// configurations' name.
+const MATRIX: &[(&str, bool)] = &[
+    ("list nodepools.pools.kwok.x-k8s.io", true),
+    ("watch podpools.pools.kwok.x-k8s.io -A", true),
+    ("patch vmipools.pools.kwok.x-k8s.io --subresource=status -n {pools}", true),
+    ("create nodepools.pools.kwok.x-k8s.io", false),
+    ("create nodes", true),
+    ("patch nodes", true),
+    ("delete nodes", true),
+    ("patch nodes --subresource=status", true),
+    ("list pods -A", true),
+    ("delete pods -n {other}", true),
+    ("create pods -n {pools}", true),
+    ("create pods -n {other}", false),
+    ("patch pods -n {other}", false),
+    ("patch pods --subresource=status -n {other}", true),
+    ("create virtualmachineinstances.kubevirt.io -n {pools}", true),
+    ("create virtualmachineinstances.kubevirt.io -n {other}", false),
+    ("create leases.coordination.k8s.io -n kube-node-lease", true),
+    ("patch leases.coordination.k8s.io -n kube-node-lease", true),
+    ("delete leases.coordination.k8s.io -n kube-node-lease", false),
+    ("create leases.coordination.k8s.io -n {ns}", true),
+    ("create leases.coordination.k8s.io -n {other}", false),
+    ("get secrets -A", false),
+    ("list configmaps -A", false),
+    ("get validatingwebhookconfigurations.admissionregistration.k8s.io/{hook}", true),
+    ("patch validatingwebhookconfigurations.admissionregistration.k8s.io/{hook}", false),
+    ("patch mutatingwebhookconfigurations.admissionregistration.k8s.io/{hook}", false),
+    ("create validatingwebhookconfigurations.admissionregistration.k8s.io", false),
+    ("impersonate serviceaccounts/kubevirt-handler -n kubevirt", false),
+    ("impersonate serviceaccounts/kubevirt-handler -n {other}", false),
+    ("create subjectaccessreviews.authorization.k8s.io", true),
+    ("create events.events.k8s.io -n {other}", true),
+    ("create clusterroles.rbac.authorization.k8s.io", false),
+];
+
+/// The matrix for the ServiceAccount `ns/name`; returns the rows that came out wrong.
+fn wrong_rows(ns: &str, name: &str, pools: &str, other: &str, hook: &str) -> Vec<String> {
+    let user = format!("system:serviceaccount:{ns}:{name}");
+    let groups = sa_groups(ns);
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    MATRIX
+        .iter()
+        .filter_map(|(row, allowed)| {
+            let filled =
+                row.replace("{ns}", ns).replace("{pools}", pools).replace("{other}", other).replace("{hook}", hook);
+            let args: Vec<&str> = filled.split_whitespace().collect();
+            (can_i(&user, &groups, &args) != *allowed).then(|| format!("{filled}: expected {allowed}"))
+        })
+        .collect()
+}
+
+/// The RBAC documents of a rendered install (roles, bindings, the ServiceAccount).
+fn rbac_docs(yaml: &str) -> String {
+    let kinds = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
+    yaml.split("\n---")
+        .filter(|doc| doc.lines().any(|l| kinds.iter().any(|k| l.trim() == format!("kind: {k}"))))
+        .map(|d| format!("---\n{}\n", d.trim_start_matches('\n')))
+        .collect()
+}
+
+#[tokio::test]
+async fn config_and_chart_grant_the_same_least_privilege_matrix() {
+    let _one_at_a_time = SHARED_IDENTITY.lock().await;
+    let client = client().await;
+    let pools = TestNamespace::new(&client, "sec-pools").await;
+    let other = TestNamespace::new(&client, "sec-other").await;
+    // config/: the operator in kwok-pools, pools allowed in `pools` by the RoleBinding the
+    // README tells a user to make.
+    kubectl_ok(&["apply", "-f", repo().join("config/namespace.yaml").to_str().unwrap()]);
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        repo().join("config/rbac.yaml").to_str().unwrap(),
+    ]);
+    apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: kwok-pools-pool-children, namespace: {}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kwok-pools-pool-children}}\nsubjects: [{{kind: ServiceAccount, name: kwok-pools, namespace: kwok-pools}}]\n",
+        pools.name
+    ));
+    let config_wrong = wrong_rows("kwok-pools", "kwok-pools", &pools.name, &other.name, "kwok-pools");
+
+    // The chart: a release of its own, pools allowed in the same namespace.
+    let release = unique("sec");
+    let chart_ns = TestNamespace::new(&client, &release).await;
+    let rendered = Command::new(repo().join("bin/helm"))
+        .args(["template", &release, repo().join("charts/kwok-pools").to_str().unwrap(), "--namespace", &chart_ns.name])
+        .args(["--set", &format!("rbac.poolNamespaces={{{}}}", pools.name)])
+        .output()
+        .expect("bin/helm (make helm)");
+    assert!(rendered.status.success(), "{}", String::from_utf8_lossy(&rendered.stderr));
+    apply(&rbac_docs(&String::from_utf8_lossy(&rendered.stdout)));
+    // The chart names its ServiceAccount, roles and webhook configurations after the release.
+    let chart_name = release.clone();
+    let hook = format!("kwok-pools-{chart_name}");
+    let chart_wrong = wrong_rows(&chart_ns.name, &chart_name, &pools.name, &other.name, &hook);
+    // The chart's cluster-wide objects are named after the release: leave none behind.
+    for kind in ["clusterrole", "clusterrolebinding"] {
+        for suffix in ["", "-pool-children", "-pools-view", "-pools-edit"] {
+            delete_quietly(kind, &format!("{chart_name}{suffix}"));
+        }
+    }
+    assert!(config_wrong.is_empty(), "config/rbac.yaml:\n{}", config_wrong.join("\n"));
+    assert!(chart_wrong.is_empty(), "the chart:\n{}", chart_wrong.join("\n"));
+}
+
+#[tokio::test]
+async fn people_get_the_pools_through_the_built_in_view_and_edit_roles() {
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "sec-people").await;
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        repo().join("config/rbac.yaml").to_str().unwrap(),
+    ]);
+    for (who, role) in [("alice", "view"), ("bob", "edit")] {
+        apply(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {who}, namespace: {}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}\nsubjects: [{{kind: User, name: {who}, apiGroup: rbac.authorization.k8s.io}}]\n",
+            ns.name
+        ));
+    }
+    let n = ns.name.clone();
+    // The aggregation controller folds the pools into the built-in roles within moments.
+    wait_for("the pools in the view and edit roles", T, || {
+        let n = n.clone();
+        async move {
+            let rows = [
+                ("alice", "get", "podpools.pools.kwok.x-k8s.io", true),
+                ("alice", "create", "podpools.pools.kwok.x-k8s.io", false),
+                ("bob", "create", "podpools.pools.kwok.x-k8s.io", true),
+                ("bob", "update", "podpools.pools.kwok.x-k8s.io/scale", true),
+                ("bob", "delete", "vmipools.pools.kwok.x-k8s.io", true),
+            ];
+            let wrong: Vec<String> = rows
+                .iter()
+                .filter(|(who, verb, what, want)| {
+                    let (resource, sub) = what.split_once('/').map_or((*what, None), |(r, s)| (r, Some(s)));
+                    let mut args = vec![*verb, resource, "-n", n.as_str()];
+                    let subresource;
+                    if let Some(s) = sub {
+                        subresource = format!("--subresource={s}");
+                        args.push(&subresource);
+                    }
+                    can_i(who, &["system:authenticated"], &args) != *want
+                })
+                .map(|(who, verb, what, want)| format!("{who} {verb} {what}: expected {want}"))
+                .collect();
+            if wrong.is_empty() { Ok(()) } else { Err(wrong.join("; ")) }
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_operator_identity_cannot_touch_a_real_node_its_lease_or_unconfined_pods() {
+    let _one_at_a_time = SHARED_IDENTITY.lock().await;
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "sec-policy").await;
+    for file in ["namespace.yaml", "rbac.yaml", "policy.yaml"] {
+        kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            repo().join("config").join(file).to_str().unwrap(),
+        ]);
+    }
+    apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: kwok-pools-pool-children, namespace: {}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kwok-pools-pool-children}}\nsubjects: [{{kind: ServiceAccount, name: kwok-pools, namespace: kwok-pools}}]\n",
+        ns.name
+    ));
+    let real = unique("real-node");
+    let fake = unique("fake-node");
+    // A real node (as an administrator registers it) and a simulated one, with their Leases.
+    apply(&format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: {real}}}\n---\napiVersion: v1\nkind: Node\nmetadata: {{name: {fake}, annotations: {{kwok.x-k8s.io/node: fake}}}}\n---\napiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: {real}, namespace: kube-node-lease}}\nspec: {{holderIdentity: {real}, leaseDurationSeconds: 40}}\n"
+    ));
+    let as_sa = [
+        "--as=system:serviceaccount:kwok-pools:kwok-pools",
+        "--as-group=system:serviceaccounts",
+        "--as-group=system:authenticated",
+    ];
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&as_sa);
+        let out = kubectl(&all);
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    // The policies take a moment to be loaded by the API server.
+    wait_for("the policy to refuse a write to a real node", T, || {
+        let real = real.clone();
+        async move {
+            let (ok, err) = run(&["label", "node", &real, "touched=yes", "--overwrite"]);
+            if !ok && err.contains("may write only simulated nodes") { Ok(()) } else { Err(format!("{ok} {err}")) }
+        }
+    })
+    .await;
+    let denied = |(ok, err): (bool, String), what: &str, says: &str| {
+        assert!(!ok && err.contains(says), "{what}: {err}");
+    };
+    // Status writes as the operator makes them (a patch of the subresource, no read first).
+    let (_dir, sa) = service_account_kubeconfig("kwok-pools", "kwok-pools");
+    let kc = kube::config::Kubeconfig::read_from(&sa).unwrap();
+    let as_operator =
+        kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap()).unwrap();
+    let refused = |r: kube::Result<serde_json::Value>, what: &str, says: &str| match r {
+        Err(kube::Error::Api(s)) => assert!(s.code == 403 && s.message.contains(says), "{what}: {}", s.message),
+        other => panic!("{what}: {other:?}"),
+    };
+    let pp = kube::api::PatchParams::default();
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(as_operator.clone());
+    let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    refused(
+        nodes.patch_status(&real, &pp, &kube::api::Patch::Merge(&ready)).await.map(|_| serde_json::Value::Null),
+        "the status of a real node",
+        "may write only simulated nodes",
+    );
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(as_operator.clone(), "kube-node-lease");
+    let renew = serde_json::json!({"spec": {"renewTime": "2030-01-01T00:00:00.000000Z"}});
+    refused(
+        leases.patch(&real, &pp, &kube::api::Patch::Merge(&renew)).await.map(|_| serde_json::Value::Null),
+        "a real node's Lease",
+        "Leases of simulated nodes",
+    );
+    denied(run(&["delete", "node", &real]), "deleting a real node", "may write only simulated nodes");
+    denied(
+        run(&["annotate", "node", &real, "kwok.x-k8s.io/node=fake"]),
+        "making a real node look simulated",
+        "may write only simulated nodes",
+    );
+    let (ok, err) = run(&["label", "node", &fake, "touched=yes", "--overwrite"]);
+    assert!(ok, "a simulated node may be written: {err}");
+    // Pods: created only if they select simulated nodes (unless the namespace says otherwise).
+    denied(
+        run(&["run", "loose", "-n", &ns.name, "--image=nginx"]),
+        "a pod that may land on a real node",
+        "select simulated nodes",
+    );
+    let confined = r#"{"spec":{"nodeSelector":{"type":"kwok"}}}"#;
+    let (ok, err) = run(&["run", "confined", "-n", &ns.name, "--image=nginx", &format!("--overrides={confined}")]);
+    assert!(ok, "a pod that selects simulated nodes: {err}");
+    kubectl_ok(&["label", "namespace", &ns.name, "pools.kwok.x-k8s.io/unconfined=true"]);
+    wait_for("an unconfined namespace to take any pod", T, || {
+        let ns = ns.name.clone();
+        async move {
+            let (ok, err) = run(&["run", "anywhere", "-n", &ns, "--image=nginx"]);
+            if ok { Ok(()) } else { Err(err) }
+        }
+    })
+    .await;
+    // A pod that neither selects nor tolerates simulated nodes: its status is not the
+    // operator's to write.
+    kubectl_ok(&["run", "admins", "-n", &ns.name, "--image=nginx"]);
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(as_operator, &ns.name);
+    let running = serde_json::json!({"status": {"phase": "Running"}});
+    refused(
+        pods.patch_status("admins", &pp, &kube::api::Patch::Merge(&running)).await.map(|_| serde_json::Value::Null),
+        "a real pod's status",
+        "may run on simulated nodes",
+    );
+    delete_quietly("node", &real);
+    delete_quietly("node", &fake);
+    let _ = kubectl(&["delete", "lease", &real, "-n", "kube-node-lease", "--wait=false"]);
+}
+
+#[tokio::test]
+async fn creating_a_pool_needs_the_right_to_create_its_children() {
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "sec-sar").await;
+    let scope = unique("sar");
+    let mut op = Operator::start(&scope, &[]);
+    op.wait_ready().await;
+    // A person who may manage PodPools there, but not create pods.
+    let who = unique("pool-user");
+    apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {who}, namespace: {ns}}}\nrules: [{{apiGroups: [pools.kwok.x-k8s.io], resources: [podpools], verbs: [get, list, create, update, patch]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {who}, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {who}}}\nsubjects: [{{kind: User, name: {who}, apiGroup: rbac.authorization.k8s.io}}]\n",
+        ns = ns.name
+    ));
+    let pool = format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata: {{name: web, namespace: {}, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  podCount: 1\n  podTemplate:\n    spec:\n      nodeName: some-real-node\n      containers: [{{name: a, image: nginx}}]\n",
+        ns.name
+    );
+    let as_user = format!("--as={who}");
+    let out = kubectl_stdin(&["apply", "-f", "-", &as_user], Some(&pool));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(&format!("{who} may not create pods in namespace {}", ns.name)),
+        "{err}"
+    );
+    // Given the right to create pods, the same person may.
+    apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {who}-pods, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}}\nsubjects: [{{kind: User, name: {who}, apiGroup: rbac.authorization.k8s.io}}]\n",
+        ns = ns.name
+    ));
+    wait_for("the pool to be accepted", T, || {
+        let (pool, as_user) = (pool.clone(), as_user.clone());
+        async move {
+            let out = kubectl_stdin(&["apply", "-f", "-", &as_user], Some(&pool));
+            if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) }
+        }
+    })
+    .await;
+    // Its pod names a real node, yet it is confined to simulated nodes: a real node's kubelet
+    // would refuse it (its node selector does not match), and the scheduler never sends it.
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), &ns.name);
+    let pod = wait_for("the pool's pod", T, || {
+        let pods = pods.clone();
+        async move { pods.get_opt("web-0").await.map_err(|e| e.to_string())?.ok_or("not yet".to_string()) }
+    })
+    .await;
+    let spec = pod.spec.unwrap();
+    assert_eq!(spec.node_selector.unwrap()["type"], "kwok", "confined to simulated nodes");
+    op.stop();
+}
+
+/// The readiness text of `op` once it says `want`.
+async fn readyz_saying(op: &Operator, want: &str) -> String {
+    let url = format!("http://127.0.0.1:{}/readyz", op.metrics_port);
+    wait_for(&format!("/readyz to say {want:?}"), T, || {
+        let url = url.clone();
+        async move {
+            let r = reqwest::get(&url).await.map_err(|e| e.to_string())?;
+            let text = r.text().await.unwrap_or_default();
+            if text.contains(want) { Ok(text) } else { Err(text) }
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_failed_webhook_registration_leaves_the_replica_simulating_and_not_ready() {
+    let _one_at_a_time = SHARED_IDENTITY.lock().await;
+    let client = client().await;
+    // Check mode with no configurations installed: nothing to find; the replica goes on.
+    let scope = unique("unregistered");
+    let mut op = Operator::start(&scope, &["--webhook-registration", "check"]);
+    let why = readyz_saying(&op, "webhook not registered").await;
+    assert!(why.contains("must both exist"), "{why}");
+    apply(&nodepool_yaml(&scope, &scope, 2, ""));
+    wait_ready_nodes(&client, &scope, 2, T).await;
+    assert!(op.is_running(), "a failed registration ends nothing");
+    op.stop();
+
+    // Apply mode as the ServiceAccount without the registration rights: refused (403) and
+    // retried; once the rights are granted, registered and Ready without a restart.
+    for file in ["namespace.yaml", "rbac.yaml", "webhook.yaml"] {
+        kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            repo().join("config").join(file).to_str().unwrap(),
+        ]);
+    }
+    let registration = repo().join("config/components/webhook-registration/rbac.yaml");
+    let _ = kubectl(&["delete", "-f", registration.to_str().unwrap(), "--ignore-not-found"]);
+    let (_dir, sa) = service_account_kubeconfig("kwok-pools", "kwok-pools");
+    let scope = unique("forbidden");
+    let mut op = Operator::start_as(&scope, &["--instance", "kwok-pools", "--lease-namespace", "kwok-pools"], sa);
+    let why = readyz_saying(&op, "webhook not registered").await;
+    assert!(why.contains("forbidden"), "{why}");
+    apply(&nodepool_yaml(&scope, &scope, 1, ""));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    kubectl_ok(&["apply", "--server-side", "-f", registration.to_str().unwrap()]);
+    op.wait_ready().await;
+    assert!(op.is_running());
+    op.stop();
+    let _ = kubectl(&["delete", "-f", registration.to_str().unwrap(), "--ignore-not-found"]);
+    for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+        delete_quietly(kind, "kwok-pools");
+    }
+}
