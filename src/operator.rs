@@ -233,9 +233,10 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         let leading = Arc::new(AtomicBool::new(false));
         let election = leader_config(&config);
         let leader = match &election {
-            Some(c) => Some(Leader::join(client.clone(), c.clone()).await?),
+            Some(c) => Some(Leader::join(c.clone())?),
             None => None,
         };
+        let election_state = leader.as_ref().map(Leader::watch);
         if let Some(l) = &leader {
             let handle = l.release_handle();
             cleanup.push(Box::pin(async move { handle.release().await }));
@@ -248,7 +249,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
             leading.clone(),
             webhook_problem.clone(),
         ));
-        await_leader_known(&client, election.as_ref(), &leading).await;
+        await_leader_known(election_state, &leading).await;
     }
     ready.store(true, Ordering::Relaxed);
     tracing::info!(controllers = config.controllers, simulate = config.simulate, identity = %config.identity, "kwok-pools running");
@@ -363,16 +364,17 @@ fn join_shard(
 
 /// Returns once this replica leads (its webhook registration then decides readiness), or
 /// another replica is known to lead (this one stands by).
-async fn await_leader_known(client: &Client, election: Option<&LeaderConfig>, registered: &AtomicBool) {
+async fn await_leader_known(
+    election: Option<tokio::sync::watch::Receiver<crate::leader::State>>,
+    leading: &AtomicBool,
+) {
     let start = Instant::now();
     let mut told = Instant::now();
     loop {
-        if registered.load(Ordering::Relaxed) {
+        if leading.load(Ordering::Relaxed) {
             return;
         }
-        if let Some(c) = election
-            && crate::leader::held_by_other(client, c).await
-        {
+        if election.as_ref().is_some_and(|e| e.borrow().holder.is_some()) {
             return;
         }
         if told.elapsed() > Duration::from_secs(5) {

@@ -131,3 +131,48 @@ async fn status_shows_pools_the_leader_and_each_simulators_nodes() {
     assert!(line.contains("20/20"), "{text}");
     assert!(text.contains("leader: st-"), "{text}");
 }
+
+// Multi-threaded: the proxy keeps forwarding while a blocking clean-up of `a` talks through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_api_server_steps_down_before_another_takes_over() {
+    let client = client().await;
+    let scope = unique("stall");
+    // Replica a reaches the API server through a proxy the test can stall; b directly.
+    let proxy =
+        kwok_pools_test_support::proxy::Proxy::start(kwok_pools_test_support::proxy::api_server(&kubeconfig())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let via_proxy = proxy.kubeconfig(&kubeconfig(), dir.path());
+    let flags = |id: &'static str| vec!["--identity", id, "--leader-lease-duration", "6s", "--no-webhook"];
+    let mut a = Operator::start_as(&scope, &flags("op-a"), via_proxy);
+    a.wait_ready().await;
+    wait_for("op-a to lead", Duration::from_secs(30), || async {
+        if leader_holder(&client, &scope).await.as_deref() == Some("op-a") { Ok(()) } else { Err("not yet".into()) }
+    })
+    .await;
+    let mut b = Operator::start(&scope, &flags("op-b"));
+    b.wait_ready().await;
+    assert_eq!(metric(&b, "kwok_pools_leader").await, 0.0, "b stands by");
+
+    // The network stalls for a: it can neither renew nor learn that it cannot.
+    proxy.pause();
+    let cut = Instant::now();
+    let (mut a_gone, mut b_leads) = (None, None);
+    while (a_gone.is_none() || b_leads.is_none()) && cut.elapsed() < Duration::from_secs(60) {
+        // Stopped leading: its gauge says so (its controllers are stopped with it), or it exited.
+        if a_gone.is_none() && (!a.is_running() || metric(&a, "kwok_pools_leader").await == 0.0) {
+            a_gone = Some(cut.elapsed());
+        }
+        if b_leads.is_none() && metric(&b, "kwok_pools_leader").await == 1.0 {
+            b_leads = Some(cut.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.resume();
+    let (a_gone, b_leads) = (a_gone.expect("a stepped down"), b_leads.expect("b took over"));
+    eprintln!("  a stepped down after {a_gone:?}; b leads after {b_leads:?}");
+    assert!(a_gone < b_leads, "a must stop leading ({a_gone:?}) before b starts ({b_leads:?})");
+    assert!(a_gone <= Duration::from_secs(6), "within the renew deadline (4 s of a 6 s lease, plus a round)");
+    assert_eq!(leader_holder(&client, &scope).await.as_deref(), Some("op-b"));
+    b.stop();
+    drop(a);
+}

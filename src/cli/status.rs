@@ -82,7 +82,9 @@ pub fn members(leases: &[Lease], now: Timestamp) -> Vec<MemberRow> {
     let mut rows: Vec<MemberRow> = leases
         .iter()
         .filter_map(|l| {
-            let m = Member::from_lease(l)?;
+            // A one-off report: the renew time against this machine's clock (the operator
+            // itself judges members by what it has seen change, never so).
+            let m = Member::from_lease(l, std::time::Instant::now())?;
             let ago = now.duration_since(m.renewed).as_secs();
             Some(MemberRow {
                 identity: m.identity,

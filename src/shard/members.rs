@@ -1,22 +1,29 @@
 //! Who the live members are, from their membership Leases. Pure, so the rules are tested
-//! without a cluster.
+//! without a cluster. A member is judged by how long *this* process has seen its Lease
+//! unchanged (client-go's rule), never by its renew time against the local clock: a replica
+//! whose clock is ahead would otherwise see every other member expired at once and take all
+//! their nodes, and one whose clock is behind would keep a dead member's nodes unsimulated.
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use std::time::Duration;
+use k8s_openapi::jiff::Timestamp;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
-/// A member's lease as read: who, since when, renewed when, for how long.
+/// A member's lease as read: who, since when, renewed when (as written), for how long, and when
+/// this process first saw that renewal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
     pub identity: String,
     pub acquired: Timestamp,
     pub renewed: Timestamp,
     pub duration: Duration,
+    /// When this process first saw this renewal (set by [`Observations::observe`]).
+    pub seen: Instant,
 }
 
 impl Member {
-    /// Reads a membership Lease (`None` for one missing a field: not a member).
-    pub fn from_lease(lease: &Lease) -> Option<Self> {
+    /// Reads a membership Lease (`None` for one missing a field: not a member), seen `now`.
+    pub fn from_lease(lease: &Lease, now: Instant) -> Option<Self> {
         let spec = lease.spec.as_ref()?;
         let renewed = spec.renew_time.as_ref()?.0;
         Some(Member {
@@ -24,19 +31,44 @@ impl Member {
             acquired: spec.acquire_time.as_ref().map_or(renewed, |t| t.0),
             renewed,
             duration: Duration::from_secs(u64::try_from(spec.lease_duration_seconds?).ok()?),
+            seen: now,
         })
     }
 
-    fn live(&self, now: Timestamp) -> bool {
-        let Ok(d) = SignedDuration::try_from(self.duration) else { return false };
-        self.renewed.checked_add(d).is_ok_and(|until| until > now)
+    fn live(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.seen) < self.duration
+    }
+
+    fn expires(&self) -> Instant {
+        self.seen + self.duration
     }
 }
 
-/// The members that share the work at `now`: those whose lease is live. (A member that just
-/// joined takes nothing until its hand-over ends, by when the others have seen it and let go:
-/// see `membership`.)
-pub fn sharing(members: &[Member], now: Timestamp) -> Vec<String> {
+/// When each member's current renewal was first seen here.
+#[derive(Debug, Default)]
+pub struct Observations(HashMap<String, (Timestamp, Instant)>);
+
+impl Observations {
+    /// `member` with `seen` set to when its renewal was first seen (now, if it is new).
+    pub fn observe(&mut self, mut member: Member, now: Instant) -> Member {
+        let entry = self.0.entry(member.identity.clone()).or_insert((member.renewed, now));
+        if entry.0 != member.renewed {
+            *entry = (member.renewed, now);
+        }
+        member.seen = entry.1;
+        member
+    }
+
+    /// Forgets members not in `keep` (their Leases are gone).
+    pub fn retain(&mut self, keep: &[Member]) {
+        self.0.retain(|id, _| keep.iter().any(|m| &m.identity == id));
+    }
+}
+
+/// The members that share the work at `now`: those whose lease was renewed within its
+/// duration as seen here. (A member that just joined takes nothing until its hand-over ends,
+/// by when the others have seen it and let go: see `membership`.)
+pub fn sharing(members: &[Member], now: Instant) -> Vec<String> {
     let mut names: Vec<String> = members.iter().filter(|m| m.live(now)).map(|m| m.identity.clone()).collect();
     names.sort();
     names.dedup();
@@ -44,9 +76,8 @@ pub fn sharing(members: &[Member], now: Timestamp) -> Vec<String> {
 }
 
 /// The next moment `sharing` can change without a lease changing (an expiry), if any.
-pub fn next_change(members: &[Member], now: Timestamp) -> Option<Timestamp> {
-    let after = |t: Timestamp, d: Duration| SignedDuration::try_from(d).ok().and_then(|d| t.checked_add(d).ok());
-    members.iter().filter_map(|m| after(m.renewed, m.duration)).filter(|t| *t > now).min()
+pub fn next_change(members: &[Member], now: Instant) -> Option<Instant> {
+    members.iter().map(Member::expires).filter(|t| *t > now).min()
 }
 
 /// Who shares the work: the members live by their Leases (`live`), and each member of the
@@ -84,32 +115,59 @@ mod tests {
         Timestamp::from_second(1_800_000_000 + secs).unwrap()
     }
 
-    fn m(id: &str, acquired: i64, renewed: i64) -> Member {
-        Member { identity: id.into(), acquired: t(acquired), renewed: t(renewed), duration: Duration::from_secs(10) }
+    fn m(id: &str, renewed: i64, seen: Instant) -> Member {
+        Member { identity: id.into(), acquired: t(0), renewed: t(renewed), duration: Duration::from_secs(10), seen }
     }
 
     #[test]
-    fn expired_members_drop_out() {
-        let ms = [m("a", 0, 95), m("b", 0, 80)];
-        assert_eq!(sharing(&ms, t(100)), vec!["a"]);
-        assert_eq!(sharing(&ms, t(106)), Vec::<String>::new());
-        assert_eq!(next_change(&ms, t(100)), Some(t(105)));
+    fn expired_members_drop_out_by_the_time_seen_here() {
+        let base = Instant::now();
+        let ms = [m("a", 95, base + Duration::from_secs(5)), m("b", 80, base)];
+        let at = |s: u64| base + Duration::from_secs(s);
+        assert_eq!(sharing(&ms, at(9)), vec!["a", "b"]);
+        assert_eq!(sharing(&ms, at(11)), vec!["a"]);
+        assert_eq!(sharing(&ms, at(16)), Vec::<String>::new());
+        assert_eq!(next_change(&ms, at(11)), Some(at(15)));
+    }
+
+    #[test]
+    fn a_renew_time_from_a_skewed_clock_changes_nothing() {
+        // A member whose clock is 15 s behind writes renew times 15 s in the past: another
+        // replica comparing them with its own clock would drop it at once. Seen here, a
+        // renewal is a renewal.
+        let base = Instant::now();
+        let mut seen = Observations::default();
+        let behind = seen.observe(m("a", -15, base), base);
+        assert_eq!(sharing(&[behind], base + Duration::from_secs(9)), vec!["a"]);
+        // Its next renewal (still 15 s behind) resets its age; a renewal not seen ages it.
+        let again = seen.observe(m("a", -12, base), base + Duration::from_secs(3));
+        assert_eq!(again.seen, base + Duration::from_secs(3));
+        let same = seen.observe(m("a", -12, base), base + Duration::from_secs(8));
+        assert_eq!(same.seen, base + Duration::from_secs(3), "unchanged: first seen stays");
+        assert_eq!(sharing(&[same], base + Duration::from_secs(14)), Vec::<String>::new());
     }
 
     #[test]
     fn members_are_sorted_and_counted_once() {
-        let ms = [m("b", 99, 99), m("a", 99, 99), m("a", 98, 99)];
-        assert_eq!(sharing(&ms, t(100)), vec!["a", "b"]);
+        let base = Instant::now();
+        let ms = [m("b", 99, base), m("a", 99, base), m("a", 98, base)];
+        assert_eq!(sharing(&ms, base), vec!["a", "b"]);
     }
 
     #[test]
     fn a_fresh_read_keeps_a_member_the_lagging_watch_shows_expired() {
-        let watched = vec![m("a", 0, 80), m("b", 0, 95)];
-        let fresh = [m("a", 0, 99)];
-        let all = merge(watched, &fresh);
-        assert_eq!(sharing(&all, t(100)), vec!["a", "b"]);
+        let base = Instant::now();
+        let mut seen = Observations::default();
+        let watched = vec![seen.observe(m("a", 80, base), base), seen.observe(m("b", 95, base), base)];
+        let later = base + Duration::from_secs(12);
+        let fresh = [seen.observe(m("a", 99, base), later)];
+        let all: Vec<Member> = merge(watched, &fresh);
+        let b = all.iter().find(|x| x.identity == "b").unwrap().clone();
+        let b = seen.observe(b, later);
+        let a = all.iter().find(|x| x.identity == "a").unwrap().clone();
+        assert_eq!(sharing(&[a, b], later), vec!["a"], "a renewed (a fresh read saw it), b did not for 12 s");
         // An older fresh read never hides a newer watched renewal.
-        let all = merge(vec![m("a", 0, 99)], &[m("a", 0, 80)]);
+        let all = merge(vec![m("a", 99, base)], &[m("a", 80, base)]);
         assert_eq!(all[0].renewed, t(99));
     }
 
@@ -127,6 +185,6 @@ mod tests {
     #[test]
     fn a_lease_without_a_holder_is_no_member() {
         let lease = Lease::default();
-        assert_eq!(Member::from_lease(&lease), None);
+        assert_eq!(Member::from_lease(&lease, Instant::now()), None);
     }
 }

@@ -4,13 +4,12 @@
 //! let go. A replica that cannot renew its own Lease for twice its duration stops simulating
 //! anything (the others have taken its keys by then).
 
-use super::members::{self, Member};
+use super::members::{self, Member, Observations};
 use super::renewal::Renewer;
 use super::view::{Ownership, Shard};
 use crate::telemetry::metrics::Metrics;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::DeleteParams;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -81,14 +80,27 @@ pub struct Membership {
     /// Direct reads of members that looked expired, by identity: what each showed (`None`:
     /// no Lease) and when.
     fresh: HashMap<String, (Option<Member>, Instant)>,
+    /// When each member's current renewal was first seen here (what liveness is judged by).
+    observations: Observations,
+    /// The members as last observed (see [`Membership::observe`]).
+    members: Vec<Member>,
 }
 
 /// Starts nothing yet: returns the simulators' handle and the loop to run.
 pub fn membership(config: MembershipConfig, metrics: Arc<Metrics>) -> (Shard, Membership) {
     let nothing = Ownership::nothing(&config.identity);
     let (tx, rx) = watch::channel(Arc::new(nothing.clone()));
-    let m =
-        Membership { config, metrics, tx, settled: nothing, handing_over: None, renewed: None, fresh: HashMap::new() };
+    let m = Membership {
+        config,
+        metrics,
+        tx,
+        settled: nothing,
+        handing_over: None,
+        renewed: None,
+        fresh: HashMap::new(),
+        observations: Observations::default(),
+        members: Vec::new(),
+    };
     (Shard::new(rx), m)
 }
 
@@ -109,12 +121,14 @@ impl Membership {
         tracing::info!(identity = %self.config.identity, lease = %self.config.lease_name(), namespace = %self.config.namespace, "joining the simulator shard");
         loop {
             self.renewed = *renewed.borrow_and_update();
+            self.observe(&store);
             if synced && Instant::now() >= next_gc {
-                self.collect_garbage(&api, &store).await;
+                self.collect_garbage(&api).await;
                 next_gc = Instant::now() + self.config.renew_every();
             }
             if synced && self.someone_expires(&store) {
                 self.read_fresh(&api, &store).await;
+                self.observe(&store);
             }
             if synced {
                 self.recompute(&store);
@@ -136,16 +150,30 @@ impl Membership {
         }
     }
 
-    /// Deletes membership Leases expired for long (replicas that died and never came back
+    /// The members as the watch (and any fresher direct read) shows them, each aged by how
+    /// long this process has seen its renewal unchanged.
+    fn observe(&mut self, store: &Store<Lease>) {
+        let now = Instant::now();
+        let watched: Vec<Member> = store.state().iter().filter_map(|l| Member::from_lease(l, now)).collect();
+        let fresh: Vec<Member> = self
+            .fresh
+            .values()
+            .filter(|(_, at)| at.elapsed() < self.config.duration)
+            .filter_map(|(m, _)| m.clone())
+            .collect();
+        let merged = members::merge(watched, &fresh);
+        let observed: Vec<Member> = merged.into_iter().map(|m| self.observations.observe(m, now)).collect();
+        self.observations.retain(&observed);
+        self.members = observed;
+    }
+
+    /// Deletes membership Leases unchanged for long (replicas that died and never came back
     /// under that name), so the list stays as long as the live members.
-    async fn collect_garbage(&self, api: &Api<Lease>, store: &Store<Lease>) {
-        let now = Timestamp::now();
-        for lease in store.state() {
-            let Some(m) = Member::from_lease(&lease) else { continue };
-            let dead_for = now.duration_since(m.renewed).as_secs();
-            let limit = (m.duration.as_secs() * 10).max(300);
-            if m.identity != self.config.identity && u64::try_from(dead_for).is_ok_and(|d| d > limit) {
-                let name = lease.metadata.name.clone().unwrap_or_default();
+    async fn collect_garbage(&self, api: &Api<Lease>) {
+        for m in &self.members {
+            let limit = (m.duration * 10).max(Duration::from_secs(300));
+            if m.identity != self.config.identity && m.seen.elapsed() > limit {
+                let name = lease_name(&self.config.instance, &m.identity);
                 if api.delete(&name, &DeleteParams::default()).await.is_ok() {
                     tracing::info!(lease = %name, member = %m.identity, "deleted the membership Lease of a replica gone for long");
                 }
@@ -157,16 +185,9 @@ impl Membership {
         self.renewed.is_none_or(|at| at.elapsed() > self.config.fence_after())
     }
 
-    /// The members as the watch shows them, with any fresher direct read.
-    fn members_now(&self, store: &Store<Lease>) -> Vec<Member> {
-        let watched: Vec<Member> = store.state().iter().filter_map(|l| Member::from_lease(l)).collect();
-        let fresh: Vec<Member> = self
-            .fresh
-            .values()
-            .filter(|(_, at)| at.elapsed() < self.config.duration)
-            .filter_map(|(m, _)| m.clone())
-            .collect();
-        members::merge(watched, &fresh)
+    /// The members as last observed.
+    fn members_now(&self, _store: &Store<Lease>) -> Vec<Member> {
+        self.members.clone()
     }
 
     /// Whether `identity`'s Lease was read directly (past the watch) within `within`.
@@ -176,7 +197,7 @@ impl Membership {
 
     /// The members of the view (other than this replica) that look expired.
     fn expiring(&self, store: &Store<Lease>) -> Vec<String> {
-        let sharing = members::sharing(&self.members_now(store), Timestamp::now());
+        let sharing = members::sharing(&self.members_now(store), Instant::now());
         let aiming_at = self.handing_over.as_ref().map_or(&self.settled, |(_, o)| o);
         aiming_at.members().iter().filter(|m| **m != self.config.identity && !sharing.contains(m)).cloned().collect()
     }
@@ -197,7 +218,7 @@ impl Membership {
             }
             let name = lease_name(&self.config.instance, &identity);
             match tokio::time::timeout(self.config.read_timeout(), api.get_opt(&name)).await {
-                Ok(Ok(Some(lease))) => fresh.push((identity, Member::from_lease(&lease))),
+                Ok(Ok(Some(lease))) => fresh.push((identity, Member::from_lease(&lease, Instant::now()))),
                 Ok(Ok(None)) => fresh.push((identity, None)),
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, lease = %name, "reading a membership Lease failed");
@@ -225,7 +246,7 @@ impl Membership {
         // renewals. A member of the current view that looks expired stays until a direct read
         // of the last second agrees (a failed read proves nothing).
         let all = self.members_now(store);
-        let live = members::sharing(&all, Timestamp::now());
+        let live = members::sharing(&all, Instant::now());
         let aiming_at = self.handing_over.as_ref().map_or(&self.settled, |(_, o)| o);
         let mut sharing =
             members::sharing_confirmed(live, aiming_at.members(), |m| self.read_within(m, Duration::from_secs(2)));
@@ -265,11 +286,8 @@ impl Membership {
             wake = wake.min(*until);
         }
         let all = self.members_now(store);
-        let now = Timestamp::now();
-        if let Some(at) = members::next_change(&all, now)
-            && let Ok(d) = Duration::try_from(at.duration_since(now))
-        {
-            wake = wake.min(Instant::now() + d);
+        if let Some(at) = members::next_change(&all, Instant::now()) {
+            wake = wake.min(at);
         }
         if let Some(at) = self.renewed {
             wake = wake.min(at + self.config.fence_after());

@@ -12,6 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod pools;
+pub mod proxy;
 
 pub const SCOPE_LABEL: &str = "kwok-pools.test/scope";
 
@@ -160,6 +161,8 @@ pub struct Operator {
     extra: Vec<String>,
     /// The kubeconfig the operator uses (the test cluster's unless set).
     pub kubeconfig: PathBuf,
+    /// Run under Debian's `faketime` with this wall-clock offset (`+15s`, `-15s`).
+    pub clock_offset: Option<String>,
 }
 
 pub fn free_port() -> u16 {
@@ -206,6 +209,25 @@ impl Operator {
             log: log_dir().join(format!("{scope}.log")),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             kubeconfig,
+            clock_offset: None,
+        };
+        op.spawn();
+        op
+    }
+
+    /// Like [`Operator::start`], the process's wall clock off by `offset` (`+15s`, `-15s`;
+    /// Debian's `faketime`, its monotonic clock left alone).
+    pub fn start_with_clock(scope: &str, extra: &[&str], offset: &str) -> Self {
+        let [metrics_port, webhook_port] = free_ports();
+        let mut op = Self {
+            child: None,
+            scope: scope.to_string(),
+            metrics_port,
+            webhook_port,
+            log: log_dir().join(format!("{scope}-{}.log", offset.replace(['+', '-'], "x"))),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            kubeconfig: kubeconfig(),
+            clock_offset: Some(offset.to_string()),
         };
         op.spawn();
         op
@@ -249,7 +271,14 @@ impl Operator {
         }
         args.extend(self.extra.iter().filter(|a| *a != "--simulate-only").cloned());
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let mut cmd = Command::new(kwok_pools_bin());
+        let mut cmd = match &self.clock_offset {
+            Some(offset) => {
+                let mut c = Command::new("faketime");
+                c.args(["-f", offset]).arg(kwok_pools_bin()).env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+                c
+            }
+            None => Command::new(kwok_pools_bin()),
+        };
         cmd.args(&args)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "info,kwok_pools=debug,kube_runtime=warn")

@@ -1,0 +1,374 @@
+//! Leader election for the pool controllers and the webhook registration, on a
+//! `coordination.k8s.io` Lease, with client-go's rules ([`record`]): a Lease is judged by how
+//! long this process has seen it unchanged (never by its renew time against the local clock,
+//! so a skewed clock neither takes the lead early nor keeps a dead leader's), writes are
+//! guarded by the resourceVersion read, and a leader that cannot renew within the renew
+//! deadline (two thirds of the lease) steps down before anyone else may take over. The
+//! election runs on a thread and a client of its own ([`crate::dedicated`]): renewals never
+//! queue behind the controllers' or the simulator's writes. One replica leads; the others
+//! serve the webhook and simulate their shard. A replica that loses the lead exits (its
+//! supervisor restarts it as a standby).
+
+pub mod record;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
+use record::{Decision, Observed, decide, must_step_down, renew_deadline};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, watch};
+
+#[derive(Clone, Debug)]
+pub struct LeaderConfig {
+    pub namespace: String,
+    /// The Lease's name (`<instance>-leader`).
+    pub lease: String,
+    pub identity: String,
+    /// How long the Lease holds without a renewal.
+    pub duration: Duration,
+}
+
+impl LeaderConfig {
+    /// How often the Lease is read and, when held, renewed (client-go's 2 s of 15 s).
+    fn retry_period(&self) -> Duration {
+        (self.duration / 7).clamp(Duration::from_millis(500), Duration::from_secs(2))
+    }
+}
+
+/// What the election knows now.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct State {
+    pub leading: bool,
+    /// Who holds the Lease and lives, as this process sees it.
+    pub holder: Option<String>,
+}
+
+pub struct Leader {
+    state: watch::Receiver<State>,
+    release: Arc<Notify>,
+    released: Arc<Notify>,
+    config: LeaderConfig,
+}
+
+impl Leader {
+    /// Joins the election on a thread and a client of its own; keeps taking part in it until
+    /// the process ends or the lead is released.
+    pub fn join(config: LeaderConfig) -> anyhow::Result<Self> {
+        let (tx, state) = watch::channel(State::default());
+        let (release, released) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let (c, r, d) = (config.clone(), release.clone(), released.clone());
+        crate::dedicated::spawn("leader-election", move || async move {
+            match Client::try_default().await {
+                Ok(client) => elect(client, c, tx, r).await,
+                Err(e) => tracing::error!(error = %e, "cannot build the leader election's Kubernetes client"),
+            }
+            d.notify_waiters();
+        })
+        .map_err(|e| anyhow::anyhow!("cannot start the leader election thread: {e}"))?;
+        Ok(Self { state, release, released, config })
+    }
+
+    /// Waits until this replica leads, saying who does meanwhile.
+    pub async fn acquired(&mut self) {
+        let start = Instant::now();
+        loop {
+            let now = self.state.borrow_and_update().clone();
+            if now.leading {
+                tracing::info!(identity = %self.config.identity, lease = %self.config.lease, waited = ?start.elapsed(), "leading: running the pool controllers");
+                return;
+            }
+            if let Some(holder) = &now.holder {
+                tracing::info!(identity = %self.config.identity, leader = %holder, "standing by: another replica runs the pool controllers");
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(30), self.state.changed()).await;
+        }
+    }
+
+    /// Resolves when this replica, having led, no longer does.
+    pub async fn lost(&mut self) {
+        loop {
+            if !self.state.borrow_and_update().leading {
+                return;
+            }
+            if self.state.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// What the election knows, as it changes.
+    pub fn watch(&self) -> watch::Receiver<State> {
+        self.state.clone()
+    }
+
+    pub fn release_handle(&self) -> Release {
+        Release { release: self.release.clone(), released: self.released.clone() }
+    }
+}
+
+/// A handle that gives the lead up on shutdown.
+#[derive(Clone)]
+pub struct Release {
+    release: Arc<Notify>,
+    released: Arc<Notify>,
+}
+
+impl Release {
+    /// Gives the Lease up (if held) so a standby takes over at once, waiting a little for it.
+    pub async fn release(&self) {
+        let done = self.released.notified();
+        self.release.notify_one();
+        if tokio::time::timeout(Duration::from_secs(3), done).await.is_err() {
+            tracing::warn!("could not release the leader Lease in time; a standby takes over when it expires");
+        }
+    }
+}
+
+fn spec_of(lease: &Lease) -> (Option<String>, Option<String>, Option<Duration>) {
+    let spec = lease.spec.clone().unwrap_or_default();
+    let renew = spec.renew_time.map(|t| t.0.to_string());
+    let duration = spec.lease_duration_seconds.and_then(|s| u64::try_from(s).ok()).map(Duration::from_secs);
+    (spec.holder_identity, renew, duration)
+}
+
+/// The Lease as this replica writes it when it takes or renews the lead.
+fn ours(config: &LeaderConfig, current: Option<&Lease>, acquire: bool) -> Lease {
+    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let old = current.and_then(|l| l.spec.clone()).unwrap_or_default();
+    let transitions = old.lease_transitions.unwrap_or(0);
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(config.lease.clone()),
+            namespace: Some(config.namespace.clone()),
+            resource_version: current.and_then(|l| l.metadata.resource_version.clone()),
+            ..current.map(|l| l.metadata.clone()).unwrap_or_default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(config.identity.clone()),
+            lease_duration_seconds: i32::try_from(config.duration.as_secs().max(1)).ok(),
+            acquire_time: if acquire { Some(now.clone()) } else { old.acquire_time },
+            renew_time: Some(now),
+            lease_transitions: Some(if acquire && current.is_some() {
+                transitions.saturating_add(1)
+            } else {
+                transitions
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The election's state between rounds.
+struct Election {
+    api: Api<Lease>,
+    config: LeaderConfig,
+    deadline: Duration,
+    io_timeout: Duration,
+    /// The Lease as last read, and when its record was first seen.
+    observed: Option<Observed>,
+    current: Option<Lease>,
+    /// When this replica last renewed (or took) the Lease.
+    renewed: Option<Instant>,
+    leading: bool,
+}
+
+impl Election {
+    /// How long the next call may take: never past the renew deadline while leading, so a
+    /// leader steps down on time whatever the network does.
+    fn timeout(&self) -> Duration {
+        if !self.leading {
+            return self.io_timeout;
+        }
+        let left =
+            self.renewed.map_or(self.io_timeout, |at| (at + self.deadline).saturating_duration_since(Instant::now()));
+        self.io_timeout.min(left).max(Duration::from_millis(1))
+    }
+
+    async fn read(&mut self) {
+        match tokio::time::timeout(self.timeout(), self.api.get_opt(&self.config.lease)).await {
+            Ok(Ok(found)) => {
+                let now = Instant::now();
+                self.observed = found.as_ref().map(|l| {
+                    let (holder, renew, duration) = spec_of(l);
+                    Observed::update(
+                        self.observed.as_ref(),
+                        holder,
+                        renew,
+                        duration.unwrap_or(self.config.duration),
+                        now,
+                    )
+                });
+                self.current = found;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, lease = %self.config.lease, "leader election: reading the Lease failed (the operator needs get/create/update on leases in its namespace)")
+            }
+            Err(_) => tracing::warn!(lease = %self.config.lease, "leader election: reading the Lease timed out"),
+        }
+    }
+
+    /// Takes or renews the Lease (guarded by the resourceVersion read).
+    async fn write(&mut self, acquire: bool) {
+        let write = ours(&self.config, self.current.as_ref(), acquire);
+        let pp = PostParams {
+            field_manager: Some(format!("kwok-pools-leader-{}", self.config.identity)),
+            ..Default::default()
+        };
+        let written = match &self.current {
+            None => tokio::time::timeout(self.timeout(), self.api.create(&pp, &write)).await,
+            Some(_) => tokio::time::timeout(self.timeout(), self.api.replace(&self.config.lease, &pp, &write)).await,
+        };
+        match written {
+            Ok(Ok(lease)) => {
+                let now = Instant::now();
+                self.renewed = Some(now);
+                let (holder, renew, duration) = spec_of(&lease);
+                self.observed =
+                    Some(Observed::update(None, holder, renew, duration.unwrap_or(self.config.duration), now));
+                self.current = Some(lease);
+                self.leading = true;
+            }
+            // Someone else wrote it first (a conflict): read again next round.
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "leader election: writing the Lease failed"),
+            Err(_) => tracing::warn!("leader election: writing the Lease timed out"),
+        }
+    }
+
+    fn step_down_if_late(&mut self) {
+        if self.leading && must_step_down(self.renewed, Instant::now(), self.deadline) {
+            tracing::error!(deadline = ?self.deadline, "could not renew the leader Lease within the renew deadline: stepping down before another replica may take over");
+            self.leading = false;
+        }
+    }
+
+    /// One round: read, decide, write.
+    async fn round(&mut self) {
+        self.read().await;
+        self.step_down_if_late();
+        match decide(&self.config.identity, self.observed.as_ref(), Instant::now()) {
+            Decision::Renew => self.write(false).await,
+            Decision::Acquire => self.write(true).await,
+            Decision::Wait if self.leading => {
+                tracing::warn!("another replica took the leader Lease");
+                self.leading = false;
+            }
+            Decision::Wait => {}
+        }
+        self.step_down_if_late();
+    }
+
+    fn state(&self) -> State {
+        let now = Instant::now();
+        let holder =
+            self.observed.as_ref().filter(|o| !o.expired(now)).and_then(|o| o.holder.clone()).filter(|h| !h.is_empty());
+        State { leading: self.leading, holder }
+    }
+}
+
+/// The election loop (see the module doc).
+async fn elect(client: Client, config: LeaderConfig, tx: watch::Sender<State>, release: Arc<Notify>) {
+    let mut e = Election {
+        api: Api::namespaced(client, &config.namespace),
+        deadline: renew_deadline(config.duration),
+        io_timeout: config.retry_period().max(Duration::from_secs(1)),
+        config,
+        observed: None,
+        current: None,
+        renewed: None,
+        leading: false,
+    };
+    loop {
+        e.round().await;
+        let state = e.state();
+        tx.send_if_modified(|s| {
+            let changed = *s != state;
+            *s = state;
+            changed
+        });
+        tokio::select! {
+            () = release.notified() => {
+                if e.leading && let Some(lease) = &e.current {
+                    give_up(&e.api, &e.config, lease).await;
+                }
+                return;
+            }
+            () = tokio::time::sleep(e.config.retry_period()) => {}
+        }
+    }
+}
+
+/// Gives the Lease up on shutdown (holder cleared, as client-go's ReleaseOnCancel does).
+async fn give_up(api: &Api<Lease>, config: &LeaderConfig, lease: &Lease) {
+    let mut released = lease.clone();
+    if let Some(spec) = released.spec.as_mut() {
+        spec.holder_identity = Some(String::new());
+        spec.lease_duration_seconds = Some(1);
+    }
+    match api.replace(&config.lease, &PostParams::default(), &released).await {
+        Ok(_) => tracing::info!("leader Lease released"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not release the leader Lease; a standby takes over when it expires")
+        }
+    }
+}
+
+/// Work only the leader does; its output names it for the supervisor.
+pub type Work = std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>;
+
+/// The leader's part of the process: waits for the lead (if elected), registers the webhook
+/// (in the background, retrying: a registration that fails leaves this replica not Ready, with
+/// the reason in `webhook_problem`, and ends nothing), runs the controllers. Returns, ending
+/// the process, when the lead is lost or a controller stops.
+pub async fn lead(
+    mut leader: Option<Leader>,
+    registration: Option<crate::admission::Registration>,
+    work: Vec<Work>,
+    metrics: Arc<crate::telemetry::metrics::Metrics>,
+    leading: Arc<std::sync::atomic::AtomicBool>,
+    webhook_problem: Arc<std::sync::Mutex<Option<String>>>,
+) -> String {
+    if let Some(l) = leader.as_mut() {
+        l.acquired().await;
+    }
+    metrics.leader.set(1);
+    let mut controllers = tokio::task::JoinSet::new();
+    if let Some(r) = registration {
+        // Not registered until the first attempt says so.
+        *webhook_problem.lock().unwrap_or_else(|e| e.into_inner()) = Some("webhook not registered yet".into());
+        let problem = webhook_problem.clone();
+        match r.once().await {
+            Ok(()) => {
+                *problem.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                tracing::info!("admission webhook registered");
+            }
+            Err(e) => *problem.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("webhook not registered: {e}")),
+        }
+        controllers.spawn(async move {
+            r.until_done(problem).await;
+            "webhook registration".to_string()
+        });
+    }
+    leading.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in work {
+        controllers.spawn(w);
+    }
+    let lost = async {
+        match leader.as_mut() {
+            Some(l) => l.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = lost => {
+            metrics.leader.set(0);
+            "leader election (this replica lost the lead; a restart makes it a standby)".into()
+        }
+        Some(done) = controllers.join_next() => match done {
+            Ok(name) => name,
+            Err(e) => format!("controller task ({e})"),
+        },
+    }
+}
