@@ -133,7 +133,7 @@ async fn config_and_chart_grant_the_same_least_privilege_matrix() {
     apply(&rbac_docs(&String::from_utf8_lossy(&rendered.stdout)));
     // The chart names its ServiceAccount, roles and webhook configurations after the release.
     let chart_name = release.clone();
-    let hook = format!("kwok-pools-{chart_name}");
+    let hook = "kwok-pools".to_string();
     let chart_wrong = wrong_rows(&chart_ns.name, &chart_name, &pools.name, &other.name, &hook);
     // The chart's cluster-wide objects are named after the release: leave none behind.
     for kind in ["clusterrole", "clusterrolebinding"] {
@@ -413,4 +413,42 @@ async fn a_failed_webhook_registration_leaves_the_replica_simulating_and_not_rea
     for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
         delete_quietly(kind, "kwok-pools");
     }
+}
+
+#[tokio::test]
+async fn two_instances_without_selectors_never_reconcile_one_pool() {
+    let client = client().await;
+    let scope = unique("instances");
+    let (a, b) = (unique("inst-a"), unique("inst-b"));
+    // Neither is given a pool selector: their instances decide. b only reconciles (one
+    // simulator for the scope's nodes).
+    let mut op_a = Operator::start(&scope, &["--instance", &a, "--no-pool-selector"]);
+    let mut op_b = Operator::start(&scope, &["--instance", &b, "--no-pool-selector", "--no-simulator"]);
+    op_a.wait_ready().await;
+    op_b.wait_ready().await;
+    let labelled = |pool: &str, instance: &str| {
+        nodepool_yaml(pool, &scope, 2, "").replacen(
+            &format!("  labels:\n    {SCOPE_LABEL}: {scope}\n"),
+            &format!("  labels:\n    {SCOPE_LABEL}: {scope}\n    pools.kwok.x-k8s.io/instance: {instance}\n"),
+            1,
+        )
+    };
+    let (pool_a, pool_b) = (format!("{scope}-a"), format!("{scope}-b"));
+    apply(&labelled(&pool_a, &a));
+    apply(&labelled(&pool_b, &b));
+    wait_ready_nodes(&client, &pool_a, 2, T).await;
+    wait_ready_nodes(&client, &pool_b, 2, T).await;
+    // Each pool is in the per-pool gauges of exactly its own instance.
+    let has = |text: &str, pool: &str| text.contains(&format!("name=\"{pool}\""));
+    let (ma, mb) = (op_a.metrics().await, op_b.metrics().await);
+    assert!(has(&ma, &pool_a) && !has(&ma, &pool_b), "instance a reconciles only its pool");
+    assert!(has(&mb, &pool_b) && !has(&mb, &pool_a), "instance b reconciles only its pool");
+    // An unlabelled pool belongs to the default instance, which does not run here: untouched.
+    let orphan = format!("{scope}-none");
+    apply(&nodepool_yaml(&orphan, &scope, 1, ""));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(pool_nodes(&client, &orphan).await.is_empty(), "no named instance takes an unlabelled pool");
+    delete_quietly("nodepool", &orphan);
+    op_a.stop();
+    op_b.stop();
 }

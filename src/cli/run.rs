@@ -38,6 +38,8 @@ pub struct RunArgs {
     pub node_lease_duration_seconds: u64,
 
     /// Only handle pools whose labels match this selector (run several operators side by side).
+    /// Without it, a named instance handles the pools labelled
+    /// `pools.kwok.x-k8s.io/instance=<instance>` and the default instance those without the label.
     #[arg(long, value_name = "SELECTOR")]
     pub pool_selector: Option<String>,
     /// Writes in flight to the API server from the pool controllers, all pools together.
@@ -147,10 +149,9 @@ impl RunArgs {
             }
             (None, None) => (None, vec![]),
         };
-        let object_selector = match &self.pool_selector {
-            Some(s) => Some(Selector::parse(s).map_err(|e| format!("--pool-selector: {e}"))?.to_label_selector()),
-            None => None,
-        };
+        let handled = self.pools_handled();
+        let object_selector =
+            Some(Selector::parse(&handled).map_err(|e| format!("--pool-selector: {e}"))?.to_label_selector());
         let configuration_name = if self.instance == "kwok-pools" {
             "kwok-pools".to_string()
         } else {
@@ -189,7 +190,7 @@ impl RunArgs {
             manage,
             lease_duration: Duration::from_secs(self.node_lease_duration_seconds),
             kinds,
-            pool_selector: self.pool_selector.clone(),
+            pool_selector: Some(self.pools_handled()),
             max_writes_in_flight: self.max_writes_in_flight.max(1),
             max_writes_per_pool: self.max_writes_per_pool.max(1),
             max_simulator_writes_in_flight: self.max_simulator_writes_in_flight.max(1),
@@ -223,6 +224,23 @@ impl RunArgs {
     }
 }
 
+/// The label that gives a pool to an operator instance (see [`RunArgs::pools_handled`]).
+pub const INSTANCE_LABEL: &str = "pools.kwok.x-k8s.io/instance";
+
+impl RunArgs {
+    /// Which pools this instance reconciles, so that two instances never reconcile one pool:
+    /// those `--pool-selector` selects when it is given (the user partitions the pools);
+    /// else, for a named instance, the pools labelled `pools.kwok.x-k8s.io/instance=<name>`;
+    /// else (the default instance) the pools without that label.
+    pub fn pools_handled(&self) -> String {
+        match &self.pool_selector {
+            Some(s) => s.clone(),
+            None if self.instance != "kwok-pools" => format!("{INSTANCE_LABEL}={}", self.instance),
+            None => format!("!{INSTANCE_LABEL}"),
+        }
+    }
+}
+
 /// The pod name in a cluster (POD_NAME, or the host name a pod gets), with the process id
 /// outside one, so two processes on one machine never share a name.
 fn default_identity() -> String {
@@ -234,4 +252,37 @@ fn default_identity() -> String {
     let host =
         nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "kwok-pools".into());
     format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn args(flags: &[&str]) -> RunArgs {
+        Cli::parse_from(std::iter::once("run").chain(flags.iter().copied())).run
+    }
+
+    #[test]
+    fn two_instances_never_handle_one_pool() {
+        let default = Selector::parse(&args(&[]).pools_handled()).unwrap();
+        let named = Selector::parse(&args(&["--instance", "team-a"]).pools_handled()).unwrap();
+        let other = Selector::parse(&args(&["--instance", "team-b"]).pools_handled()).unwrap();
+        let unlabelled = std::collections::BTreeMap::new();
+        let for_a: std::collections::BTreeMap<String, String> =
+            [(INSTANCE_LABEL.to_string(), "team-a".to_string())].into();
+        for pool in [&unlabelled, &for_a] {
+            let takers = [&default, &named, &other].iter().filter(|s| s.matches(Some(pool))).count();
+            assert_eq!(takers, 1, "{pool:?}");
+        }
+        assert!(default.matches(Some(&unlabelled)) && named.matches(Some(&for_a)));
+        // An explicit selector is the user's partition.
+        assert_eq!(args(&["--instance", "x", "--pool-selector", "tier=a"]).pools_handled(), "tier=a");
+    }
 }

@@ -18,7 +18,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (printf "%s-webhook-tls" (include "kwok-pools.name" .)) .Values.webhook.secretName -}}
 {{- end -}}
 
-{{/* The operator's --instance: the release name, so the webhook configuration and Leases are the release's own. */}}
+{{/* The operator's --instance: `instance` (default kwok-pools). A second install sets its own:
+     it then reconciles the pools labelled pools.kwok.x-k8s.io/instance=<instance>, the default
+     instance those without the label, and each has webhook configurations of its own. */}}
 {{- define "kwok-pools.instance" -}}
-{{- include "kwok-pools.name" . -}}
+{{- default "kwok-pools" .Values.instance -}}
 {{- end -}}

@@ -237,17 +237,21 @@ impl Operator {
         let selector = format!("{SCOPE_LABEL}={}", self.scope);
         let instance_given = self.extra.iter().any(|a| a == "--instance");
         let simulate_only = self.extra.iter().any(|a| a == "--simulate-only");
-        let mut args: Vec<String> = vec![
-            if simulate_only { "simulate".into() } else { "run".into() },
-            "--pool-selector".into(),
-            selector.clone(),
+        // `--no-pool-selector` (the harness's own): the operator's instance rule decides.
+        let pools_by_instance = self.extra.iter().any(|a| a == "--no-pool-selector");
+        let mut args: Vec<String> = vec![if simulate_only { "simulate".into() } else { "run".into() }];
+        if !pools_by_instance {
+            args.push("--pool-selector".into());
+            args.push(selector.clone());
+        }
+        args.extend([
             "--vmi-selector".into(),
             selector.clone(),
             "--metrics-addr".into(),
             format!("127.0.0.1:{}", self.metrics_port),
             "--webhook-addr".into(),
             format!("127.0.0.1:{}", self.webhook_port),
-        ];
+        ]);
         if !self.extra.iter().any(|a| a == "--node-lease-duration-seconds") {
             args.push("--node-lease-duration-seconds".into());
             args.push("20".into());
@@ -269,7 +273,7 @@ impl Operator {
             args.push("--webhook-client-ca".into());
             args.push(ca.display().to_string());
         }
-        args.extend(self.extra.iter().filter(|a| *a != "--simulate-only").cloned());
+        args.extend(self.extra.iter().filter(|a| *a != "--simulate-only" && *a != "--no-pool-selector").cloned());
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         let mut cmd = match &self.clock_offset {
             Some(offset) => {
