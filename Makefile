@@ -92,7 +92,7 @@ helm: ## Build helm from its Go module into a cache (bin/helm).
 chart: helm ## helm lint and helm template of charts/kwok-pools (the e2e tests also dry-run it on the API server).
 	bin/helm lint --strict charts/kwok-pools
 	bin/helm template kwok-pools charts/kwok-pools --namespace kwok-pools >/dev/null
-	bin/helm template other charts/kwok-pools --namespace other --set replicas=3,webhook.certSource=secret,webhook.secretName=mine,leaderElection.enabled=false,simulator.shard.enabled=false >/dev/null
+	bin/helm template other charts/kwok-pools --namespace other --set instance=other,replicas=3,webhook.certSource=secret,webhook.secretName=mine,leaderElection.enabled=false,simulator.shard.enabled=false >/dev/null
 	@echo "chart ok"
 
 .PHONY: test

@@ -73,7 +73,7 @@ async fn the_chart_renders_and_the_api_server_accepts_it() {
         "--namespace",
         &ns.name,
         "--set",
-        "replicas=1,webhook.certSource=secret,webhook.secretName=mine,leaderElection.enabled=false,simulator.shard.enabled=false,poolSelector=team=a",
+        "replicas=1,instance=other,webhook.certSource=secret,webhook.secretName=mine,leaderElection.enabled=false,simulator.shard.enabled=false,poolSelector=team=a",
     ]);
     dry_run(&other);
     let (replicas, args) = deployment_args(&other);
