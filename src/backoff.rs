@@ -70,6 +70,11 @@ impl<K: Eq + Hash> Backoffs<K> {
         self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
     }
 
+    /// Keeps only the keys `keep` keeps (the entries of what is gone are dropped).
+    pub fn retain(&self, keep: impl Fn(&K) -> bool) {
+        self.failures.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| keep(k));
+    }
+
     /// Failures of `key` in a row.
     pub fn failures(&self, key: &K) -> u32 {
         self.failures.lock().unwrap_or_else(|e| e.into_inner()).get(key).copied().unwrap_or(0)
@@ -116,5 +121,14 @@ mod tests {
         b.succeeded(&"a");
         assert_eq!(b.failures(&"a"), 0);
         assert!(b.failed("a") <= Duration::from_millis(1200));
+    }
+
+    #[test]
+    fn entries_of_what_is_gone_are_dropped() {
+        let b = Backoffs::new(Duration::from_secs(300));
+        b.failed("live");
+        b.failed("gone");
+        b.retain(|k| *k == "live");
+        assert_eq!((b.failures(&"live"), b.failures(&"gone")), (1, 0));
     }
 }

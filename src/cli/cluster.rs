@@ -17,8 +17,11 @@ pub struct Common {
 }
 
 impl Common {
-    pub fn home(&self) -> PathBuf {
-        self.home.clone().unwrap_or_else(cluster::default_home)
+    pub fn home(&self) -> anyhow::Result<PathBuf> {
+        match &self.home {
+            Some(h) => Ok(h.clone()),
+            None => cluster::default_home().map_err(|e| anyhow::anyhow!(e)),
+        }
     }
 }
 
@@ -83,7 +86,7 @@ pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
         ClusterCommand::Create { common, bin_dir, timeout, extra_args, no_crds, kubevirt } => {
             let opts = CreateOptions {
                 name: common.name.clone(),
-                home: common.home(),
+                home: common.home()?,
                 bin_dir: binaries::resolve_bin_dir(bin_dir.as_deref()),
                 timeout,
                 extra_args,
@@ -96,19 +99,22 @@ pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
             println!("export KUBECONFIG={}", created.kubeconfig.display());
         }
         ClusterCommand::Start { common, timeout } => {
-            let took = cluster::start(&common.home(), &common.name, timeout).await?;
-            let kubeconfig = cluster::kubeconfig(&common.home(), &common.name)?;
+            let took = cluster::start(&common.home()?, &common.name, timeout).await?;
+            let kubeconfig = cluster::kubeconfig(&common.home()?, &common.name)?;
             eprintln!("cluster {:?} running ({:.1}s)", common.name, took.as_secs_f64());
             println!("export KUBECONFIG={}", kubeconfig.display());
         }
         ClusterCommand::Delete { common } => {
-            for note in cluster::delete(&common.home(), &common.name)? {
+            for note in cluster::delete(&common.home()?, &common.name)? {
                 eprintln!("  {note}");
             }
             eprintln!("cluster {:?} deleted", common.name);
         }
         ClusterCommand::List { home } => {
-            let home = home.unwrap_or_else(cluster::default_home);
+            let home = match home {
+                Some(h) => h,
+                None => cluster::default_home().map_err(|e| anyhow::anyhow!(e))?,
+            };
             let clusters = cluster::list(&home)?;
             println!("{:<24} {:<12} {:<8} STATE", "NAME", "STATUS", "PORT");
             for c in clusters {
@@ -122,7 +128,7 @@ pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
             }
         }
         ClusterCommand::Kubeconfig { common } => {
-            println!("{}", cluster::kubeconfig(&common.home(), &common.name)?.display());
+            println!("{}", cluster::kubeconfig(&common.home()?, &common.name)?.display());
         }
     }
     Ok(())

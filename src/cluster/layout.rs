@@ -12,12 +12,17 @@ pub const HOME_ENV: &str = "KWOK_POOLS_HOME";
 /// The file name (under pki/) of the CA that signs the API server's webhook client certificate.
 pub const WEBHOOK_CLIENT_CA: &str = "webhook-client-ca";
 
-/// The default home: `$KWOK_POOLS_HOME`, else `~/.kwok-pools`.
-pub fn default_home() -> PathBuf {
+/// The default home: `$KWOK_POOLS_HOME`, else `~/.kwok-pools`. Never a shared temporary
+/// directory (private keys live there): without a home directory, say what to set.
+pub fn default_home() -> Result<PathBuf, String> {
     if let Some(home) = std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
-        return PathBuf::from(home);
+        return Ok(PathBuf::from(home));
     }
-    dirs::home_dir().unwrap_or_else(|| PathBuf::from("/tmp")).join(".kwok-pools")
+    dirs::home_dir().map(|h| h.join(".kwok-pools")).ok_or_else(|| {
+        format!(
+            "there is no home directory to keep cluster state in: set {HOME_ENV} (or --home) to a directory of your own"
+        )
+    })
 }
 
 /// The state directory of the cluster `name` under `home`.

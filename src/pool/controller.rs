@@ -78,9 +78,11 @@ pub async fn run<P>(
                     namespace: gone.namespace.clone().unwrap_or_default(),
                     name: gone.name.clone(),
                 };
-                ctx.metrics.pool_desired.remove(&labels);
-                ctx.metrics.pool_ready.remove(&labels);
-                ctx.metrics.pool_updated.remove(&labels);
+                ctx.metrics.forget_pool(&labels);
+                // Back-off entries by UID: only live pools keep theirs.
+                let live: std::collections::HashSet<String> =
+                    ctx.pools.state().iter().filter_map(|p| p.meta().uid.clone()).collect();
+                ctx.backoff.retain(|uid| live.contains(uid));
             } else if let Err(e) = result {
                 tracing::debug!(error = %e, "controller event");
             }

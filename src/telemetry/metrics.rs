@@ -244,6 +244,25 @@ impl Metrics {
         self.child_writes.get_or_create(&labels).inc();
     }
 
+    /// Forgets every series of a pool that is gone: its gauges and its child-write counters
+    /// (a deleted pool's series would otherwise stay in every scrape for good).
+    pub fn forget_pool(&self, pool: &PoolLabels) {
+        self.pool_desired.remove(pool);
+        self.pool_ready.remove(pool);
+        self.pool_updated.remove(pool);
+        for verb in ["create", "apply", "claim", "patch-status", "delete"] {
+            for result in ["ok", "error"] {
+                self.child_writes.remove(&ChildWriteLabels {
+                    kind: pool.kind.clone(),
+                    namespace: pool.namespace.clone(),
+                    name: pool.name.clone(),
+                    verb: verb.into(),
+                    result: result.into(),
+                });
+            }
+        }
+    }
+
     /// Starts timing a reconciliation; the time is recorded when the guard drops.
     pub fn reconcile_timer(&self, kind: &str) -> ReconcileTimer<'_> {
         self.reconciles.get_or_create(&KindLabels { kind: kind.into() }).inc();
@@ -308,5 +327,20 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("kwok_pools_reconcile_duration_seconds_count{kind=\"NodePool\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn a_gone_pool_leaves_no_series_behind() {
+        let m = Metrics::default();
+        let pool = |name: &str| PoolLabels { kind: "PodPool".into(), namespace: "d".into(), name: name.into() };
+        for name in ["gone", "kept"] {
+            m.pool_desired.get_or_create(&pool(name)).set(3);
+            m.child_write(&pool(name), "create", true);
+            m.child_write(&pool(name), "delete", false);
+        }
+        m.forget_pool(&pool("gone"));
+        let text = m.encode();
+        assert!(!text.contains("name=\"gone\""), "{text}");
+        assert!(text.contains("name=\"kept\""), "{text}");
     }
 }

@@ -599,10 +599,10 @@ impl Loop {
         let patch = if pod.restart_policy.as_deref() == Some("Never") {
             pod_status::failed_patch(&pod, &[], &now)
         } else {
-            pod_status::crashed_patch(&pod, t.restarts + 1, &now)
+            pod_status::crashed_patch(&pod, t.restarts.saturating_add(1), &now)
         };
         t.down = true;
-        t.restarts += 1;
+        t.restarts = t.restarts.saturating_add(1);
         t.write.in_flight = true;
         self.sim.metrics.injected("crash");
         self.spawn_status(pod, patch, "crash");
@@ -615,7 +615,7 @@ impl Loop {
         let Some(t) = self.tracked.get_mut(uid) else { return };
         let now = now_value();
         let patch = if fails_at_start {
-            t.restarts += 1;
+            t.restarts = t.restarts.saturating_add(1);
             pod_status::crashed_patch(&pod, t.restarts, &now)
         } else {
             t.down = false;

@@ -119,17 +119,30 @@ fn transitions(vmi: &VirtualMachineInstance, phase: &str, now: &Value) -> Value 
     list
 }
 
-/// Admission: Pending, the finalizer, and (as KubeVirt's webhook does) an interface bound by
-/// bridge to a pod network, both named `default`, when the VMI has neither.
+/// Whether the VMI belongs to a VMIPool: only those get the finalizer. A VMI of nobody's pool
+/// must not hang in Terminating once the operator is gone (its launcher pod goes with it by
+/// its owner reference all the same).
+fn of_a_pool(vmi: &VirtualMachineInstance) -> bool {
+    vmi.metadata.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true) && o.kind == "VMIPool" && o.api_version.starts_with(crate::api::common::GROUP)
+    })
+}
+
+/// Admission: Pending, the finalizer (a pool's VMIs only), and (as KubeVirt's webhook does) an
+/// interface bound by bridge to a pod network, both named `default`, when the VMI has neither.
+/// A patch of the finalizers carries the resourceVersion read: the whole list is written, and
+/// another controller's finalizer added meanwhile must not be dropped (a conflict instead).
 pub fn admit_patch(vmi: &VirtualMachineInstance, now: &Value) -> Value {
-    let mut finalizers = vmi.metadata.finalizers.clone().unwrap_or_default();
-    if !finalizers.iter().any(|f| f == FINALIZER) {
-        finalizers.push(FINALIZER.into());
-    }
     let mut patch = json!({
-        "metadata": {"uid": vmi.metadata.uid, "finalizers": finalizers},
+        "metadata": {"uid": vmi.metadata.uid},
         "status": {"phase": "Pending", "phaseTransitionTimestamps": transitions(vmi, "Pending", now)}
     });
+    let mut finalizers = vmi.metadata.finalizers.clone().unwrap_or_default();
+    if of_a_pool(vmi) && !finalizers.iter().any(|f| f == FINALIZER) {
+        finalizers.push(FINALIZER.into());
+        patch["metadata"]["finalizers"] = json!(finalizers);
+        patch["metadata"]["resourceVersion"] = json!(vmi.metadata.resource_version);
+    }
     let devices = &vmi.spec.domain.devices;
     if vmi.spec.networks.is_empty() && devices.interfaces.is_empty() && !auto_attach_disabled(&vmi.spec) {
         patch["spec"] = json!({
@@ -424,11 +437,11 @@ pub fn failed_patch(vmi: &VirtualMachineInstance, why: &str, now: &Value) -> Val
     })
 }
 
-/// The finalizer dropped (the launcher pod is gone).
+/// The finalizer dropped (the launcher pod is gone), guarded by the resourceVersion read.
 pub fn release_patch(vmi: &VirtualMachineInstance) -> Value {
     let finalizers: Vec<String> =
         vmi.metadata.finalizers.iter().flatten().filter(|f| *f != FINALIZER).cloned().collect();
-    json!({"metadata": {"uid": vmi.metadata.uid, "finalizers": finalizers}})
+    json!({"metadata": {"uid": vmi.metadata.uid, "resourceVersion": vmi.metadata.resource_version, "finalizers": finalizers}})
 }
 
 /// The launcher pod's readiness gate, set True (strategic merge on conditions by type).
@@ -519,7 +532,10 @@ mod tests {
         going.metadata.deletion_timestamp = v.metadata.deletion_timestamp.clone();
         assert_eq!(next_step(&v, Some(&going), true, true), Step::Wait);
         assert_eq!(next_step(&v, None, true, true), Step::Release);
-        assert_eq!(release_patch(&v)["metadata"]["finalizers"], json!(["other"]), "only ours goes");
+        v.metadata.resource_version = Some("41".into());
+        let released = release_patch(&v);
+        assert_eq!(released["metadata"]["finalizers"], json!(["other"]), "only ours goes");
+        assert_eq!(released["metadata"]["resourceVersion"], "41", "a conflict, not a lost finalizer, if it changed");
     }
 
     #[test]
@@ -534,7 +550,20 @@ mod tests {
     #[test]
     fn admission_adds_kubevirts_default_network_only_when_there_is_none() {
         let patch = admit_patch(&vmi("", plain()), &json!("t"));
+        assert!(patch["metadata"].get("finalizers").is_none(), "a VMI of no pool gets no finalizer");
+        let mut pooled = vmi("", plain());
+        pooled.metadata.resource_version = Some("7".into());
+        pooled.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "pools.kwok.x-k8s.io/v1alpha1".into(),
+            kind: "VMIPool".into(),
+            name: "p".into(),
+            uid: "u".into(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        let patch = admit_patch(&pooled, &json!("t"));
         assert_eq!(patch["metadata"]["finalizers"], json!([FINALIZER]));
+        assert_eq!(patch["metadata"]["resourceVersion"], "7");
         assert_eq!(patch["spec"]["networks"], json!([{"name": "default", "pod": {}}]));
         assert_eq!(patch["spec"]["domain"]["devices"]["interfaces"], json!([{"name": "default", "bridge": {}}]));
         assert_eq!(
