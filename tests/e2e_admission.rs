@@ -736,3 +736,82 @@ async fn a_malformed_review_gets_a_400_and_the_webhook_keeps_answering() {
     assert!(op.is_running(), "the operator survives malformed reviews");
     wait_webhook(&s).await;
 }
+
+/// A counter of one process (0 when absent), summed over its label sets.
+async fn metric(op: &Operator, name: &str) -> f64 {
+    op.metrics()
+        .await
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_huge_vmipool_is_refused_fast_and_heartbeats_stay_on_time() {
+    let client = client().await;
+    let s = unique("huge");
+    let ns = TestNamespace::new(&client, "huge").await;
+    let mut op = Operator::start(&s, &[]);
+    op.wait_ready().await;
+    wait_webhook(&s).await;
+    apply(&nodepool_yaml(&s, &s, 20, ""));
+    wait_ready_nodes(&client, &s, 20, Duration::from_secs(90)).await;
+    let late_before = metric(&op, "kwok_pools_simulator_late_lease_renewals").await;
+
+    // 20,000 interfaces and networks (about 1.4 MiB), through kubectl: the schema's bound
+    // refuses it at once.
+    let mut interfaces = String::new();
+    let mut networks = String::new();
+    for i in 0..20_000 {
+        interfaces.push_str(&format!("{{name: n{i}, masquerade: {{}}}},"));
+        networks.push_str(&format!("{{name: n{i}, pod: {{}}}},"));
+    }
+    let huge = vp(
+        &s,
+        &ns.name,
+        "huge",
+        &format!(
+            "  vmiCount: 1\n  vmiTemplate:\n    spec:\n      domain: {{devices: {{interfaces: [{interfaces}]}}, resources: {{requests: {{memory: 1Gi}}}}}}\n      networks: [{networks}]\n"
+        ),
+    );
+    assert!(huge.len() > 1_000_000, "{} bytes", huge.len());
+    let started = std::time::Instant::now();
+    let (ok, out) = apply_result(&huge);
+    assert!(!ok && out.contains("256"), "{out}");
+    assert!(started.elapsed() < Duration::from_secs(10), "refused in {:?}", started.elapsed());
+
+    // The same pool as a review straight to the webhook (past the schema), as the API server:
+    // judged fast, refused at its path, and the heartbeats go on meanwhile.
+    let pool: serde_json::Value = serde_yaml::from_str(&huge).unwrap();
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u", "kind": {"group": "pools.kwok.x-k8s.io", "version": "v1alpha1", "kind": "VMIPool"},
+                    "resource": {"group": "pools.kwok.x-k8s.io", "version": "v1alpha1", "resource": "vmipools"},
+                    "operation": "CREATE", "userInfo": {"username": "admin"}, "object": pool}
+    });
+    let pki = kubeconfig().parent().unwrap().join("pki");
+    let mut identity = std::fs::read(pki.join("apiserver-webhook-client.crt")).unwrap();
+    identity.extend(std::fs::read(pki.join("apiserver-webhook-client.key")).unwrap());
+    kwok_pools::telemetry::init_crypto();
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .identity(reqwest::Identity::from_pem(&identity).unwrap())
+        .build()
+        .unwrap();
+    let url = format!("https://127.0.0.1:{}/validate", op.webhook_port);
+    for _ in 0..5 {
+        let started = std::time::Instant::now();
+        let answer: serde_json::Value = http.post(&url).json(&review).send().await.unwrap().json().await.unwrap();
+        assert!(started.elapsed() < Duration::from_secs(3), "judged in {:?}", started.elapsed());
+        let message = answer["response"]["result"]["message"].as_str().unwrap_or_default().to_string();
+        let message = if message.is_empty() { answer.to_string().chars().take(600).collect() } else { message };
+        assert_eq!(answer["response"]["allowed"], false);
+        assert!(message.contains("a VMI takes at most 256"), "{message}");
+    }
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(metric(&op, "kwok_pools_simulator_late_lease_renewals").await, late_before, "no heartbeat went late");
+    let not_ready = pool_nodes(&client, &s).await.iter().filter(|n| !is_ready(n)).count();
+    assert_eq!(not_ready, 0);
+    op.stop();
+}
