@@ -88,6 +88,10 @@ fuzz: ## Fuzz the admission handler, manifests, quantities/CIDRs, planner and IP
 helm: ## Build helm from its Go module into a cache (bin/helm).
 	./hack/install-helm.sh
 
+.PHONY: metrics-server
+metrics-server: ## Build the real metrics-server v0.8.0 from its Go module into a cache (bin/metrics-server).
+	./hack/install-metrics-server.sh
+
 .PHONY: chart
 chart: helm ## helm lint and helm template of charts/kwok-pools (the e2e tests also dry-run it on the API server).
 	bin/helm lint --strict charts/kwok-pools
@@ -105,11 +109,12 @@ E2E_SCALE_TESTS := e2e_shards
 E2E_TESTS := $(filter-out $(E2E_SCALE_TESTS),$(basename $(notdir $(wildcard tests/e2e_*.rs))))
 
 .PHONY: e2e
-e2e: controlplane build helm ## End-to-end tests on a fresh local cluster (created, then deleted), then the scale tests.
+e2e: controlplane build helm metrics-server ## End-to-end tests on a fresh local cluster (created, then deleted), then the scale tests.
 	@export KWOK_POOLS_HOME=$(E2E_HOME); \
 	$(DEBUG_BIN) cluster delete --name $(E2E_CLUSTER) >/dev/null 2>&1 || true; \
-	$(DEBUG_BIN) cluster create --name $(E2E_CLUSTER) --kubevirt \
-	  --extra-arg kube-controller-manager=--node-monitor-grace-period=$(E2E_GRACE)s; \
+	$(DEBUG_BIN) cluster create --name $(E2E_CLUSTER) --kubevirt --metrics-server \
+	  --extra-arg kube-controller-manager=--node-monitor-grace-period=$(E2E_GRACE)s \
+	  --extra-arg kube-controller-manager=--horizontal-pod-autoscaler-sync-period=5s; \
 	status=0; \
 	KUBECONFIG=$(E2E_HOME)/clusters/$(E2E_CLUSTER)/kubeconfig E2E_NODE_GRACE_SECONDS=$(E2E_GRACE) \
 	  E2E_LOG_DIR=$(E2E_HOME)/logs RUST_TEST_THREADS=$(E2E_THREADS) \
@@ -125,9 +130,9 @@ e2e: controlplane build helm ## End-to-end tests on a fresh local cluster (creat
 	exit $$status
 
 .PHONY: run
-run: controlplane release ## Start (or reuse) the local cluster, apply the sample pool, run the operator.
+run: controlplane metrics-server release ## Start (or reuse) the local cluster, apply the sample pool, run the operator.
 	@if ! $(RELEASE_BIN) cluster kubeconfig --name $(RUN_CLUSTER) >/dev/null 2>&1; then \
-	  $(RELEASE_BIN) cluster create --name $(RUN_CLUSTER) --kubevirt; \
+	  $(RELEASE_BIN) cluster create --name $(RUN_CLUSTER) --kubevirt --metrics-server; \
 	elif ! $(RELEASE_BIN) cluster list | grep -E "^$(RUN_CLUSTER) +running" >/dev/null; then \
 	  echo "cluster $(RUN_CLUSTER) exists but is not running: starting it"; \
 	  $(RELEASE_BIN) cluster start --name $(RUN_CLUSTER); \
@@ -137,7 +142,9 @@ run: controlplane release ## Start (or reuse) the local cluster, apply the sampl
 	KUBECONFIG=$$kubeconfig $(KUBECTL) apply -f samples/nodepool.yaml; \
 	echo; echo "In another shell:  export KUBECONFIG=$$kubeconfig"; \
 	echo "                   $(KUBECTL) get nodes -o wide"; echo; \
-	KUBECONFIG=$$kubeconfig exec $(RELEASE_BIN) run --webhook-client-ca $$(dirname $$kubeconfig)/pki/webhook-client-ca.crt
+	pki=$$(dirname $$kubeconfig)/pki; \
+	KUBECONFIG=$$kubeconfig exec $(RELEASE_BIN) run --webhook-client-ca $$pki/webhook-client-ca.crt \
+	  --kubelet-serving-ca-cert $$pki/ca.crt --kubelet-serving-ca-key $$pki/ca.key --kubelet-client-ca $$pki/ca.crt
 
 .PHONY: clean-cluster
 clean-cluster: ## Delete the `make run` cluster.

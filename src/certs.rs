@@ -56,6 +56,14 @@ impl Authority {
         Ok(Self { pair, issuer: Issuer::new(params, key) })
     }
 
+    /// An existing CA, from its PEM certificate and PEM private key.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, rcgen::Error> {
+        let key = KeyPair::from_pem(key_pem)?;
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, key)?;
+        let pair = CertPair { cert_pem: cert_pem.to_string(), key_pem: key_pem.to_string() };
+        Ok(Self { pair, issuer })
+    }
+
     /// Issues a leaf certificate signed by this CA.
     pub fn issue(&self, spec: &LeafSpec<'_>) -> Result<CertPair, rcgen::Error> {
         self.issue_valid_for(spec, VALIDITY)

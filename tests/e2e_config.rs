@@ -164,4 +164,7 @@ spec:
     for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
         delete_quietly(kind, "kwok-pools");
     }
+    // Nor the registration rights: other tests judge the base config's privileges.
+    let registration = repo().join("config/components/webhook-registration/rbac.yaml");
+    let _ = kubectl(&["delete", "-f", registration.to_str().unwrap(), "--ignore-not-found"]);
 }

@@ -81,6 +81,16 @@ pub struct PodLifecycle {
     /// `--job-run-time`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_run_time: Option<Delay>,
+    /// What each container uses (CPU, memory), as the kubelet API reports it to
+    /// metrics-server, `kubectl top` and the HPA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<super::kubelet::Usage>,
+    /// What each container prints (`kubectl logs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs: Option<super::kubelet::Logs>,
+    /// What `kubectl exec` gets (default: the command echoed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<super::kubelet::Exec>,
 }
 
 /// What a NodePool's nodes do.
@@ -101,6 +111,9 @@ pub struct NodeLifecycle {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "duration_schema")]
     pub every: Option<String>,
+    /// What each node uses beside its pods (its own daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<super::kubelet::NodeUsage>,
 }
 
 /// What VMIs do (used by VMIPool).
@@ -282,6 +295,11 @@ pub fn problems(l: &Lifecycle, nodes_allowed: bool) -> Vec<String> {
     let percent = |path: &str, v: Option<u8>| {
         v.filter(|v| *v > 100).map(|v| format!(".{path}: {v} is not a percentage from 0 to 100"))
     };
+    out.extend(super::kubelet::problems(
+        l.pods.as_ref().and_then(|p| p.usage.as_ref()),
+        l.pods.as_ref().and_then(|p| p.logs.as_ref()),
+        l.nodes.as_ref().and_then(|n| n.usage.as_ref()),
+    ));
     if let Some(p) = &l.pods {
         out.extend(percent("pods.failPercent", p.fail_percent));
         out.extend(percent("pods.crashLoopPercent", p.crash_loop_percent));

@@ -6,6 +6,7 @@
 pub mod common;
 pub mod conventions;
 pub mod editor_schema;
+pub mod kubelet;
 pub mod lifecycle;
 pub mod ranges;
 pub mod schema;

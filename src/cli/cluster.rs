@@ -47,6 +47,11 @@ pub enum ClusterCommand {
         /// Also install KubeVirt's VirtualMachineInstance CRD (for VMIPools without KubeVirt).
         #[arg(long)]
         kubevirt: bool,
+        /// Also run the real metrics-server (bin/metrics-server, `make metrics-server`),
+        /// registered as the metrics.k8s.io APIService: `kubectl top` and the HPA then work on
+        /// simulated nodes.
+        #[arg(long)]
+        metrics_server: bool,
     },
     /// Start the components of an existing cluster that do not run (keeps its data).
     Start {
@@ -76,14 +81,14 @@ pub enum ClusterCommand {
 fn parse_extra_arg(s: &str) -> Result<(Component, String), String> {
     let (name, flag) = s.split_once('=').ok_or_else(|| format!("expected COMPONENT=--flag, got {s:?}"))?;
     let c = Component::parse(name).ok_or_else(|| {
-        format!("unknown component {name:?}: use etcd, kube-apiserver, kube-controller-manager or kube-scheduler")
+        format!("unknown component {name:?}: use etcd, kube-apiserver, kube-controller-manager, kube-scheduler or metrics-server")
     })?;
     Ok((c, flag.to_string()))
 }
 
 pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
     match cmd {
-        ClusterCommand::Create { common, bin_dir, timeout, extra_args, no_crds, kubevirt } => {
+        ClusterCommand::Create { common, bin_dir, timeout, extra_args, no_crds, kubevirt, metrics_server } => {
             let opts = CreateOptions {
                 name: common.name.clone(),
                 home: common.home()?,
@@ -92,6 +97,7 @@ pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
                 extra_args,
                 install_crds: !no_crds,
                 kubevirt_crd: kubevirt,
+                metrics_server,
             };
             let created = cluster::create(&opts).await?;
             eprintln!("cluster {:?} ready in {:.1}s", common.name, created.elapsed.as_secs_f64());
@@ -119,9 +125,9 @@ pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
             println!("{:<24} {:<12} {:<8} STATE", "NAME", "STATUS", "PORT");
             for c in clusters {
                 let status = match c.running {
-                    4 => "running".to_string(),
+                    n if n >= c.components => "running".to_string(),
                     0 => "stopped".to_string(),
-                    n => format!("partial({n}/4)"),
+                    n => format!("partial({n}/{})", c.components),
                 };
                 let port = c.apiserver_port.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
                 println!("{:<24} {:<12} {:<8} {}", c.name, status, port, c.dir.display());

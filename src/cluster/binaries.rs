@@ -39,6 +39,19 @@ pub fn check(bin_dir: &Path) -> Result<PathBuf, ClusterError> {
     Ok(dir)
 }
 
+/// Checks that an optional component's binary is present.
+pub fn check_optional(bin_dir: &Path, c: super::component::Component) -> Result<(), ClusterError> {
+    if bin_dir.join(c.binary()).is_file() {
+        return Ok(());
+    }
+    Err(ClusterError::Other(format!(
+        "{} not found in {}: run `make {}` (it builds it from its Go module, once)",
+        c.binary(),
+        bin_dir.display(),
+        c.binary()
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
-//! The four control-plane components and how each is started: binary name, command line,
-//! health endpoint. Pure: builds command lines from a [`Layout`] and [`Ports`].
+//! The four control-plane components (and the optional metrics-server) and how each is
+//! started: binary name, command line, health endpoint. Pure: builds command lines from a
+//! [`Layout`] and [`Ports`].
 
 use super::layout::{Layout, Ports};
 use std::fmt;
@@ -10,11 +11,25 @@ pub enum Component {
     KubeApiserver,
     KubeControllerManager,
     KubeScheduler,
+    /// The real metrics-server (`cluster create --metrics-server`), registered as the
+    /// metrics.k8s.io APIService.
+    MetricsServer,
 }
 
 /// Start order; `cluster delete` stops them in reverse.
 pub const ALL: [Component; 4] =
     [Component::Etcd, Component::KubeApiserver, Component::KubeControllerManager, Component::KubeScheduler];
+/// Components a cluster runs when asked for, after [`ALL`].
+pub const OPTIONAL: [Component; 1] = [Component::MetricsServer];
+
+/// The components of a cluster, in start order.
+pub fn of_cluster(metrics_server: bool) -> Vec<Component> {
+    let mut all = ALL.to_vec();
+    if metrics_server {
+        all.extend(OPTIONAL);
+    }
+    all
+}
 
 /// The pod network the controller manager's node IPAM splits into per-node podCIDRs
 /// (a /24 each: room for 32768 nodes) and the service network. They do not overlap.
@@ -29,11 +44,12 @@ impl Component {
             Component::KubeApiserver => "kube-apiserver",
             Component::KubeControllerManager => "kube-controller-manager",
             Component::KubeScheduler => "kube-scheduler",
+            Component::MetricsServer => "metrics-server",
         }
     }
 
     pub fn parse(name: &str) -> Option<Self> {
-        ALL.into_iter().find(|c| c.name() == name)
+        ALL.into_iter().chain(OPTIONAL).find(|c| c.name() == name)
     }
 
     /// The binary has the component's name.
@@ -50,6 +66,8 @@ impl Component {
                 format!("https://127.0.0.1:{}/healthz", ports.controller_manager)
             }
             Component::KubeScheduler => format!("https://127.0.0.1:{}/healthz", ports.scheduler),
+            // Live (ready waits for a first scrape of every node).
+            Component::MetricsServer => format!("https://127.0.0.1:{}/livez", ports.metrics_server),
         }
     }
 
@@ -97,6 +115,19 @@ impl Component {
                 format!("--service-account-key-file={}", p(layout.sa_public())),
                 format!("--service-account-signing-key-file={}", p(layout.sa_private())),
                 "--allow-privileged=true".into(),
+                // Its identity towards kubelets (logs, exec, port-forward, node proxy): the
+                // simulated kubelets accept the cluster CA's client certificates.
+                format!("--kubelet-client-certificate={}", p(layout.cert("apiserver-kubelet-client"))),
+                format!("--kubelet-client-key={}", p(layout.key("apiserver-kubelet-client"))),
+                // API aggregation (metrics.k8s.io): the front proxy's client certificate and the
+                // headers that carry the caller to the aggregated server.
+                format!("--proxy-client-cert-file={}", p(layout.cert("front-proxy-client"))),
+                format!("--proxy-client-key-file={}", p(layout.key("front-proxy-client"))),
+                format!("--requestheader-client-ca-file={}", p(layout.cert("front-proxy-ca"))),
+                "--requestheader-allowed-names=front-proxy-client".into(),
+                "--requestheader-username-headers=X-Remote-User".into(),
+                "--requestheader-group-headers=X-Remote-Group".into(),
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
                 // Its client certificate towards webhooks (the operator's --webhook-client-ca).
                 format!("--admission-control-config-file={}", p(layout.admission_config())),
                 "--profiling=false".into(),
@@ -133,6 +164,24 @@ impl Component {
                 format!("--secure-port={}", ports.scheduler),
                 "--profiling=false".into(),
             ],
+            // As any kubelet needs it: the kubelets' CA (the cluster CA issues the simulated
+            // kubelets' serving certificates), a client certificate, the node status port; its
+            // default address preference (Hostname first).
+            Component::MetricsServer => vec![
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", ports.metrics_server),
+                format!("--tls-cert-file={}", p(layout.cert("metrics-server"))),
+                format!("--tls-private-key-file={}", p(layout.key("metrics-server"))),
+                format!("--kubeconfig={}", p(layout.kubeconfig())),
+                format!("--authentication-kubeconfig={}", p(layout.kubeconfig())),
+                format!("--authorization-kubeconfig={}", p(layout.kubeconfig())),
+                format!("--kubelet-certificate-authority={}", p(layout.ca_cert())),
+                format!("--kubelet-client-certificate={}", p(layout.admin_cert())),
+                format!("--kubelet-client-key={}", p(layout.admin_key())),
+                "--kubelet-use-node-status-port".into(),
+                "--metric-resolution=15s".into(),
+                "--profiling=false".into(),
+            ],
         }
     }
 }
@@ -163,8 +212,15 @@ mod tests {
     fn every_component_refers_to_its_state_dir() {
         // `cluster delete` recognises its processes by the state directory in their command line.
         let layout = Layout::new("/tmp/x/clusters/demo".into());
-        let ports = Ports { etcd_client: 1, etcd_peer: 2, apiserver: 3, controller_manager: 4, scheduler: 5 };
-        for c in ALL {
+        let ports = Ports {
+            etcd_client: 1,
+            etcd_peer: 2,
+            apiserver: 3,
+            controller_manager: 4,
+            scheduler: 5,
+            metrics_server: 6,
+        };
+        for c in ALL.into_iter().chain(OPTIONAL) {
             assert!(c.args(&layout, &ports).iter().any(|a| a.contains("/tmp/x/clusters/demo")), "{c}");
         }
     }
@@ -172,7 +228,14 @@ mod tests {
     #[test]
     fn apiserver_binds_loopback_without_endpoint_reconciler() {
         let layout = Layout::new("/s".into());
-        let ports = Ports { etcd_client: 1, etcd_peer: 2, apiserver: 6443, controller_manager: 4, scheduler: 5 };
+        let ports = Ports {
+            etcd_client: 1,
+            etcd_peer: 2,
+            apiserver: 6443,
+            controller_manager: 4,
+            scheduler: 5,
+            metrics_server: 6,
+        };
         let args = Component::KubeApiserver.args(&layout, &ports);
         for want in ["--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none", "--secure-port=6443"] {
             assert!(args.iter().any(|a| a == want), "{want}");

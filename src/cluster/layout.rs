@@ -56,6 +56,9 @@ pub struct Ports {
     pub apiserver: u16,
     pub controller_manager: u16,
     pub scheduler: u16,
+    /// metrics-server's port (0: the cluster has none).
+    #[serde(default)]
+    pub metrics_server: u16,
 }
 
 /// The record written to `cluster.json` when a cluster is created.
@@ -69,6 +72,9 @@ pub struct ClusterRecord {
     /// `--extra-arg` flags, as component name and flag, so `cluster start` repeats them.
     #[serde(default)]
     pub extra_args: Vec<(String, String)>,
+    /// The cluster runs metrics-server (`cluster create --metrics-server`).
+    #[serde(default)]
+    pub metrics_server: bool,
 }
 
 #[derive(Clone, Debug)]

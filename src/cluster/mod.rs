@@ -12,6 +12,7 @@ pub mod component;
 pub mod crds;
 pub mod error;
 pub mod layout;
+pub mod metrics_server;
 pub mod pki;
 pub mod probe;
 pub mod process;
@@ -39,6 +40,8 @@ pub struct CreateOptions {
     pub install_crds: bool,
     /// Install KubeVirt's VirtualMachineInstance CRD too.
     pub kubevirt_crd: bool,
+    /// Run the real metrics-server too, registered as the metrics.k8s.io APIService.
+    pub metrics_server: bool,
 }
 
 /// A created cluster.
@@ -55,6 +58,8 @@ pub struct Listed {
     pub name: String,
     pub dir: PathBuf,
     pub running: usize,
+    /// How many components the cluster has (4, or 5 with metrics-server).
+    pub components: usize,
     pub apiserver_port: Option<u16>,
 }
 
@@ -62,6 +67,7 @@ pub struct Listed {
 pub fn running_components(layout: &Layout) -> usize {
     component::ALL
         .into_iter()
+        .chain(component::OPTIONAL)
         .filter(|c| {
             process::read_pid(&layout.pid(*c)).is_some_and(|pid| process::is_ours(pid, c.binary(), &layout.dir))
         })
@@ -69,8 +75,8 @@ pub fn running_components(layout: &Layout) -> usize {
 }
 
 fn pick_ports() -> Result<Ports, ClusterError> {
-    let [etcd_client, etcd_peer, apiserver, controller_manager, scheduler] = process::free_ports()?;
-    Ok(Ports { etcd_client, etcd_peer, apiserver, controller_manager, scheduler })
+    let [etcd_client, etcd_peer, apiserver, controller_manager, scheduler, metrics_server] = process::free_ports()?;
+    Ok(Ports { etcd_client, etcd_peer, apiserver, controller_manager, scheduler, metrics_server })
 }
 
 /// Creates and starts a cluster, waiting until it is ready. On failure the components that
@@ -78,6 +84,9 @@ fn pick_ports() -> Result<Ports, ClusterError> {
 pub async fn create(opts: &CreateOptions) -> Result<Created, ClusterError> {
     layout::validate_name(&opts.name).map_err(ClusterError::InvalidName)?;
     let bin_dir = binaries::check(&opts.bin_dir)?;
+    if opts.metrics_server {
+        binaries::check_optional(&bin_dir, Component::MetricsServer)?;
+    }
     let layout = Layout::new(cluster_dir(&opts.home, &opts.name));
     if layout.dir.exists() {
         return Err(ClusterError::NameInUse {
@@ -106,6 +115,7 @@ pub async fn create(opts: &CreateOptions) -> Result<Created, ClusterError> {
             bin_dir: bin_dir.clone(),
             created: chrono::Utc::now().to_rfc3339(),
             extra_args: opts.extra_args.iter().map(|(c, a)| (c.name().to_string(), a.clone())).collect(),
+            metrics_server: opts.metrics_server,
         };
         std::fs::write(layout.record(), serde_json::to_string_pretty(&record).unwrap_or_default())
             .ctx(|| "writing cluster.json".into())?;
@@ -141,13 +151,14 @@ fn port_taken(e: &ClusterError) -> bool {
 async fn start_components(
     name: &str,
     extra_args: &[(Component, String)],
+    components: &[Component],
     layout: &Layout,
     ports: &Ports,
     bin_dir: &Path,
     deadline: Instant,
 ) -> Result<(), ClusterError> {
     let mut later = Vec::new();
-    for c in component::ALL {
+    for &c in components {
         let running =
             process::read_pid(&layout.pid(c)).is_some_and(|pid| process::is_ours(pid, c.binary(), &layout.dir));
         if running {
@@ -180,7 +191,8 @@ async fn start_all(
     bin_dir: &Path,
     deadline: Instant,
 ) -> Result<(), ClusterError> {
-    start_components(&opts.name, &opts.extra_args, layout, ports, bin_dir, deadline).await?;
+    let components = component::of_cluster(opts.metrics_server);
+    start_components(&opts.name, &opts.extra_args, &components, layout, ports, bin_dir, deadline).await?;
     let client = crds::client(&layout.kubeconfig()).await?;
     crds::wait_default_service_account(&opts.name, &client, layout, deadline).await?;
     eprintln!("  ✓ default ServiceAccount exists");
@@ -192,13 +204,17 @@ async fn start_all(
         crds::install_crds(&client, vec![crate::kinds::vmipool::kubevirt_crd::crd()], deadline).await?;
         eprintln!("  ✓ KubeVirt's VirtualMachineInstance CRD installed");
     }
+    if opts.metrics_server {
+        metrics_server::register(&client, layout, ports.metrics_server, deadline).await?;
+        eprintln!("  ✓ metrics-server registered as the metrics.k8s.io APIService");
+    }
     // The children were started detached; dropping the handles does not stop them.
     Ok(())
 }
 
 fn stop_all(layout: &Layout) -> Vec<String> {
     let mut notes = Vec::new();
-    for c in component::ALL.into_iter().rev() {
+    for c in component::ALL.into_iter().chain(component::OPTIONAL).rev() {
         let Some(pid) = process::read_pid(&layout.pid(c)) else { continue };
         if process::is_ours(pid, c.binary(), &layout.dir) {
             if process::stop(pid, Duration::from_secs(10)) {
@@ -229,7 +245,10 @@ pub async fn start(home: &Path, name: &str, timeout: Duration) -> Result<Duratio
         // A cluster made before the API server had a webhook client identity.
         pki::write_webhook_client(&layout)?;
     }
-    start_components(name, &extra, &layout, &record.ports, &bin_dir, started + timeout).await?;
+    // Or before it had kubelet client and front-proxy identities.
+    pki::ensure_aggregation(&layout)?;
+    let components = component::of_cluster(record.metrics_server);
+    start_components(name, &extra, &components, &layout, &record.ports, &bin_dir, started + timeout).await?;
     Ok(started.elapsed())
 }
 
@@ -269,10 +288,12 @@ pub fn list(home: &Path) -> Result<Vec<Listed>, ClusterError> {
             continue;
         }
         let layout = Layout::new(dir.clone());
+        let record = layout.read_record().ok();
         out.push(Listed {
             name: entry.file_name().to_string_lossy().into_owned(),
             running: running_components(&layout),
-            apiserver_port: layout.read_record().ok().map(|r| r.ports.apiserver),
+            components: component::of_cluster(record.as_ref().is_some_and(|r| r.metrics_server)).len(),
+            apiserver_port: record.map(|r| r.ports.apiserver),
             dir,
         });
     }

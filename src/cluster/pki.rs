@@ -3,7 +3,10 @@
 //! the controller manager (system:kube-controller-manager) and the scheduler
 //! (system:kube-scheduler), each with a kubeconfig of its own; a separate etcd CA with etcd's
 //! serving certificate and the API server's etcd client certificate (etcd takes only those);
-//! and the service-account signing key. Private keys are created with mode 0600.
+//! and the service-account signing key; for the kubelet API and API aggregation, the API
+//! server's kubelet client certificate (its identity towards every kubelet), a front-proxy
+//! CA with the aggregator's client certificate, and metrics-server's serving certificate.
+//! Private keys are created with mode 0600.
 
 use super::component::SERVICE_IP;
 use super::error::{ClusterError, IoContext};
@@ -84,7 +87,46 @@ pub fn write_pki(layout: &Layout) -> Result<(), ClusterError> {
     let (sa_private, sa_public) = signing_key()?;
     write(&layout.sa_private(), &sa_private, true)?;
     write(&layout.sa_public(), &sa_public, false)?;
+    write_aggregation(layout, &ca)?;
     write_webhook_client(layout)
+}
+
+/// The name the aggregator checks metrics-server's certificate against (its Service's).
+pub const METRICS_SERVER_HOST: &str = "metrics-server.kube-system.svc";
+
+/// The API server's client identities towards kubelets and aggregated API servers, and
+/// metrics-server's serving certificate: `ca` signs the first and the last (kubelets and
+/// metrics-server trust the cluster CA), a front-proxy CA of its own the aggregator's.
+pub fn write_aggregation(layout: &Layout, ca: &Authority) -> Result<(), ClusterError> {
+    let leaf = |cn: &'static str, org: Option<&'static str>, sans: Vec<String>, server: bool| LeafSpec {
+        common_name: cn,
+        organization: org,
+        sans,
+        server,
+        client: !server,
+    };
+    let kubelet_client = ca.issue(&leaf("kube-apiserver-kubelet-client", Some("system:masters"), vec![], false))?;
+    write(&layout.cert("apiserver-kubelet-client"), &kubelet_client.cert_pem, false)?;
+    write(&layout.key("apiserver-kubelet-client"), &kubelet_client.key_pem, true)?;
+    let sans = [METRICS_SERVER_HOST, "localhost", "127.0.0.1"].map(String::from).to_vec();
+    let metrics = ca.issue(&leaf("metrics-server", None, sans, true))?;
+    write(&layout.cert("metrics-server"), &metrics.cert_pem, false)?;
+    write(&layout.key("metrics-server"), &metrics.key_pem, true)?;
+    let front = Authority::new("kwok-pools-front-proxy-ca")?;
+    write(&layout.cert("front-proxy-ca"), &front.pair.cert_pem, false)?;
+    let client = front.issue(&leaf("front-proxy-client", None, vec![], false))?;
+    write(&layout.cert("front-proxy-client"), &client.cert_pem, false)?;
+    write(&layout.key("front-proxy-client"), &client.key_pem, true)
+}
+
+/// [`write_aggregation`] for a cluster made before it existed (its CA read back).
+pub fn ensure_aggregation(layout: &Layout) -> Result<(), ClusterError> {
+    if layout.cert("front-proxy-client").exists() {
+        return Ok(());
+    }
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(&p).ctx(|| format!("reading {}", p.display()));
+    let ca = Authority::from_pem(&read(layout.ca_cert())?, &read(layout.ca_key())?)?;
+    write_aggregation(layout, &ca)
 }
 
 /// The API server's identity towards admission webhooks: a CA of its own (so a webhook that

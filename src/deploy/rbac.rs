@@ -142,7 +142,7 @@ fn process_rules() -> Vec<Rule> {
             "authorization.k8s.io",
             &["subjectaccessreviews"],
             &["create"],
-            "at admission, whether the person creating a pool may create its children (a pool creates them on their behalf)",
+            "at admission, whether the person creating a pool may create its children (a pool creates them on their behalf); in the simulated kubelets' API, whether a caller may use a node's subresource",
         ),
         Rule::named(
             "admissionregistration.k8s.io",

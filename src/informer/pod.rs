@@ -135,6 +135,10 @@ pub struct SlimPod {
     pub unschedulable: Option<Box<(String, String)>>,
     /// `status.qosClass`.
     pub qos_class: Option<Word>,
+    /// The CPU and memory levels its annotations set (`kwok.x-k8s.io/usage-cpu`, `-memory`).
+    pub usage: Option<Box<crate::api::kubelet::Overrides>>,
+    /// When its containers last started running (the latest `state.running.startedAt`).
+    pub running_since: Option<Timestamp>,
 }
 
 impl Resource for SlimPod {
@@ -181,6 +185,7 @@ impl SlimPod {
             deletion_grace_period_seconds: m.deletion_grace_period_seconds,
             ..Default::default()
         };
+        let usage = crate::api::kubelet::Overrides::from_annotations(m.annotations.as_ref()).map(Box::new);
         let spec = pod.spec.unwrap_or_default();
         let slim = |c: &k8s_openapi::api::core::v1::Container| SlimContainer {
             name: c.name.clone(),
@@ -223,6 +228,13 @@ impl SlimPod {
             start_time: status.start_time.map(|t| t.0),
             restart_policy: spec.restart_policy.map(Word::from),
             restart_count: status.container_statuses.iter().flatten().map(|c| c.restart_count).max().unwrap_or(0),
+            running_since: status
+                .container_statuses
+                .iter()
+                .flatten()
+                .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref().map(|t| t.0))
+                .max(),
+            usage,
             crash_looping: status.container_statuses.iter().flatten().any(|c| {
                 c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref())
                     == Some("CrashLoopBackOff")

@@ -10,6 +10,8 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+pub use super::endpoint::Endpoint;
+
 pub const KUBELET_PORT: i32 = 10250;
 
 /// Settings for what the template leaves unset.
@@ -76,11 +78,13 @@ fn fill(field: &mut String, value: impl Into<String>) {
 }
 
 /// The status a healthy kubelet would report for node `name`, starting from `base` (the
-/// template's status or the node's current one) and filling what is unset.
+/// template's status or the node's current one) and filling what is unset. With an
+/// `endpoint`, its kubelet API answers there (the Hostname address and the daemon port).
 pub fn simulated(
     name: &str,
     base: Option<&NodeStatus>,
     internal_ips: &[IpAddr],
+    endpoint: Option<&Endpoint>,
     now: &Time,
     defaults: &NodeDefaults,
 ) -> NodeStatus {
@@ -94,12 +98,20 @@ pub fn simulated(
             addresses.push(NodeAddress { type_: "InternalIP".into(), address: ip });
         }
     }
-    if !addresses.iter().any(|a| a.type_ == "Hostname") {
-        addresses.push(NodeAddress { type_: "Hostname".into(), address: name.into() });
+    match endpoint {
+        Some(e) => {
+            addresses.retain(|a| a.type_ != "Hostname");
+            addresses.push(NodeAddress { type_: "Hostname".into(), address: e.address.to_string() });
+        }
+        None if !addresses.iter().any(|a| a.type_ == "Hostname") => {
+            addresses.push(NodeAddress { type_: "Hostname".into(), address: name.into() });
+        }
+        None => {}
     }
     s.addresses = Some(addresses);
 
-    s.daemon_endpoints = Some(NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port: KUBELET_PORT }) });
+    let port = endpoint.map_or(KUBELET_PORT, |e| e.port);
+    s.daemon_endpoints = Some(NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port }) });
 
     let mut info: NodeSystemInfo = s.node_info.take().unwrap_or_default();
     fill(&mut info.architecture, "amd64");
@@ -156,18 +168,26 @@ pub fn internal_ips(node: &Node) -> Vec<IpAddr> {
 
 /// Whether the node's status is not what a healthy kubelet would report, so the simulator
 /// must write it: Ready is not True (a controller marked it Unknown, or nobody ever set it),
-/// a condition, the Hostname address, the daemon endpoint or the resources are missing. (A
-/// missing InternalIP is the caller's call: it depends on whether an address is free.)
-pub fn needs_write(node: &Node) -> bool {
+/// a condition, the Hostname address, the daemon endpoint or the resources are missing, or
+/// the kubelet API is not where `endpoint` says. (A missing InternalIP is the caller's call:
+/// it depends on whether an address is free.)
+pub fn needs_write(node: &Node, endpoint: Option<&Endpoint>) -> bool {
     let Some(s) = node.status.as_ref() else { return true };
     let conditions = s.conditions.as_deref().unwrap_or_default();
     let healthy = HEALTHY.iter().all(|(type_, status, reason, _)| {
         conditions.iter().any(|c| c.type_ == *type_ && c.status == *status && c.reason.as_deref() == Some(*reason))
     });
     let addresses = s.addresses.as_deref().unwrap_or_default();
-    let has_host = addresses.iter().any(|a| a.type_ == "Hostname");
+    let has_host = match endpoint {
+        Some(e) => {
+            let hosts: Vec<&NodeAddress> = addresses.iter().filter(|a| a.type_ == "Hostname").collect();
+            hosts.len() == 1 && hosts[0].address == e.address.to_string()
+        }
+        None => addresses.iter().any(|a| a.type_ == "Hostname"),
+    };
+    let port = endpoint.map_or(KUBELET_PORT, |e| e.port);
     let endpoint =
-        s.daemon_endpoints.as_ref().and_then(|d| d.kubelet_endpoint.as_ref()).is_some_and(|e| e.port == KUBELET_PORT);
+        s.daemon_endpoints.as_ref().and_then(|d| d.kubelet_endpoint.as_ref()).is_some_and(|e| e.port == port);
     let resources =
         s.capacity.as_ref().is_some_and(|m| !m.is_empty()) && s.allocatable.as_ref().is_some_and(|m| !m.is_empty());
     !(healthy && has_host && endpoint && resources)
@@ -192,10 +212,10 @@ mod tests {
     #[test]
     fn fills_a_blank_status() {
         let ip: IpAddr = "10.1.0.1".parse().unwrap();
-        let s = simulated("n-0", None, &[ip], &now(), &NodeDefaults::default());
+        let s = simulated("n-0", None, &[ip], None, &now(), &NodeDefaults::default());
         let node = Node { status: Some(s.clone()), ..Default::default() };
         assert!(is_ready(&node));
-        assert!(!needs_write(&node));
+        assert!(!needs_write(&node, None));
         assert_eq!(internal_ips(&node), vec![ip]);
         assert_eq!(s.allocatable.unwrap()["pods"], Quantity("110".into()));
         assert_eq!(s.node_info.unwrap().kubelet_version, "fake");
@@ -210,7 +230,7 @@ mod tests {
             node_info: Some(NodeSystemInfo { kubelet_version: "v9".into(), ..Default::default() }),
             ..Default::default()
         };
-        let s = simulated("n", Some(&base), &[], &now(), &NodeDefaults::default());
+        let s = simulated("n", Some(&base), &[], None, &now(), &NodeDefaults::default());
         assert_eq!(s.allocatable.unwrap()["cpu"], Quantity("8".into()));
         assert_eq!(s.node_info.unwrap().kubelet_version, "v9");
     }
@@ -235,9 +255,26 @@ mod tests {
     }
 
     #[test]
+    fn the_kubelet_endpoint_is_the_hostname_address_and_port_beside_the_internal_ips() {
+        let ip: IpAddr = "10.1.0.1".parse().unwrap();
+        let e = Endpoint { address: "127.128.0.9".parse().unwrap(), port: 31000 };
+        let before = simulated("n", None, &[ip], None, &now(), &NodeDefaults::default());
+        let s = simulated("n", Some(&before), &[ip], Some(&e), &now(), &NodeDefaults::default());
+        let node = Node { status: Some(s.clone()), ..Default::default() };
+        assert!(!needs_write(&node, Some(&e)));
+        let hosts: Vec<_> = s.addresses.as_ref().unwrap().iter().filter(|a| a.type_ == "Hostname").collect();
+        assert_eq!((hosts.len(), hosts[0].address.as_str()), (1, "127.128.0.9"));
+        assert_eq!(internal_ips(&node), vec![ip], "the InternalIP stays the pool's");
+        assert_eq!(s.daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port, 31000);
+        let moved = Endpoint { address: "127.128.0.10".parse().unwrap(), port: 31000 };
+        assert!(needs_write(&node, Some(&moved)));
+        assert!(needs_write(&Node { status: Some(before), ..Default::default() }, Some(&e)));
+    }
+
+    #[test]
     fn unknown_ready_needs_a_write_and_keeps_other_transition_times() {
         let ip: IpAddr = "10.1.0.1".parse().unwrap();
-        let mut s = simulated("n", None, &[ip], &now(), &NodeDefaults::default());
+        let mut s = simulated("n", None, &[ip], None, &now(), &NodeDefaults::default());
         for c in s.conditions.as_mut().unwrap() {
             if c.type_ == "Ready" {
                 c.status = "Unknown".into();
@@ -245,7 +282,7 @@ mod tests {
             }
         }
         let node = Node { status: Some(s.clone()), ..Default::default() };
-        assert!(needs_write(&node));
+        assert!(needs_write(&node, None));
         let later = Time(k8s_openapi::jiff::Timestamp::from_second(2_000_000).unwrap());
         let fixed = healthy_conditions(s.conditions.as_deref(), &later);
         let ready = fixed.iter().find(|c| c.type_ == "Ready").unwrap();

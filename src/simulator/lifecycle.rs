@@ -184,11 +184,17 @@ pub fn plan_node(settings: &NodeLifecycle, seed: Option<i64>, node: &str, uid: &
 /// A pool seen only for its lifecycle knobs.
 pub trait Knobs: Send + Sync {
     fn knobs(&self) -> Option<&Lifecycle>;
+    /// When the pool was created (seconds since the epoch): usage shapes count from it.
+    fn created(&self) -> f64;
 }
 
 impl<P: PoolKind> Knobs for P {
     fn knobs(&self) -> Option<&Lifecycle> {
         self.lifecycle()
+    }
+
+    fn created(&self) -> f64 {
+        self.meta().creation_timestamp.as_ref().map_or(0.0, |t| t.0.as_millisecond() as f64 / 1000.0)
     }
 }
 
@@ -236,12 +242,21 @@ impl Lifecycles {
         self.sources.iter().find_map(|s| s.owner(owner, namespace))
     }
 
+    /// The pool that governs `pod` on `node`: its own if a pool owns it, else its node's.
+    pub fn pod_pool(&self, pod: &SlimPod, node: &Node) -> Option<Arc<dyn Knobs>> {
+        self.governing(pod.owner_references(), pod.metadata.namespace.as_deref())
+            .or_else(|| self.governing(node.owner_references(), None))
+    }
+
+    /// The pool that owns `node`, if one does.
+    pub fn node_pool(&self, node: &Node) -> Option<Arc<dyn Knobs>> {
+        self.governing(node.owner_references(), None)
+    }
+
     /// The plan of `pod` on `node`: its own pool's knobs if a pool owns it, else its node's
     /// pool's. Borrowed from the stores: this runs on every look at a pod.
     pub fn pod(&self, pod: &SlimPod, node: &Node) -> PodPlan {
-        let pool = self
-            .governing(pod.owner_references(), pod.metadata.namespace.as_deref())
-            .or_else(|| self.governing(node.owner_references(), None));
+        let pool = self.pod_pool(pod, node);
         let lifecycle = pool.as_deref().and_then(Knobs::knobs);
         plan_pod(lifecycle.and_then(|l| l.pods.as_ref()), lifecycle.and_then(|l| l.seed), pod, &self.defaults)
     }

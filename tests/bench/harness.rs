@@ -34,6 +34,7 @@ impl Bench {
             extra_args: vec![],
             install_crds: true,
             kubevirt_crd: std::env::var_os("BENCH_NO_KUBEVIRT").is_none(),
+            metrics_server: false,
         };
         let created = cluster::create(&opts).await.expect("creating the benchmark cluster (run `make controlplane`)");
         let client = cluster::crds::client(&created.kubeconfig).await.unwrap();

@@ -10,7 +10,9 @@ use crate::api::ranges::{nth_host, nth_subnet};
 use crate::cli::duration::parse_duration;
 use crate::informer::{Informer, Informers};
 use crate::ipam::HostAllocator;
+use crate::kubelet::endpoint::{RESOURCE_METRICS_PATH_ANNOTATION, resource_metrics_path};
 use crate::kubelet::node::{self as node_status, NodeDefaults};
+use super::simulator::kubelet_api::{KubeletApiFlags, KubeletEnv};
 use crate::pool::plan::UpdateMode;
 use crate::pool::stamp::from_template;
 use crate::pool::status::{Problem, Reason};
@@ -44,6 +46,8 @@ pub struct NodeFlags {
     /// pools say nothing (`spec.lifecycle.pods.jobRunTime`).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub job_run_time: Duration,
+    #[command(flatten)]
+    pub kubelet: KubeletApiFlags,
 }
 
 /// What rendering a node needs beyond its pool (shared with the node simulator).
@@ -55,6 +59,9 @@ pub struct NodeEnv {
     pub defaults: NodeDefaults,
     /// InternalIPs for nodes whose pool sets no `internalIPs`; shared with the simulator.
     pub addresses: Arc<Mutex<HostAllocator>>,
+    /// The simulated kubelets' API, when this process simulates nodes and serves it: where
+    /// each node's answers (nodes are born with their endpoint).
+    pub kubelet: Option<KubeletEnv>,
 }
 
 fn pool_net(text: &str, field: &str) -> Result<IpNet, Problem> {
@@ -112,6 +119,7 @@ impl PoolKind for NodePool {
             simulate: false,
             defaults: NodeDefaults::default(),
             addresses: Arc::new(Mutex::new(HostAllocator::new(scratch))),
+            kubelet: None,
         }
     }
 
@@ -162,10 +170,12 @@ impl PoolKind for NodePool {
         // The default instance counts from the start of the range; others from a point of their own.
         let addresses =
             if shared.instance == "kwok-pools" { HostAllocator::new(range) } else { HostAllocator::seeded(range, &shared.instance) };
+        let kubelet = if shared.simulate { KubeletEnv::new(&flags.kubelet)? } else { None };
         Ok(NodeEnv {
             simulate: shared.simulate,
             defaults: NodeDefaults { kubelet_version: flags.node_kubelet_version.clone() },
             addresses: Arc::new(Mutex::new(addresses)),
+            kubelet,
         })
     }
 
@@ -181,6 +191,14 @@ impl PoolKind for NodePool {
         labels.entry(TYPE_LABEL.into()).or_insert_with(|| TYPE_VALUE.into());
         labels.insert(HOSTNAME_LABEL.into(), name.clone());
         metadata.annotations.get_or_insert_default().insert(FAKE_NODE_ANNOTATION.into(), FAKE_VALUE.into());
+        let endpoint = env.kubelet.as_ref().and_then(|k| k.endpoints.lock().unwrap_or_else(|e| e.into_inner()).assign(&name, None));
+        if endpoint.is_some() {
+            // Where metrics-server scrapes the node (a path that names it works at any address).
+            metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(RESOURCE_METRICS_PATH_ANNOTATION.into(), resource_metrics_path(&name));
+        }
 
         let mut spec: NodeSpec = template.spec.clone().unwrap_or_default();
         let mut taints = spec.taints.take().unwrap_or_default();
@@ -204,7 +222,7 @@ impl PoolKind for NodePool {
         let ips = self.internal_ips(index, &name, env)?;
         let status = if env.simulate {
             let now = Time(k8s_openapi::jiff::Timestamp::now());
-            Some(node_status::simulated(&name, template.status.as_ref(), &ips, &now, &env.defaults))
+            Some(node_status::simulated(&name, template.status.as_ref(), &ips, endpoint.as_ref(), &now, &env.defaults))
         } else {
             let mut s: NodeStatus = node_status::template_defaults(template.status.as_ref());
             if !ips.is_empty() {
@@ -230,6 +248,17 @@ impl PoolKind for NodePool {
         // The status goes through the status subresource; conditions are the simulator's.
         if let Some(mut status) = desired.status.take() {
             status.conditions = None;
+            // Where the kubelet API answers is the simulator's to keep (another replica may
+            // simulate the node): the node's own Hostname address and daemon port stay.
+            let current = child.status.as_ref();
+            status.daemon_endpoints = current.and_then(|c| c.daemon_endpoints.clone()).or(status.daemon_endpoints);
+            if let (Some(list), Some(have)) = (status.addresses.as_mut(), current.and_then(|c| c.addresses.as_ref())) {
+                let hosts: Vec<_> = have.iter().filter(|a| a.type_ == "Hostname").cloned().collect();
+                if !hosts.is_empty() {
+                    list.retain(|a| a.type_ != "Hostname");
+                    list.extend(hosts);
+                }
+            }
             let want = serde_json::to_value(&status).unwrap_or_default();
             let have = serde_json::to_value(child.status.clone().unwrap_or_default()).unwrap_or_default();
             let differs = want.as_object().map(|m| m.iter().any(|(k, v)| have.get(k) != Some(v))).unwrap_or(false);

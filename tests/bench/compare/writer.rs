@@ -41,6 +41,7 @@ pub fn node(i: u32, final_state: bool) -> Node {
             &name,
             node.status.as_ref(),
             &[host_ip(i)],
+            None,
             &now,
             &Default::default(),
         ));

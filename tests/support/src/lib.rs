@@ -157,6 +157,8 @@ pub struct Operator {
     pub scope: String,
     pub metrics_port: u16,
     pub webhook_port: u16,
+    /// The simulated kubelets' API port (each operator its own).
+    pub kubelet_port: u16,
     pub log: PathBuf,
     extra: Vec<String>,
     /// The kubeconfig the operator uses (the test cluster's unless set).
@@ -200,12 +202,13 @@ impl Operator {
 
     /// Like [`Operator::start`], with the operator using `kubeconfig` instead.
     pub fn start_as(scope: &str, extra: &[&str], kubeconfig: PathBuf) -> Self {
-        let [metrics_port, webhook_port] = free_ports();
+        let [metrics_port, webhook_port, kubelet_port] = free_ports();
         let mut op = Self {
             child: None,
             scope: scope.to_string(),
             metrics_port,
             webhook_port,
+            kubelet_port,
             log: log_dir().join(format!("{scope}.log")),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             kubeconfig,
@@ -218,12 +221,13 @@ impl Operator {
     /// Like [`Operator::start`], the process's wall clock off by `offset` (`+15s`, `-15s`;
     /// Debian's `faketime`, its monotonic clock left alone).
     pub fn start_with_clock(scope: &str, extra: &[&str], offset: &str) -> Self {
-        let [metrics_port, webhook_port] = free_ports();
+        let [metrics_port, webhook_port, kubelet_port] = free_ports();
         let mut op = Self {
             child: None,
             scope: scope.to_string(),
             metrics_port,
             webhook_port,
+            kubelet_port,
             log: log_dir().join(format!("{scope}-{}.log", offset.replace(['+', '-'], "x"))),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             kubeconfig: kubeconfig(),
@@ -272,6 +276,26 @@ impl Operator {
         {
             args.push("--webhook-client-ca".into());
             args.push(ca.display().to_string());
+        }
+        // The simulated kubelets' API on a port of its own; with a local cluster's CAs (the
+        // cluster CA issues kubelet serving certificates and signs the API server's kubelet
+        // client certificate), as `make run` passes them.
+        if !self.extra.iter().any(|a| a == "--kubelet-port") {
+            args.push("--kubelet-port".into());
+            args.push(self.kubelet_port.to_string());
+        }
+        let pki = self.kubeconfig.parent().map(|d| d.join("pki")).filter(|p| p.join("ca.key").exists());
+        if let Some(pki) = pki
+            && !self.extra.iter().any(|a| a.starts_with("--kubelet-serving-ca") || a == "--kubelet-client-ca")
+        {
+            for (flag, file) in [
+                ("--kubelet-serving-ca-cert", "ca.crt"),
+                ("--kubelet-serving-ca-key", "ca.key"),
+                ("--kubelet-client-ca", "ca.crt"),
+            ] {
+                args.push(flag.into());
+                args.push(pki.join(file).display().to_string());
+            }
         }
         args.extend(self.extra.iter().filter(|a| *a != "--simulate-only" && *a != "--no-pool-selector").cloned());
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
@@ -322,6 +346,10 @@ impl Operator {
 
     /// Starts the operator again after [`Operator::kill`] or [`Operator::stop`].
     pub fn start_again(&mut self) {
+        // One that exited by itself (it lost its lead) is started again as well.
+        if self.child.as_mut().is_some_and(|c| !matches!(c.try_wait(), Ok(None))) {
+            self.child = None;
+        }
         assert!(self.child.is_none(), "the operator still runs");
         self.spawn();
     }

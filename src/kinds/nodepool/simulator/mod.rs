@@ -2,6 +2,7 @@
 //! heartbeats ([`nodes`], [`leases`]) and the pods bound to the node ([`pods`]). Registered
 //! with NodePool, it simulates every managed node whoever made it, and every pod on one.
 
+pub mod kubelet_api;
 pub mod leases;
 pub mod nodes;
 pub mod pods;
@@ -38,6 +39,7 @@ impl Simulate for NodePool {
             lifecycles: lifecycles.clone(),
             shard: sim.shard.clone(),
             identity: sim.identity.clone(),
+            kubelet: env.kubelet.as_ref().map(|k| k.endpoints.clone()),
         };
         let pod_sim = PodSimulator {
             client: sim.client.clone(),
@@ -61,7 +63,12 @@ impl Simulate for NodePool {
             }
             Ok(())
         });
-        vec![
+        let (manage, shard) = (sim.manage.clone(), sim.shard.clone());
+        let serves = Box::new(move |node: &k8s_openapi::api::core::v1::Node| {
+            node.metadata.deletion_timestamp.is_none() && manage.manages(node) && shard.owns(&node.name_any())
+        });
+        let kubelet_api = env.kubelet.as_ref().and_then(|k| kubelet_api::simulation(k, sim, serves));
+        let mut simulations = vec![
             Simulation {
                 name: "node simulator".into(),
                 ready: vec![nodes_ready],
@@ -72,7 +79,9 @@ impl Simulate for NodePool {
                 ready: vec![crate::informer::sync_wait("pods".into(), pods.store())],
                 run: Box::pin(pod_sim.run(pod_changes, node_changes_for_pods)),
             },
-        ]
+        ];
+        simulations.extend(kubelet_api);
+        simulations
     }
 
     fn simulator_rules() -> Vec<Rule> {
@@ -88,6 +97,20 @@ impl Simulate for NodePool {
                 "node heartbeats: one Lease per simulated node",
             ),
             Rule::cluster("events.k8s.io", &["events"], &["create", "patch"], "events about pods and nodes (an exhausted pod range)"),
+            Rule::cluster(
+                "authentication.k8s.io",
+                &["tokenreviews"],
+                &["create"],
+                "the simulated kubelets' API: whose bearer token a caller presents (the kubelet's webhook authentication)",
+            ),
+            Rule::namespace(
+                "kube-system",
+                "",
+                &["configmaps"],
+                &["get"],
+                "the simulated kubelets' API: the API server's client CA, to accept its client certificates",
+            )
+            .named_only(&["extension-apiserver-authentication"]),
         ]
     }
 }

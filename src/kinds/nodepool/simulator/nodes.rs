@@ -11,6 +11,7 @@ use crate::simulator::manage::Manage;
 use crate::api::conventions::FIELD_MANAGER;
 use crate::informer::Change;
 use crate::ipam::HostAllocator;
+use crate::kubelet::endpoint::{Endpoint, Endpoints, hostname_address};
 use crate::kubelet::node::{self as node_status, NodeDefaults};
 use crate::shard::Shard;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
@@ -52,6 +53,8 @@ pub struct NodeSimulator {
     pub shard: Shard,
     /// Written on each node Lease this replica renews (`kwok-pools.x-k8s.io/simulator`).
     pub identity: Option<String>,
+    /// Where each node's kubelet API answers, when this replica serves it.
+    pub kubelet: Option<Arc<Mutex<Endpoints>>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -190,7 +193,17 @@ impl NodeLoop {
         if self.tracked.remove(name).is_some() {
             self.timers.cancel(&Timer::Lease(name.to_string()));
             self.timers.cancel(&Timer::Status(name.to_string()));
+            if let Some(k) = &self.sim.kubelet {
+                k.lock().unwrap_or_else(|e| e.into_inner()).release(name);
+            }
         }
+    }
+
+    /// Where the node's kubelet API answers (assigned on first sight, keeping the address the
+    /// node reports where it can).
+    fn endpoint(&self, node: &Node, name: &str) -> Option<Endpoint> {
+        let k = self.sim.kubelet.as_ref()?;
+        k.lock().unwrap_or_else(|e| e.into_inner()).assign(name, hostname_address(node))
     }
 
     fn on_node(&mut self, node: &Arc<Node>) {
@@ -235,7 +248,9 @@ impl NodeLoop {
         // A missing address is only worth a write while the range has room (else every write
         // would trigger the next).
         let wants_ip = node_status::internal_ips(node).is_empty() && !range_full;
-        if (node_status::needs_write(node) || wants_ip || clash) && t.status.begin() {
+        let endpoint = self.endpoint(node, &name);
+        let Some(t) = self.tracked.get_mut(&name) else { return };
+        if (node_status::needs_write(node, endpoint.as_ref()) || wants_ip || clash) && t.status.begin() {
             if clash {
                 tracing::warn!(node = %name, "InternalIP already held by another node; giving this one a new address");
             }
@@ -246,6 +261,9 @@ impl NodeLoop {
     fn on_deleted(&mut self, node: &Arc<Node>) {
         let name = node.name_any();
         self.untrack(&name);
+        if let Some(k) = &self.sim.kubelet {
+            k.lock().unwrap_or_else(|e| e.into_inner()).release(&name);
+        }
         self.sim.addresses.lock().unwrap_or_else(|e| e.into_inner()).release(&name);
     }
 
@@ -288,7 +306,8 @@ impl NodeLoop {
         }
         if std::mem::take(&mut t.away) {
             tracing::info!(node = %name, "flapping node comes back");
-            if node_status::needs_write(&node) && t.status.begin() {
+            let endpoint = self.sim.kubelet.as_ref().and_then(|k| k.lock().unwrap_or_else(|e| e.into_inner()).get(&name));
+            if node_status::needs_write(&node, endpoint.as_ref()) && t.status.begin() {
                 spawn_status(&self.writes, &self.sim, node.clone(), true);
             }
         }
@@ -371,7 +390,8 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool) -> 
                 }
             }
         }
-        let status = node_status::simulated(&name, Some(&base), &ips, &now, &this.config.defaults);
+        let endpoint = this.kubelet.as_ref().and_then(|k| k.lock().unwrap_or_else(|e| e.into_inner()).get(&name));
+        let status = node_status::simulated(&name, Some(&base), &ips, endpoint.as_ref(), &now, &this.config.defaults);
         serde_json::json!({ "status": status })
     } else {
         let conditions =

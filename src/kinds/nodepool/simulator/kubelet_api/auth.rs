@@ -1,0 +1,193 @@
+//! Who may call a simulated kubelet, decided as a kubelet in webhook mode decides it: a client
+//! certificate from the API server's client CA names a user (CN) and groups (O); a bearer
+//! token is checked with a TokenReview; every request is then authorised with a
+//! SubjectAccessReview on the node's subresource (`nodes/proxy`, `log`, `metrics`, `stats`,
+//! `pods`, `healthz`). Answers are cached as the kubelet caches them (two minutes for tokens,
+//! five for allowed, thirty seconds for denied). No identity: 401; no right: 403.
+
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const TOKEN_TTL: Duration = Duration::from_secs(120);
+const ALLOWED_TTL: Duration = Duration::from_secs(300);
+const DENIED_TTL: Duration = Duration::from_secs(30);
+/// Entries a cache holds before it starts over.
+const CACHE_LIMIT: usize = 20_000;
+
+/// An authenticated caller.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Caller {
+    pub user: String,
+    pub groups: Vec<String>,
+    pub uid: Option<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// The caller a verified client certificate names (DER).
+pub fn from_certificate(der: &[u8]) -> Option<Caller> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let subject = cert.subject();
+    let user = subject.iter_common_name().next()?.as_str().ok()?.to_string();
+    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok().map(str::to_string)).collect();
+    Some(Caller { user, groups, uid: None, extra: BTreeMap::new() })
+}
+
+/// The verb and the node subresources (tried in order) a request needs, as the kubelet maps
+/// them: `/stats/*` → stats, `/metrics/*` → metrics, `/logs/*` → log, `/pods` → pods,
+/// `/healthz` → healthz, the rest (logs of containers, exec, attach, port-forward) → proxy;
+/// the fine-grained ones fall back to proxy.
+pub fn attributes(method: &str, path: &str) -> (&'static str, &'static [&'static str]) {
+    let verb = match method {
+        "POST" => "create",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" => "delete",
+        _ => "get",
+    };
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or_default();
+    let subresources: &'static [&'static str] = match first {
+        "stats" => &["stats"],
+        "metrics" => &["metrics"],
+        "logs" => &["log"],
+        "pods" => &["pods", "proxy"],
+        "healthz" => &["healthz", "proxy"],
+        _ => &["proxy"],
+    };
+    (verb, subresources)
+}
+
+type Decision = (bool, Instant);
+
+/// TokenReviews and SubjectAccessReviews, cached.
+pub struct Authorizer {
+    client: Client,
+    tokens: Mutex<HashMap<[u8; 32], (Option<Caller>, Instant)>>,
+    decisions: Mutex<HashMap<(Caller, &'static str, &'static str, String), Decision>>,
+}
+
+fn bounded<K, V>(map: &mut HashMap<K, V>) {
+    if map.len() >= CACHE_LIMIT {
+        map.clear();
+    }
+}
+
+impl Authorizer {
+    pub fn new(client: Client) -> Self {
+        Self { client, tokens: Mutex::default(), decisions: Mutex::default() }
+    }
+
+    /// The caller a bearer token belongs to (`None`: not a valid token).
+    pub async fn token(&self, token: &str) -> Result<Option<Caller>, String> {
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some((caller, at)) = self.tokens.lock().unwrap_or_else(|e| e.into_inner()).get(&key)
+            && at.elapsed() < TOKEN_TTL
+        {
+            return Ok(caller.clone());
+        }
+        let review = TokenReview {
+            spec: TokenReviewSpec { token: token.to_string(), audiences: None },
+            ..Default::default()
+        };
+        let answer = Api::<TokenReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| format!("TokenReview failed: {e} (the operator needs create on tokenreviews)"))?;
+        let status = answer.status.unwrap_or_default();
+        let caller = status.user.filter(|_| status.authenticated == Some(true)).map(|u| Caller {
+            user: u.username.unwrap_or_default(),
+            groups: u.groups.unwrap_or_default(),
+            uid: u.uid,
+            extra: u.extra.unwrap_or_default(),
+        });
+        let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        bounded(&mut tokens);
+        tokens.insert(key, (caller.clone(), Instant::now()));
+        Ok(caller)
+    }
+
+    /// Whether `caller` may `verb` one of `subresources` of node `node`.
+    pub async fn allowed(&self, caller: &Caller, verb: &'static str, subresources: &[&'static str], node: &str) -> Result<bool, String> {
+        for sub in subresources {
+            if self.allowed_one(caller, verb, sub, node).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn allowed_one(&self, caller: &Caller, verb: &'static str, sub: &'static str, node: &str) -> Result<bool, String> {
+        let key = (caller.clone(), verb, sub, node.to_string());
+        if let Some((allowed, at)) = self.decisions.lock().unwrap_or_else(|e| e.into_inner()).get(&key)
+            && at.elapsed() < if *allowed { ALLOWED_TTL } else { DENIED_TTL }
+        {
+            return Ok(*allowed);
+        }
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(caller.user.clone()),
+                groups: Some(caller.groups.clone()),
+                uid: caller.uid.clone(),
+                extra: (!caller.extra.is_empty()).then(|| caller.extra.clone()),
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(verb.into()),
+                    resource: Some("nodes".into()),
+                    subresource: Some(sub.into()),
+                    name: Some(node.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| format!("SubjectAccessReview failed: {e} (the operator needs create on subjectaccessreviews)"))?;
+        let allowed = answer.status.is_some_and(|s| s.allowed);
+        let mut decisions = self.decisions.lock().unwrap_or_else(|e| e.into_inner());
+        bounded(&mut decisions);
+        decisions.insert(key, (allowed, Instant::now()));
+        Ok(allowed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_map_to_the_kubelets_subresources() {
+        assert_eq!(attributes("GET", "/stats/summary"), ("get", &["stats"][..]));
+        assert_eq!(attributes("GET", "/metrics/resource"), ("get", &["metrics"][..]));
+        assert_eq!(attributes("GET", "/metrics/nodes/n/metrics/resource"), ("get", &["metrics"][..]));
+        assert_eq!(attributes("GET", "/containerLogs/d/p/c"), ("get", &["proxy"][..]));
+        assert_eq!(attributes("POST", "/exec/d/p/c"), ("create", &["proxy"][..]));
+        assert_eq!(attributes("GET", "/pods"), ("get", &["pods", "proxy"][..]));
+        assert_eq!(attributes("GET", "/healthz"), ("get", &["healthz", "proxy"][..]));
+        assert_eq!(attributes("GET", "/logs/"), ("get", &["log"][..]));
+    }
+
+    #[test]
+    fn a_certificate_names_the_user_and_groups() {
+        let ca = crate::certs::Authority::new("ca").unwrap();
+        let leaf = ca
+            .issue(&crate::certs::LeafSpec {
+                common_name: "kube-apiserver-kubelet-client",
+                organization: Some("system:masters"),
+                sans: vec![],
+                server: false,
+                client: true,
+            })
+            .unwrap();
+        let (_, pem) = x509_parser::pem::parse_x509_pem(leaf.cert_pem.as_bytes()).unwrap();
+        let caller = from_certificate(&pem.contents).unwrap();
+        assert_eq!(caller.user, "kube-apiserver-kubelet-client");
+        assert_eq!(caller.groups, vec!["system:masters"]);
+    }
+}

@@ -1,0 +1,207 @@
+//! The kubelet API of every simulated node, served by the replica that simulates it: what the
+//! API server proxies (`kubectl logs`, `exec`, `attach`, `port-forward`, `get --raw
+//! /api/v1/nodes/<n>/proxy/...`) and what metrics-server scrapes (`/metrics/resource`), over
+//! TLS, authenticated and authorised as a kubelet in webhook mode does it.
+//!
+//! The pieces: where nodes advertise it (`kubelet::endpoint`), TLS and who connected
+//! ([`tls`]), authentication and authorisation ([`auth`]), the paths ([`path`]), the handler
+//! ([`routes`]), logs ([`logs`]), usage readings ([`readings`]), the streaming transports
+//! ([`spdy_stream`], [`websocket`]) and what an exec or attach does ([`session`]).
+
+pub mod auth;
+pub mod index;
+pub mod logs;
+pub mod path;
+pub mod readings;
+pub mod routes;
+pub mod session;
+pub mod spdy_stream;
+pub mod tls;
+pub mod websocket;
+
+use crate::certs::Authority;
+use crate::cli::duration::parse_duration;
+use crate::informer::shared;
+use crate::kubelet::endpoint::{Advertise, Endpoints};
+use crate::simulator::{SimContext, Simulation};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The flags of the simulated kubelets' API.
+#[derive(clap::Args, Clone, Debug)]
+pub struct KubeletApiFlags {
+    /// The port simulated nodes serve their kubelet API on (they advertise it in
+    /// daemonEndpoints); 0 turns the API off (nodes then advertise 10250 and nothing answers).
+    #[arg(long, default_value_t = 10250, env = "KWOK_POOLS_KUBELET_PORT")]
+    pub kubelet_port: u16,
+    /// The address nodes advertise for it (their Hostname address): `loopback` gives each node
+    /// an address of its own in 127.128.0.0/9 (an operator on the control plane's machine), an
+    /// IP is shared by every node of this replica (in a cluster: the pod IP). Default: $POD_IP
+    /// if set, else `loopback`.
+    #[arg(long, env = "KWOK_POOLS_KUBELET_ADDRESS")]
+    pub kubelet_address: Option<String>,
+    /// The CA that issues the kubelets' serving certificates (PEM certificate; with
+    /// --kubelet-serving-ca-key). A local cluster passes its cluster CA, so metrics-server
+    /// verifies kubelets as it verifies the API server. Default: a CA made at start.
+    #[arg(long, requires = "kubelet_serving_ca_key")]
+    pub kubelet_serving_ca_cert: Option<PathBuf>,
+    #[arg(long, requires = "kubelet_serving_ca_cert")]
+    pub kubelet_serving_ca_key: Option<PathBuf>,
+    /// The CA of the client certificates the kubelet API accepts (the API server's
+    /// --kubelet-client-certificate is signed by it). Default: the API server's client CA, from
+    /// the ConfigMap kube-system/extension-apiserver-authentication.
+    #[arg(long)]
+    pub kubelet_client_ca: Option<PathBuf>,
+    /// How long a kubelet serving certificate is valid; each is re-issued after two thirds.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub kubelet_cert_lifetime: Duration,
+}
+
+impl Default for KubeletApiFlags {
+    fn default() -> Self {
+        Self {
+            kubelet_port: 10250,
+            kubelet_address: None,
+            kubelet_serving_ca_cert: None,
+            kubelet_serving_ca_key: None,
+            kubelet_client_ca: None,
+            kubelet_cert_lifetime: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// The kubelet API of this process: shared by the pool controller (nodes are born with their
+/// endpoint), the node simulator (keeps it on the node) and the server.
+#[derive(Clone)]
+pub struct KubeletEnv {
+    pub endpoints: Arc<Mutex<Endpoints>>,
+    listener: Arc<Mutex<Option<std::net::TcpListener>>>,
+    serving: Arc<tls::Serving>,
+    client_ca: Option<String>,
+}
+
+fn read(path: &PathBuf, what: &str) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("reading {what} {}: {e}", path.display()))
+}
+
+impl KubeletEnv {
+    /// Binds the port and reads the CAs (`None`: the API is off).
+    pub fn new(flags: &KubeletApiFlags) -> Result<Option<Self>, String> {
+        if flags.kubelet_port == 0 {
+            return Ok(None);
+        }
+        let advertise = match flags.kubelet_address.clone().or_else(|| std::env::var("POD_IP").ok().filter(|s| !s.is_empty())) {
+            None => Advertise::Loopback,
+            Some(a) if a == "loopback" => Advertise::Loopback,
+            Some(a) => Advertise::Shared(a.parse::<IpAddr>().map_err(|_| {
+                format!("--kubelet-address {a:?} is neither `loopback` nor an IP address")
+            })?),
+        };
+        let bind = SocketAddr::from(([0, 0, 0, 0], flags.kubelet_port));
+        let listener = std::net::TcpListener::bind(bind).map_err(|e| {
+            format!(
+                "cannot serve the simulated kubelets' API on port {}: {e} (a real kubelet there?); pass --kubelet-port with a free port, or 0 to turn it off",
+                flags.kubelet_port
+            )
+        })?;
+        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let ca = match (&flags.kubelet_serving_ca_cert, &flags.kubelet_serving_ca_key) {
+            (Some(c), Some(k)) => Authority::from_pem(&read(c, "the kubelet serving CA")?, &read(k, "the kubelet serving CA key")?)
+                .map_err(|e| format!("the kubelet serving CA {}: {e}", c.display()))?,
+            _ => Authority::new("kwok-pools-kubelet-serving-ca").map_err(|e| e.to_string())?,
+        };
+        let client_ca = flags.kubelet_client_ca.as_ref().map(|p| read(p, "the kubelet client CA")).transpose()?;
+        let serving = Arc::new(tls::Serving::new(ca, flags.kubelet_cert_lifetime.max(Duration::from_secs(60))));
+        if let Some(pem) = &client_ca {
+            serving.set_client_ca(pem).map_err(|e| format!("--kubelet-client-ca: {e}"))?;
+        }
+        Ok(Some(Self {
+            endpoints: Arc::new(Mutex::new(Endpoints::new(advertise, flags.kubelet_port))),
+            listener: Arc::new(Mutex::new(Some(listener))),
+            serving,
+            client_ca,
+        }))
+    }
+}
+
+/// The simulation that serves the API.
+pub fn simulation(env: &KubeletEnv, sim: &SimContext, serves: Box<dyn Fn(&k8s_openapi::api::core::v1::Node) -> bool + Send + Sync>) -> Option<Simulation> {
+    let listener = env.listener.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+    let (nodes, pods) = (shared::nodes(&sim.informers), shared::pods(&sim.informers));
+    let index = Arc::new(index::PodsByNode::default());
+    let follow = index.clone().follow(pods.subscribe());
+    let api = Arc::new(routes::KubeletApi {
+        client: sim.client.clone(),
+        nodes: nodes.store(),
+        pods: pods.store(),
+        index,
+        endpoints: env.endpoints.clone(),
+        lifecycles: sim.lifecycles.clone(),
+        counters: readings::Counters::default(),
+        auth: auth::Authorizer::new(sim.client.clone()),
+        serves,
+    });
+    let endpoints = env.endpoints.clone();
+    let names: tls::Names = Arc::new(move |ip| {
+        endpoints.lock().unwrap_or_else(|e| e.into_inner()).node_at(ip).map(|n| vec![n.to_string()]).unwrap_or_default()
+    });
+    let acceptor = tls::Acceptor { serving: env.serving.clone(), names, handshake_timeout: Duration::from_secs(10) };
+    let (client, serving, has_client_ca) = (sim.client.clone(), env.serving.clone(), env.client_ca.is_some());
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+    let run = async move {
+        if !has_client_ca {
+            tokio::spawn(fetch_client_ca(client, serving));
+        }
+        tracing::info!(port, "serving the simulated kubelets' API");
+        let server = async move {
+            let server = match axum_server::from_tcp(listener) {
+                Ok(s) => s,
+                Err(e) => return tracing::error!(error = %e, "the kubelet API cannot use its port"),
+            };
+            let served = server
+                .acceptor(acceptor)
+                .serve(routes::router(api).into_make_service())
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "the kubelet API stopped");
+            }
+        };
+        tokio::join!(server, follow);
+    };
+    Some(Simulation { name: "kubelet API".into(), ready: Vec::new(), run: Box::pin(run) })
+}
+
+/// The API server's client CA, from the ConfigMap it publishes (retried until readable).
+async fn fetch_client_ca(client: kube::Client, serving: Arc<tls::Serving>) {
+    let api: Api<ConfigMap> = Api::namespaced(client, "kube-system");
+    let mut warned = false;
+    loop {
+        let found = api.get_opt("extension-apiserver-authentication").await;
+        let pem = found.as_ref().ok().and_then(|c| c.as_ref()?.data.as_ref()?.get("client-ca-file").cloned());
+        match pem.map(|p| serving.set_client_ca(&p)) {
+            Some(Ok(())) => {
+                tracing::info!("kubelet API: accepting client certificates of the API server's client CA");
+                return;
+            }
+            other => {
+                if !warned {
+                    let why = match (&found, other) {
+                        (Err(e), _) => e.to_string(),
+                        (_, Some(Err(e))) => e,
+                        _ => "it has no client-ca-file".into(),
+                    };
+                    tracing::warn!(
+                        error = %why,
+                        "kubelet API: cannot read kube-system/extension-apiserver-authentication; only bearer tokens are accepted until it can (pass --kubelet-client-ca, or grant the operator the extension-apiserver-authentication-reader Role)"
+                    );
+                    warned = true;
+                }
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! A node's usage reading at a moment: its running pods' containers under the knobs of the
+//! pool that governs each pod, plus the node's own base, with the node's CPU counter kept
+//! monotonic across pods that come and go. What `/metrics/resource` and `/stats/summary`
+//! render.
+
+use crate::informer::pod::SlimPod;
+use crate::kubelet::resource_metrics::{ContainerReading, NodeReading};
+use crate::kubelet::usage::{self, Counter, Identity, Model, Overrides};
+use crate::simulator::lifecycle::{Knobs, Lifecycles};
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+fn secs(t: &k8s_openapi::jiff::Timestamp) -> f64 {
+    t.as_millisecond() as f64 / 1000.0
+}
+
+/// The node counters of this replica's nodes.
+#[derive(Default)]
+pub struct Counters(Mutex<HashMap<String, Counter>>);
+
+impl Counters {
+    pub fn forget(&self, node: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(node);
+    }
+
+    fn read(&self, node: &str, now: f64, rate: f64, since: f64) -> f64 {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.entry(node.to_string()).or_default().read(now, rate, since)
+    }
+}
+
+/// The memory capacity a node reports (bytes), if it says.
+fn memory_capacity(node: &Node) -> Option<f64> {
+    let q = node.status.as_ref()?.capacity.as_ref()?.get("memory")?;
+    crate::api::kubelet::quantity(&q.0)
+}
+
+/// The reading of `node` with `pods` on it at `now` (seconds since the epoch).
+pub fn reading<'a>(node: &'a Node, pods: &'a [Arc<SlimPod>], lifecycles: &Lifecycles, counters: &Counters, now: f64) -> NodeReading<'a> {
+    let node_name = node.metadata.name.as_deref().unwrap_or_default();
+    let node_started = node.metadata.creation_timestamp.as_ref().map_or(now, |t| secs(&t.0));
+    let node_pool = lifecycles.node_pool(node);
+    let (base_cpu, base_memory) =
+        usage::node_base(node_pool.as_deref().and_then(Knobs::knobs).and_then(|l| l.nodes.as_ref()).and_then(|n| n.usage.as_ref()));
+    // Each governing pool's knobs parsed once per reading.
+    let mut models: HashMap<usize, Model> = HashMap::new();
+    let mut containers = Vec::new();
+    for pod in pods.iter().filter(|p| p.phase() == "Running") {
+        let pool = lifecycles.pod_pool(pod, node);
+        let key = pool.as_ref().map_or(0, |p| Arc::as_ptr(p) as *const () as usize);
+        let model = models.entry(key).or_insert_with(|| match pool.as_deref() {
+            Some(p) => {
+                let l = p.knobs();
+                Model::new(l.and_then(|l| l.pods.as_ref()).and_then(|p| p.usage.as_ref()), l.and_then(|l| l.seed), p.created())
+            }
+            None => Model::default(),
+        });
+        let started = pod.running_since.as_ref().or(pod.start_time.as_ref()).map_or(now, secs);
+        let overrides = pod.usage.as_deref().copied().unwrap_or(Overrides::default());
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let sidecars = pod.init_containers.iter().filter(|c| c.sidecar);
+        for c in pod.containers.iter().chain(sidecars) {
+            let id = Identity { namespace: ns, pod: pod.name(), uid: pod.uid(), container: &c.name };
+            let s = usage::container(model, &id, overrides, started, now);
+            containers.push(ContainerReading {
+                namespace: ns,
+                pod: pod.name(),
+                uid: pod.uid(),
+                container: &c.name,
+                cpu_cores: s.cpu,
+                cpu_seconds: s.cpu_seconds,
+                memory_bytes: s.memory,
+                started,
+            });
+        }
+    }
+    let cpu_cores = base_cpu + containers.iter().map(|c| c.cpu_cores).sum::<f64>();
+    let memory_bytes = base_memory + containers.iter().map(|c| c.memory_bytes).sum::<f64>();
+    NodeReading {
+        node: node_name,
+        started: node_started,
+        cpu_cores,
+        cpu_seconds: counters.read(&node.name_any(), now, cpu_cores, node_started),
+        memory_capacity: memory_capacity(node).unwrap_or(256.0 * 1024.0 * 1024.0 * 1024.0),
+        memory_bytes,
+        containers,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulator::lifecycle::Defaults;
+
+    fn pod(name: &str, phase: &str, annotations: serde_json::Value) -> Arc<SlimPod> {
+        let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "d", "uid": format!("u-{name}"), "annotations": annotations},
+            "spec": {"nodeName": "n", "containers": [{"name": "app", "image": "i"}],
+                     "initContainers": [{"name": "side", "image": "i", "restartPolicy": "Always"}, {"name": "init", "image": "i"}]},
+            "status": {"phase": phase, "startTime": "2026-01-01T00:00:00Z"}
+        }))
+        .unwrap();
+        Arc::new(SlimPod::from(p))
+    }
+
+    #[test]
+    fn running_pods_containers_and_sidecars_count_with_annotations_and_the_node_base() {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"capacity": {"memory": "8Gi"}}
+        }))
+        .unwrap();
+        let pods = vec![
+            pod("a", "Running", serde_json::json!({"kwok.x-k8s.io/usage-cpu": "500m", "kwok.x-k8s.io/usage-memory": "100Mi"})),
+            pod("b", "Pending", serde_json::json!({})),
+        ];
+        let lifecycles = Lifecycles::new(Defaults::default());
+        let counters = Counters::default();
+        let now = secs(&"2026-01-01T00:01:40Z".parse().unwrap());
+        let r = reading(&node, &pods, &lifecycles, &counters, now);
+        let names: Vec<&str> = r.containers.iter().map(|c| c.container).collect();
+        assert_eq!(names, vec!["app", "side"], "a sidecar runs; a plain init container does not");
+        assert!((r.containers[0].cpu_cores - 0.5).abs() < 1e-9);
+        assert!((r.containers[0].cpu_seconds - 50.0).abs() < 1e-6, "{:?}", r.containers[0]);
+        assert_eq!(r.containers[0].memory_bytes, 100.0 * 1024.0 * 1024.0);
+        assert!((r.cpu_cores - (0.1 + 1.0)).abs() < 1e-9, "the base and both containers: {}", r.cpu_cores);
+        assert_eq!(r.memory_capacity, 8.0 * 1024.0 * 1024.0 * 1024.0);
+        let later = reading(&node, &pods, &lifecycles, &counters, now + 10.0);
+        assert!(later.cpu_seconds > r.cpu_seconds);
+    }
+}

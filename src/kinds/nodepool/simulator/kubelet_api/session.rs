@@ -1,0 +1,153 @@
+//! What happens on an exec or attach connection, whatever carries it (SPDY from the API
+//! server, WebSocket from a direct caller): the typed answer of the pod's `exec` knob, stdin
+//! echoed where the knob echoes, an attached container's new log lines. Nothing runs.
+
+use crate::kubelet::exec::Answer;
+use crate::kubelet::logs::Script;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Writes to one of the client's output streams.
+pub type Write = Box<dyn Fn(&[u8]) + Send + Sync>;
+
+/// The streams the client opened.
+pub struct Streams {
+    pub stdin: Option<mpsc::Receiver<Vec<u8>>>,
+    pub stdout: Option<Write>,
+    pub stderr: Option<Write>,
+    /// A terminal: stderr goes to stdout.
+    pub tty: bool,
+    /// Fires when the client's connection ends.
+    pub closed: CancellationToken,
+}
+
+/// The longest an echoing exec or an attach lasts.
+const MOST: Duration = Duration::from_secs(3600);
+
+impl Streams {
+    fn out(&self, b: &[u8]) {
+        if let Some(w) = &self.stdout {
+            w(b);
+        }
+    }
+
+    fn err(&self, b: &[u8]) {
+        match (&self.stderr, self.tty) {
+            (Some(w), false) => w(b),
+            _ => self.out(b),
+        }
+    }
+
+    /// Copies stdin to stdout until it ends.
+    async fn echo(&mut self) {
+        let Some(mut stdin) = self.stdin.take() else { return };
+        let _ = tokio::time::timeout(MOST, async {
+            while let Some(chunk) = stdin.recv().await {
+                self.out(&chunk);
+            }
+        })
+        .await;
+    }
+}
+
+/// Runs an exec: the answer, then (echoing) stdin until it ends. The exit code.
+pub async fn exec(answer: &Answer, echo_stdin: bool, streams: &mut Streams) -> i32 {
+    streams.out(answer.stdout.as_bytes());
+    streams.err(answer.stderr.as_bytes());
+    if echo_stdin {
+        streams.echo().await;
+    }
+    answer.exit_code
+}
+
+/// Runs an attach: a line that says what this is, the container's log lines as they come, and
+/// stdin echoed, until stdin ends or the client goes.
+pub async fn attach(pod: &str, container: &str, script: &Script, started: f64, streams: &mut Streams) {
+    streams.out(format!("kwok-pools: attached to container {container} of pod {pod} (simulated: new log lines follow; input is echoed)\n").as_bytes());
+    let mut stdin = streams.stdin.take();
+    let deadline = tokio::time::Instant::now() + MOST;
+    let closed = streams.closed.clone();
+    loop {
+        let now = crate::simulator::lifecycle::epoch_now().as_secs_f64();
+        let next = script.next_after(started, now).map(|at| Duration::from_secs_f64((at - now).max(0.0)));
+        tokio::select! {
+            () = tokio::time::sleep(next.unwrap_or(MOST)) => {
+                let now = crate::simulator::lifecycle::epoch_now().as_secs_f64();
+                if let Some(line) = script.until(pod, started, now).last() {
+                    streams.out(format!("{}\n", line.text).as_bytes());
+                }
+            }
+            chunk = async { match stdin.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => match chunk {
+                Some(c) => streams.out(&c),
+                None => return,
+            },
+            () = closed.cancelled() => return,
+            () = tokio::time::sleep_until(deadline) => return,
+        }
+    }
+}
+
+/// The v4 status an exec ends with (JSON, on the error stream / channel 3).
+pub fn status(exit_code: i32) -> Vec<u8> {
+    let v = if exit_code == 0 {
+        serde_json::json!({"metadata": {}, "status": "Success"})
+    } else {
+        serde_json::json!({
+            "metadata": {},
+            "status": "Failure",
+            "message": format!("command terminated with non-zero exit code: exit status {exit_code}"),
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": exit_code.to_string()}]}
+        })
+    };
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// What a forwarded port answers: an HTTP 200 naming the pod and port, so tools that probe a
+/// port get a well-formed reply.
+pub fn port_answer(namespace: &str, pod: &str, port: u16) -> Vec<u8> {
+    let body = format!("kwok-pools: pod {namespace}/{pod} port {port} (simulated; nothing listens, this is its typed answer)\n");
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    fn collect() -> (Write, Arc<Mutex<Vec<u8>>>) {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let g = got.clone();
+        (Box::new(move |b: &[u8]| g.lock().unwrap().extend_from_slice(b)), got)
+    }
+
+    #[tokio::test]
+    async fn exec_answers_then_echoes_stdin_and_a_tty_merges_stderr() {
+        let (out, got) = collect();
+        let (tx, rx) = mpsc::channel(4);
+        let mut s = Streams { stdin: Some(rx), stdout: Some(out), stderr: None, tty: true, closed: CancellationToken::new() };
+        tx.send(b"typed\n".to_vec()).await.unwrap();
+        drop(tx);
+        let a = Answer { stdout: "cat\n".into(), stderr: "warn\n".into(), exit_code: 0 };
+        assert_eq!(exec(&a, true, &mut s).await, 0);
+        assert_eq!(String::from_utf8(got.lock().unwrap().clone()).unwrap(), "cat\nwarn\ntyped\n");
+    }
+
+    #[test]
+    fn statuses_and_port_answers() {
+        let ok: serde_json::Value = serde_json::from_slice(&status(0)).unwrap();
+        assert_eq!(ok["status"], "Success");
+        let bad: serde_json::Value = serde_json::from_slice(&status(3)).unwrap();
+        assert_eq!(bad["details"]["causes"][0]["message"], "3");
+        assert_eq!(bad["reason"], "NonZeroExitCode");
+        let http = String::from_utf8(port_answer("d", "web-0", 8080)).unwrap();
+        assert!(http.starts_with("HTTP/1.1 200 OK\r\n") && http.contains("d/web-0 port 8080"));
+        let (head, body) = http.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
+    }
+}
