@@ -33,7 +33,8 @@ controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kube-sched
 	./hack/build-controlplane.sh
 
 .PHONY: build
-build: ## Build the operator and every test (debug).
+build: ## Build the operator and every test (debug); old builds in the shared target directory are pruned first.
+	./hack/prune-target.sh
 	cargo build --all-targets
 
 .PHONY: release

@@ -145,18 +145,28 @@ async fn exec_replies_or_refuses_as_the_pool_says_and_node_proxy_paths_answer() 
     assert!(host.address.starts_with("127."), "{host:?}");
     assert!(addresses.iter().any(|a| a.type_ == "InternalIP" && !a.address.starts_with("127.")));
     assert_eq!(status.daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port, i32::from(op.kubelet_port));
-    let (ok, summary, err) = out(&["get", "--raw", &format!("/api/v1/nodes/{name}/proxy/stats/summary")]);
-    assert!(ok, "{err}");
-    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    // Its node paths, called as the API server and metrics-server call them (the API server's
+    // node proxy refuses loopback addresses, so not through it).
+    let admin = admin_client();
+    let base = format!("https://{}:{}", host.address, op.kubelet_port);
+    let get = |path: &str| {
+        let (admin, url) = (admin.clone(), format!("{base}{path}"));
+        async move {
+            let r = admin.get(url).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.text().await.unwrap()
+        }
+    };
+    let summary: serde_json::Value = serde_json::from_str(&get("/stats/summary").await).unwrap();
     assert_eq!(summary["node"]["nodeName"], name.as_str());
     assert!(summary["pods"].as_array().unwrap().iter().any(|p| p["podRef"]["name"] == "web"));
-    let (ok, metrics, err) = out(&["get", "--raw", &format!("/api/v1/nodes/{name}/proxy/metrics/resource")]);
-    assert!(
-        ok && metrics.contains("node_cpu_usage_seconds_total ") && metrics.contains("pod=\"web\""),
-        "{metrics}{err}"
-    );
-    let (ok, pods, err) = out(&["get", "--raw", &format!("/api/v1/nodes/{name}/proxy/pods")]);
-    assert!(ok && pods.contains("\"PodList\"") && pods.contains("\"web\""), "{err}");
+    let metrics = get("/metrics/resource").await;
+    assert!(metrics.contains("node_cpu_usage_seconds_total ") && metrics.contains("pod=\"web\""), "{metrics}");
+    // The same under the path the node's annotation gives metrics-server.
+    let annotated = node.metadata.annotations.as_ref().unwrap()["metrics.k8s.io/resource-metrics-path"].clone();
+    assert!(get(&annotated).await.contains("node_memory_working_set_bytes"));
+    let pods = get("/pods").await;
+    assert!(pods.contains("\"PodList\"") && pods.contains("\"web\""), "{pods}");
     op.stop();
 }
 
@@ -188,10 +198,7 @@ async fn anonymous_and_unauthorized_callers_are_refused_by_the_kubelet() {
     let why = r.text().await.unwrap();
     assert!(why.contains("subresource(s)=[pods proxy]") && why.contains("nobody"), "{why}");
     // The admin's client certificate: allowed.
-    let mut identity = std::fs::read(pki.join("admin.crt")).unwrap();
-    identity.extend(std::fs::read(pki.join("admin.key")).unwrap());
-    let admin = https().identity(reqwest::Identity::from_pem(&identity).unwrap()).build().unwrap();
-    let r = admin.get(format!("{base}/healthz")).send().await.unwrap();
+    let r = admin_client().get(format!("{base}/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     // A token whose account may read node metrics gets them, and only them.
     kubectl_ok(&["create", "clusterrole", &format!("{scope}-metrics"), "--verb=get", "--resource=nodes/metrics"]);
@@ -218,6 +225,21 @@ async fn anonymous_and_unauthorized_callers_are_refused_by_the_kubelet() {
     delete_quietly("clusterrole", &format!("{scope}-metrics"));
     delete_quietly("clusterrolebinding", &format!("{scope}-metrics"));
     op.stop();
+}
+
+/// A client of the simulated kubelets with the cluster admin's certificate, trusting the
+/// cluster CA (which issues their serving certificates).
+fn admin_client() -> reqwest::Client {
+    let pki = kubeconfig().parent().unwrap().join("pki");
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(pki.join("ca.crt")).unwrap()).unwrap();
+    let mut identity = std::fs::read(pki.join("admin.crt")).unwrap();
+    identity.extend(std::fs::read(pki.join("admin.key")).unwrap());
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(ca)
+        .identity(reqwest::Identity::from_pem(&identity).unwrap())
+        .build()
+        .unwrap()
 }
 
 /// `kubectl top` lines as (name, cpu millicores, memory MiB).
@@ -371,5 +393,85 @@ spec:
     })
     .await;
     assert!(low.is_some_and(|c| c <= 15), "down on the low phase: {low:?}");
+    op.stop();
+}
+
+/// A TLS connection to a simulated kubelet with the cluster admin's certificate.
+async fn admin_tls(host: &str, port: u16) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    kwok_pools::telemetry::init_crypto();
+    let pki = kubeconfig().parent().unwrap().join("pki");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_file(pki.join("ca.crt")).unwrap()).unwrap();
+    let chain = vec![CertificateDer::from_pem_file(pki.join("admin.crt")).unwrap()];
+    let key = PrivateKeyDer::from_pem_file(pki.join("admin.key")).unwrap();
+    let config =
+        rustls::ClientConfig::builder().with_root_certificates(roots).with_client_auth_cert(chain, key).unwrap();
+    let tcp = tokio::net::TcpStream::connect((host, port)).await.unwrap();
+    let name = ServerName::try_from(host.to_string()).unwrap();
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.unwrap()
+}
+
+#[tokio::test]
+async fn exec_and_port_forward_speak_websocket_to_direct_callers() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+    let client = client().await;
+    let scope = unique("kl-ws");
+    let ns = TestNamespace::new(&client, "kl-ws").await;
+    let mut op = Operator::start(&scope, &[]);
+    op.wait_ready().await;
+    apply(&nodepool_yaml(&scope, &scope, 1, ""));
+    let node = wait_ready_nodes(&client, &scope, 1, T).await.remove(0);
+    running_pod(&client, "web", &ns.name, &scope, "").await;
+    let host = node.status.unwrap().addresses.unwrap().into_iter().find(|a| a.type_ == "Hostname").unwrap().address;
+    let ws = |path: String, protocol: &'static str| {
+        let host = host.clone();
+        let port = op.kubelet_port;
+        async move {
+            let mut req = format!("wss://{host}:{port}{path}").into_client_request().unwrap();
+            req.headers_mut().insert("Sec-WebSocket-Protocol", protocol.parse().unwrap());
+            let (socket, resp) = tokio_tungstenite::client_async(req, admin_tls(&host, port).await).await.unwrap();
+            assert_eq!(resp.headers()["sec-websocket-protocol"], protocol);
+            socket
+        }
+    };
+    // Exec over v5.channel.k8s.io: stdout on channel 1, stdin echoed, the status on channel 3.
+    let path = format!("/exec/{}/web/c?command=cat&command=-n&input=1&output=1&error=1", ns.name);
+    let mut socket = ws(path, "v5.channel.k8s.io").await;
+    socket.send(Message::Binary(b"\x00hello\n".to_vec().into())).await.unwrap();
+    socket.send(Message::Binary(vec![255, 0].into())).await.unwrap();
+    let (mut stdout, mut status) = (Vec::new(), None);
+    while let Some(Ok(m)) = socket.next().await {
+        match m {
+            Message::Binary(b) if b.first() == Some(&1) => stdout.extend_from_slice(&b[1..]),
+            Message::Binary(b) if b.first() == Some(&3) => {
+                status = Some(serde_json::from_slice::<serde_json::Value>(&b[1..]).unwrap())
+            }
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(String::from_utf8_lossy(&stdout), "cat -n\nhello\n");
+    assert_eq!(status.unwrap()["status"], "Success");
+    // Port-forward: each channel opens with its port; data is answered on the data channel.
+    let mut socket = ws(format!("/portForward/{}/web?port=9090", ns.name), "v4.channel.k8s.io").await;
+    let mut opened = Vec::new();
+    while opened.len() < 2 {
+        if let Some(Ok(Message::Binary(b))) = socket.next().await {
+            opened.push(b.to_vec());
+        }
+    }
+    assert_eq!(opened, vec![vec![0, 0x82, 0x23], vec![1, 0x82, 0x23]], "port 9090 on channels 0 and 1");
+    socket.send(Message::Binary(b"\x00GET / HTTP/1.1\r\n\r\n".to_vec().into())).await.unwrap();
+    let answer = loop {
+        if let Some(Ok(Message::Binary(b))) = socket.next().await
+            && b[0] == 0
+        {
+            break String::from_utf8_lossy(&b[1..]).into_owned();
+        }
+    };
+    assert!(answer.starts_with("HTTP/1.1 200 OK") && answer.contains("web port 9090"), "{answer}");
     op.stop();
 }

@@ -160,3 +160,23 @@ where
         self.inner.call(req)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_address_its_certificate_re_issued_after_two_thirds_of_its_life() {
+        crate::telemetry::init_crypto();
+        let serving = Serving::new(Authority::new("ca").unwrap(), Duration::from_millis(1500));
+        let ip: IpAddr = "127.128.0.7".parse().unwrap();
+        let a = serving.config(ip, &["n-7".into()]).unwrap();
+        assert!(Arc::ptr_eq(&a, &serving.config(ip, &["n-7".into()]).unwrap()), "kept while fresh");
+        let other = serving.config("127.128.0.8".parse().unwrap(), &["n-8".into()]).unwrap();
+        assert!(!Arc::ptr_eq(&a, &other), "one per address");
+        std::thread::sleep(Duration::from_millis(1100));
+        assert!(!Arc::ptr_eq(&a, &serving.config(ip, &["n-7".into()]).unwrap()), "re-issued before it expires");
+        assert!(serving.set_client_ca("not pem").is_err());
+        serving.set_client_ca(serving.ca_pem()).unwrap();
+    }
+}
