@@ -153,6 +153,8 @@ pub async fn answers(url: &str, timeout: Duration) -> bool {
 pub struct Operator {
     pub child: Child,
     pub metrics_port: u16,
+    /// The simulated kubelets' API port.
+    pub kubelet_port: u16,
 }
 
 impl Operator {
@@ -162,12 +164,26 @@ impl Operator {
 
     /// `kwok-pools <command>` (run, simulate) logging to `<log>.log` in the bench home.
     pub async fn start_command(bench: &Bench, command: &str, log: &str, extra: &[&str]) -> Self {
-        let port = free_port();
+        let (port, kubelet_port) = (free_port(), free_port());
         let log_path = bench.home.join(format!("{log}.log"));
         let log = std::fs::File::create(&log_path).unwrap();
+        // The kubelet API on a port of its own, with the cluster's CAs (as `make run` does).
+        let pki = bench.layout.pki();
+        let p = |f: &str| pki.join(f).display().to_string();
+        let kubelet = [
+            "--kubelet-port".to_string(),
+            kubelet_port.to_string(),
+            "--kubelet-serving-ca-cert".into(),
+            p("ca.crt"),
+            "--kubelet-serving-ca-key".into(),
+            p("ca.key"),
+            "--kubelet-client-ca".into(),
+            p("ca.crt"),
+        ];
         let child = Command::new(env!("CARGO_BIN_EXE_kwok-pools"))
             .arg(command)
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args(if command == "run" || command == "simulate" { &kubelet[..] } else { &[] })
             .args(extra)
             .env("KUBECONFIG", bench.kubeconfig())
             .env("RUST_LOG", "warn")
@@ -176,7 +192,7 @@ impl Operator {
             .stderr(log)
             .spawn()
             .expect("starting the operator");
-        let op = Self { child, metrics_port: port };
+        let op = Self { child, metrics_port: port, kubelet_port };
         if !answers(&format!("http://127.0.0.1:{port}/readyz"), Duration::from_secs(60)).await {
             panic!("the operator did not become ready; see {}", log_path.display());
         }

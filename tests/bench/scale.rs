@@ -1,9 +1,10 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
 //! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [vmis] [webhook] [shards[=N]]
-//! [unrelated[=N]] [leases[=N]] [--quick]
+//! [unrelated[=N]] [leases[=N]] [kubelet[=NODES]] [--quick]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 mod harness;
+mod kubelet;
 mod leases;
 mod nodes;
 mod pods;
@@ -70,6 +71,17 @@ async fn main() {
         leases::run(*n, 3).await;
     } else if all || picked.contains(&"leases") {
         leases::run(if quick { 1000 } else { 5000 }, 3).await;
+    }
+    let kubelet_nodes: Vec<u32> =
+        picked.iter().filter_map(|a| a.strip_prefix("kubelet=")).filter_map(|v| v.parse().ok()).collect();
+    if let Some(n) = kubelet_nodes.first() {
+        kubelet::run(*n, 20, 120).await;
+    } else if all || picked.contains(&"kubelet") {
+        if quick {
+            kubelet::run(500, 20, 45).await;
+        } else {
+            kubelet::run(5000, 20, 120).await;
+        }
     }
     if !sizes.is_empty() {
         nodes::run(&sizes, Duration::from_secs(if quick { 20 } else { 120 })).await;

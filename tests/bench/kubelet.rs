@@ -1,0 +1,208 @@
+//! The simulated kubelets' `/metrics/resource` under metrics-server's load: N nodes × 20 pods,
+//! every node scraped once per 15 s (metrics-server's default resolution), over TLS with a
+//! client certificate, as metrics-server does it. Reported before and after the scraping
+//! starts: the operator's CPU and RSS, and node lease punctuality (the oldest lease, renewals
+//! more than an interval late), plus scrape latency and size.
+
+use super::harness::*;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kwok_pools::kinds::podpool::PodPool;
+use std::time::{Duration, Instant};
+
+const RESOLUTION: Duration = Duration::from_secs(15);
+
+fn node_pool(nodes: u32, pods_per_node: u32) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "pools.kwok.x-k8s.io/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": "bench-kubelet"},
+        "spec": {
+            "nodeCount": nodes,
+            "podCIDR": {"cidr": "10.0.0.0/12", "maskSize": 24},
+            "nodeTemplate": {"status": {"capacity": {"cpu": "64", "memory": "256Gi", "pods": (pods_per_node + 10).to_string()}}},
+            "lifecycle": {"seed": 1, "pods": {"usage": {
+                "cpu": {"min": "50m", "max": "400m"},
+                "memory": {"mean": "128Mi", "stddev": "32Mi"},
+                "shape": {"wave": {"low": 0.5, "high": 1.5, "period": "5m"}}
+            }}}
+        }
+    })
+}
+
+fn pod_pool(count: u32) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "pools.kwok.x-k8s.io/v1alpha1",
+        "kind": "PodPool",
+        "metadata": {"name": "bench-kubelet", "namespace": "default"},
+        "spec": {"podCount": count, "podTemplate": {
+            "metadata": {"labels": {"app": "bench-kubelet"}},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "image": "fake"}]}
+        }}
+    })
+}
+
+/// A client of the simulated kubelets as metrics-server is one: the cluster CA trusted, a
+/// client certificate, one connection per node kept between scrapes.
+fn scraper(bench: &Bench) -> reqwest::Client {
+    let pki = bench.layout.pki();
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(pki.join("ca.crt")).unwrap()).unwrap();
+    let mut identity = std::fs::read(pki.join("admin.crt")).unwrap();
+    identity.extend(std::fs::read(pki.join("admin.key")).unwrap());
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(ca)
+        .identity(reqwest::Identity::from_pem(&identity).unwrap())
+        .timeout(Duration::from_secs(10))
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap()
+}
+
+/// Lease punctuality and operator cost over `wall`: (oldest lease seen, late renewals, CPU s, RSS MiB).
+struct Window {
+    oldest: f64,
+    late: f64,
+    cpu: f64,
+    wall: f64,
+    rss: f64,
+}
+
+async fn late(op: &Operator) -> f64 {
+    op.metric("kwok_pools_simulator_late_lease_renewals_total").await
+}
+
+async fn watch(op: &Operator, bench: &Bench, seconds: u64, mut during: impl FnMut(u64) -> Option<tokio::task::JoinHandle<Vec<f64>>>) -> (Window, Vec<f64>) {
+    let cpu = CpuMeter::start(op.pid(), bench.control_plane_pids());
+    let late0 = late(op).await;
+    let mut oldest = 0.0f64;
+    let mut latencies = Vec::new();
+    let start = Instant::now();
+    let mut cycle = 0;
+    while start.elapsed() < Duration::from_secs(seconds) {
+        let next = start + RESOLUTION * (cycle as u32 + 1);
+        if let Some(handle) = during(cycle) {
+            latencies.extend(handle.await.unwrap_or_default());
+        }
+        let (_, age) = oldest_lease(&bench.client, "bench-kubelet").await;
+        oldest = oldest.max(age);
+        cycle += 1;
+        tokio::time::sleep_until(next.into()).await;
+    }
+    let (op_cpu, _, wall) = cpu.read();
+    let window = Window { oldest, late: late(op).await - late0, cpu: op_cpu, wall, rss: rss_mib(op.pid()) };
+    (window, latencies)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+pub async fn run(nodes: u32, pods_per_node: u32, hold: u64) {
+    let pods = nodes * pods_per_node;
+    println!("\n## Kubelet API: /metrics/resource of {nodes} nodes × {pods_per_node} pods every 15s ({})", machine());
+    let bench = Bench::cluster("bench-kubelet").await;
+    let op = Operator::start(&bench, &["--pod-termination-delay", "0s"]).await;
+    let client = bench.client.clone();
+    if !nodes_ready(&client, "bench-kubelet", node_pool(nodes, pods_per_node), nodes).await {
+        return;
+    }
+    let pp = PatchParams::apply("bench").force();
+    Api::<PodPool>::namespaced(client.clone(), "default").patch("bench-kubelet", &pp, &Patch::Apply(pod_pool(pods))).await.unwrap();
+    let started = Instant::now();
+    let running = wait_until(&format!("{pods} pods Running"), Duration::from_secs(1800), || async {
+        let ready = Api::<PodPool>::namespaced(client.clone(), "default")
+            .get("bench-kubelet")
+            .await
+            .ok()
+            .and_then(|p| p.status)
+            .map_or(0, |s| s.ready_replicas);
+        if ready as u32 >= pods { Ok(()) } else { Err(format!("{ready} Running")) }
+    })
+    .await;
+    if running.is_none() {
+        println!("- NOT all {pods} pods Running after {:.0}s; stopping", started.elapsed().as_secs_f64());
+        return;
+    }
+    println!("- {pods} pods Running after {:.0}s", started.elapsed().as_secs_f64());
+    let listed = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels("pools.kwok.x-k8s.io/pool=bench-kubelet"))
+        .await
+        .unwrap()
+        .items;
+    let urls: Vec<String> = listed
+        .iter()
+        .filter_map(|n| {
+            let s = n.status.as_ref()?;
+            let host = s.addresses.as_ref()?.iter().find(|a| a.type_ == "Hostname")?.address.clone();
+            let port = s.daemon_endpoints.as_ref()?.kubelet_endpoint.as_ref()?.port;
+            Some(format!("https://{host}:{port}/metrics/resource"))
+        })
+        .collect();
+    // Settle, then the quiet window: heartbeats only.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (quiet, _) = watch(&op, &bench, hold, |_| None).await;
+    // The scraped window: every node once per resolution, all at once as metrics-server starts them.
+    let http = scraper(&bench);
+    let bytes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let errors = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (scraped, mut latencies) = watch(&op, &bench, hold, |_| {
+        let (http, urls, bytes, errors) = (http.clone(), urls.clone(), bytes.clone(), errors.clone());
+        Some(tokio::spawn(async move {
+            futures::stream::iter(urls)
+                .map(|url| {
+                    let (http, bytes, errors) = (http.clone(), bytes.clone(), errors.clone());
+                    async move {
+                        let t = Instant::now();
+                        match http.get(&url).send().await {
+                            Ok(r) if r.status() == 200 => {
+                                let body = r.bytes().await.unwrap_or_default();
+                                const FAMILY: &[u8] = b"container_cpu_usage_seconds_total{";
+                                let ok = body.windows(FAMILY.len()).any(|w| w == FAMILY);
+                                bytes.fetch_add(body.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                                if !ok {
+                                    errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                }
+                            }
+                            _ => {
+                                errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                        t.elapsed().as_secs_f64() * 1000.0
+                    }
+                })
+                .buffer_unordered(256)
+                .collect::<Vec<f64>>()
+                .await
+        }))
+    })
+    .await;
+    latencies.sort_by(f64::total_cmp);
+    let n = latencies.len();
+    println!(
+        "- scrapes: {n} in {:.0}s ({:.0}/s), {} failed, {:.0} KiB each, latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        scraped.wall,
+        n as f64 / scraped.wall,
+        errors.load(std::sync::atomic::Ordering::Relaxed),
+        bytes.load(std::sync::atomic::Ordering::Relaxed) as f64 / n.max(1) as f64 / 1024.0,
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        latencies.last().copied().unwrap_or(f64::NAN),
+    );
+    for (label, w) in [("before (heartbeats only)", &quiet), ("while scraped", &scraped)] {
+        println!(
+            "- {label}: operator {:.1}% of a core, RSS {:.0} MiB; oldest node lease {:.1}s (renewed every 10s, valid 40s), renewals more than 10s late {}",
+            100.0 * w.cpu / w.wall,
+            w.rss,
+            w.oldest,
+            w.late
+        );
+    }
+    let on_time = scraped.late == 0.0 && scraped.oldest < 20.0;
+    println!("- every lease on time while scraped: {}", if on_time { "yes" } else { "NO" });
+    println!("  operator peak RSS over the run: {:.0} MiB", peak_rss_mib(op.pid()));
+}
