@@ -52,6 +52,19 @@ crds: ## Regenerate crds/ (CRDs and editor JSON schemas) from the Rust types.
 manifests: ## Regenerate the install's RBAC, webhook configurations and policies (config/, the chart) from the registered kinds.
 	cargo run --quiet --bin kwok-pools -- generate --root .
 
+# `make dist IMAGE=registry.example/kwok-pools:tag`: the one-file install for your image.
+IMAGE ?= kwok-pools:$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+.PHONY: dist
+dist: ## Write dist/install.yaml (CRDs and the whole operator) for IMAGE (default: the Dockerfile's tag).
+	mkdir -p dist
+	cargo run --quiet --bin kwok-pools -- dist --image $(IMAGE) > dist/install.yaml
+	@echo "wrote dist/install.yaml for $(IMAGE): kubectl apply --server-side -f dist/install.yaml"
+
+.PHONY: install
+install: ## Put kwok-pools on PATH (cargo install into ~/.cargo/bin).
+	cargo install --locked --path . --bin kwok-pools
+	@command -v kwok-pools >/dev/null || echo "add $$HOME/.cargo/bin to PATH: export PATH=\"$$HOME/.cargo/bin:\$$PATH\""
+
 # check-jsonschema (PyPI) validates the samples against the editor schemas.
 VENV := $(HOME)/.cache/kwok-pools/venv
 CHECK_JSONSCHEMA_VERSION := 0.39.0
@@ -67,8 +80,12 @@ lint: ## cargo fmt --check and clippy -D warnings (with the test-only kind, so e
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --features test-kinds -- -D warnings
 
+.PHONY: kubeconform
+kubeconform: ## Build kubeconform from its Go module into a cache (bin/kubeconform; it validates the samples).
+	./hack/install-kubeconform.sh
+
 .PHONY: unit
-unit: schema-tools ## Unit tests only (no cluster).
+unit: schema-tools kubeconform ## Unit tests only (no cluster).
 	cargo test --lib --bins --test crds --test schemas --test rbac --test dashboard --test webhook_limits --test fuzz --test pod_memory
 
 # `make chaos`: the fault rounds of tests/e2e_chaos.rs at full size (`make test` runs them small).

@@ -31,26 +31,26 @@ pub struct LeafSpec<'a> {
 
 const VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 
-fn validity(params: &mut CertificateParams) {
-    let now = time_now();
-    params.not_before = now - Duration::from_secs(3600);
-    params.not_after = now + VALIDITY;
-}
-
 fn time_now() -> time::OffsetDateTime {
     time::OffsetDateTime::now_utc()
 }
 
 impl Authority {
-    /// Makes a new self-signed CA with the given common name.
+    /// Makes a new self-signed CA with the given common name, valid a year.
     pub fn new(common_name: &str) -> Result<Self, rcgen::Error> {
+        Self::new_valid_for(common_name, VALIDITY)
+    }
+
+    /// Makes a new self-signed CA valid for `lifetime`.
+    pub fn new_valid_for(common_name: &str, lifetime: Duration) -> Result<Self, rcgen::Error> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, common_name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages =
             vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-        validity(&mut params);
+        params.not_before = time_now() - Duration::from_secs(3600);
+        params.not_after = time_now() + lifetime;
         let cert = params.self_signed(&key)?;
         let pair = CertPair { cert_pem: cert.pem(), key_pem: key.serialize_pem() };
         Ok(Self { pair, issuer: Issuer::new(params, key) })

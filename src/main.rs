@@ -39,6 +39,10 @@ async fn main() {
             }
         }),
         Command::Schema { out } => write_schemas(&out),
+        Command::Dist { image } => {
+            print!("{}", kwok_pools::deploy::dist::install_yaml(&image));
+            Ok(())
+        }
         Command::Version => {
             println!("kwok-pools {}", env!("CARGO_PKG_VERSION"));
             Ok(())
@@ -75,6 +79,9 @@ fn write_schemas(out: &std::path::Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("creating {}: {e}", out.display()))?;
     for (name, text) in kwok_pools::kinds::editor_schemas() {
         let path = out.join(&name);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+        }
         std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
         println!("wrote {}", path.display());
     }

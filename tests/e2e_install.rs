@@ -5,6 +5,7 @@
 
 use kwok_pools_test_support::*;
 use std::process::Command;
+use std::time::Duration;
 
 fn helm(args: &[&str]) -> String {
     let out = Command::new(repo().join("bin/helm"))
@@ -112,4 +113,97 @@ fn the_kustomize_base_is_accepted_as_a_whole() {
     assert_eq!(replicas, 2, "the Deployment in config/ runs two replicas");
     assert!(args.iter().any(|a| a == "--webhook-cert-dir=/certs"), "{args:?}");
     dry_run(&rendered);
+}
+
+/// A kubeconfig that acts as the operator's ServiceAccount in namespace kwok-pools.
+fn service_account_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut kc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(kubeconfig()).unwrap()).unwrap();
+    for user in kc["users"].as_sequence_mut().unwrap() {
+        user["user"]["as"] = "system:serviceaccount:kwok-pools:kwok-pools".into();
+        user["user"]["as-groups"] =
+            serde_yaml::from_str("[system:serviceaccounts, system:serviceaccounts:kwok-pools, system:authenticated]")
+                .unwrap();
+    }
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn the_one_file_install_is_accepted_and_its_operator_keeps_its_own_certificate() {
+    let client = client().await;
+    let dist = read_repo_file("dist/install.yaml");
+    // A dry run creates no namespace: the install's own must exist for its other objects.
+    kubectl_ok(&["apply", "-f", repo().join("config/namespace.yaml").to_str().unwrap()]);
+    dry_run(&dist);
+    let (replicas, args) = deployment_args(&dist);
+    assert_eq!(replicas, 2);
+    assert!(args.iter().any(|a| a == "--webhook-cert-secret=kwok-pools-webhook-tls"), "{args:?}");
+
+    // Its rights and webhook configurations for real (not its Deployment: no real node runs
+    // an image here); the operator runs outside as its ServiceAccount with the same flags.
+    let objects: String = docs(&dist)
+        .into_iter()
+        .filter(|d| d["kind"] != "Deployment" && d["kind"] != "CustomResourceDefinition")
+        .map(|d| format!("---\n{}", serde_yaml::to_string(&d).unwrap()))
+        .collect();
+    let out = kubectl_stdin(&["apply", "--server-side", "--force-conflicts", "-f", "-"], Some(&objects));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(client.clone(), "kwok-pools");
+    let _ = secrets.delete("kwok-pools-webhook-tls", &Default::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let sa = service_account_kubeconfig(dir.path());
+    let scope = unique("dist");
+    let flags = [
+        "--instance",
+        "kwok-pools",
+        "--lease-namespace",
+        "kwok-pools",
+        "--webhook-cert-secret",
+        "kwok-pools-webhook-tls",
+        "--webhook-registration",
+        "inject",
+    ];
+    let mut first = Operator::start_as(&scope, &flags, sa.clone());
+    first.wait_ready().await;
+    // It made the Secret (CA and serving certificate) and gave the configurations its CA.
+    let secret = secrets.get("kwok-pools-webhook-tls").await.expect("the operator made its certificate's Secret");
+    let data = secret.data.clone().unwrap();
+    let ca = String::from_utf8(data["ca.crt"].0.clone()).unwrap();
+    assert!(ca.contains("BEGIN CERTIFICATE") && data.contains_key("tls.key"), "{:?}", data.keys());
+    let vwc: kube::Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        kube::Api::all(client.clone());
+    let injected = vwc.get("kwok-pools").await.unwrap();
+    let bundle = injected.webhooks.unwrap()[0].client_config.ca_bundle.clone().unwrap();
+    assert_eq!(String::from_utf8(bundle.0).unwrap().trim(), ca.trim());
+    // The API server trusts it: a pool the webhook alone refuses is refused.
+    let bad = format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: {scope}-bad, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  nodeCount: 1\n  nodeTemplate:\n    metadata: {{labels: {{pools.kwok.x-k8s.io/index: '1'}}}}\n"
+    );
+    wait_for("the webhook to refuse", Duration::from_secs(60), || async {
+        let out = kubectl_stdin(&["apply", "-f", "-"], Some(&bad));
+        if out.status.success() {
+            delete_quietly("nodepool", &format!("{scope}-bad"));
+            Err("accepted".into())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    // A second replica serves the same certificate: it reads the Secret, makes none.
+    let mut second = Operator::start_as(&format!("{scope}-b"), &flags, sa);
+    second.wait_ready().await;
+    let after = secrets.get("kwok-pools-webhook-tls").await.unwrap();
+    assert_eq!(after.metadata.resource_version, secret.metadata.resource_version, "the Secret was rewritten");
+    let log = std::fs::read_to_string(&second.log).unwrap_or_default();
+    assert!(!log.contains("made the webhook certificate"), "{}", second.log_tail());
+    first.stop();
+    second.stop();
+    // Leave nothing of this install to the other tests.
+    for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+        delete_quietly(kind, "kwok-pools");
+    }
+    let component = repo().join("config/components/webhook-cert-secret/rbac.yaml");
+    let _ = kubectl(&["delete", "-f", component.to_str().unwrap(), "--ignore-not-found"]);
+    let _ = secrets.delete("kwok-pools-webhook-tls", &Default::default()).await;
 }

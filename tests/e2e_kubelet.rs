@@ -4,6 +4,7 @@
 //! an HPA driven up and down by a usage shape, and callers without identity or right refused.
 //!
 //! Needs the cluster of `make e2e` (`cluster create --metrics-server`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 use kwok_pools_test_support as common;
 
@@ -89,6 +90,32 @@ async fn logs_exec_and_port_forward_answer_for_a_pod_on_a_simulated_node() {
     let last = lines.next().unwrap().unwrap();
     assert!(n(&later) == n(&first) + 1 && n(&last) == n(&later) + 1, "{first} {later} {last}");
     let _ = follow.kill();
+    let _ = follow.wait();
+
+    // Since: only the last seconds' lines.
+    let (_, recent, _) = out(&["logs", "-n", &ns.name, "web", "--since=3s"]);
+    assert!(!recent.contains("starting") && (1..=4).contains(&recent.lines().count()), "{recent}");
+    // A pod's annotation sets its own lines.
+    running_pod(&client, "noted", &ns.name, &scope, "").await;
+    kubectl_ok(&["annotate", "pod", "-n", &ns.name, "noted", "pools.kwok.x-k8s.io/logs=one\ntwo"]);
+    let (_, noted, _) = out(&["logs", "-n", &ns.name, "noted", "--tail=-1"]);
+    assert!(noted.starts_with("one\ntwo\n"), "{noted}");
+
+    // Attach: what it is, then the container's new lines.
+    let mut attach = Command::new(kubectl_bin())
+        .args(["attach", "-n", &ns.name, "web"])
+        .env("KUBECONFIG", kubeconfig())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut attached = BufReader::new(attach.stdout.take().unwrap()).lines();
+    let said = attached.next().unwrap().unwrap();
+    assert!(said.contains("attached to container c of pod web"), "{said}");
+    let next = attached.next().unwrap().unwrap();
+    assert!(next.starts_with("web tick "), "{next}");
+    let _ = attach.kill();
+    let _ = attach.wait();
 
     // Exec: the command echoed; stdin echoed back.
     let (ok, stdout, stderr) = out(&["exec", "-n", &ns.name, "web", "--", "echo", "hello", "world"]);
@@ -117,6 +144,7 @@ async fn logs_exec_and_port_forward_answer_for_a_pod_on_a_simulated_node() {
     let text = body.text().await.unwrap();
     assert!(text.contains(&format!("{}/web port 8080", ns.name)), "{text}");
     let _ = pf.kill();
+    let _ = pf.wait();
     let mut rest = String::new();
     let _ = pf.stderr.take().unwrap().read_to_string(&mut rest);
     op.stop();
@@ -473,5 +501,54 @@ async fn exec_and_port_forward_speak_websocket_to_direct_callers() {
         }
     };
     assert!(answer.starts_with("HTTP/1.1 200 OK") && answer.contains("web port 9090"), "{answer}");
+    op.stop();
+}
+
+/// An address of this machine that is not loopback (what a pod IP is to the API server).
+fn host_address() -> String {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    // No packet is sent: connecting a UDP socket only picks the route and its source address.
+    socket
+        .connect("10.255.255.255:9")
+        .expect("this machine has no route off loopback: the shared-address test needs one interface besides lo");
+    let ip = socket.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback(), "no non-loopback address to test the in-cluster mode with");
+    ip.to_string()
+}
+
+#[tokio::test]
+async fn at_one_shared_address_as_in_a_cluster_node_paths_name_the_node() {
+    let client = client().await;
+    let scope = unique("kl-shared");
+    let ns = TestNamespace::new(&client, "kl-shared").await;
+    let address = host_address();
+    let mut op = Operator::start(&scope, &["--kubelet-address", &address]);
+    op.wait_ready().await;
+    apply(&pool_with(&scope, 2, "      usage: {cpu: {fixed: 150m}, memory: {fixed: 32Mi}}\n"));
+    let nodes = wait_ready_nodes(&client, &scope, 2, T).await;
+    running_pod(&client, "web", &ns.name, &scope, "").await;
+    // Every node at the replica's address, as they would be at its pod IP.
+    for n in &nodes {
+        let addresses = n.status.as_ref().unwrap().addresses.as_ref().unwrap();
+        assert!(addresses.iter().any(|a| a.type_ == "Hostname" && a.address == address), "{addresses:?}");
+    }
+    // The API server reaches them (a proxyable address); logs and exec as before.
+    let (ok, logs, err) = out(&["logs", "-n", &ns.name, "web"]);
+    assert!(ok && logs.contains("simulated"), "{logs}{err}");
+    let name = nodes[0].metadata.name.clone().unwrap();
+    let (ok, summary, err) = out(&["get", "--raw", &format!("/api/v1/nodes/{name}/proxy/nodes/{name}/stats/summary")]);
+    assert!(ok, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    assert_eq!(summary["node"]["nodeName"], name.as_str());
+    // A path that does not name the node says how to.
+    let (ok, _, err) = out(&["get", "--raw", &format!("/api/v1/nodes/{name}/proxy/stats/summary")]);
+    assert!(!ok && err.contains("/nodes/<node>"), "{err}");
+    // metrics-server follows the node's annotation: kubectl top sees the pod.
+    let rows = wait_for("kubectl top pods", Duration::from_secs(120), || async {
+        let rows = top(&["top", "pods", "-n", &ns.name])?;
+        if rows.len() == 1 { Ok(rows) } else { Err(format!("{rows:?}")) }
+    })
+    .await;
+    assert!((145..=155).contains(&rows[0].1) && rows[0].2 == 32, "{rows:?}");
     op.stop();
 }

@@ -33,7 +33,10 @@ fn the_registry_generates_its_crd_schema_and_rbac() {
     assert_eq!(crd.spec.names.categories.as_deref(), Some(&["pools".to_string()][..]));
     assert!(crd.spec.versions[0].subresources.as_ref().unwrap().scale.is_some(), "kubectl scale works");
     let schemas = kwok_pools::kinds::editor_schemas();
-    assert!(schemas.iter().any(|(name, _)| name == "configmappool_v1alpha1.json"), "its editor schema");
+    assert!(
+        schemas.iter().any(|(name, _)| name == "pools.kwok.x-k8s.io/configmappool_v1alpha1.json"),
+        "its editor schema"
+    );
     let rbac = kwok_pools::deploy::rbac::config_yaml();
     assert!(rbac.contains("configmappools/status"), "its pools' status is granted");
     let rules = kwok_pools::deploy::rbac::rules();

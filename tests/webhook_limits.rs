@@ -311,6 +311,7 @@ async fn a_webhook_url_the_certificate_does_not_cover_is_refused_at_start() {
         endpoint: Some(kwok_pools::admission::register::Endpoint::Url(url.into())),
         hosts: vec![],
         cert_dir: Some(dir.path().to_path_buf()),
+        cert_secret: None,
         object_selector: None,
         limits: Limits::default(),
         clients: serve::ClientAuth::default(),

@@ -4,6 +4,7 @@
 pub mod mutate;
 pub mod register;
 pub mod review;
+pub mod secret;
 pub mod serve;
 pub mod tls;
 
@@ -31,6 +32,8 @@ pub struct WebhookConfig {
     pub hosts: Vec<String>,
     /// tls.crt / tls.key / ca.crt from a directory instead of a generated certificate.
     pub cert_dir: Option<PathBuf>,
+    /// A Secret (namespace, name) the operator makes and renews itself, shared by replicas.
+    pub cert_secret: Option<(String, String)>,
     /// Only pools matching this selector are sent to the webhook.
     pub object_selector: Option<LabelSelector>,
     /// Connections, timeouts and body size a client may take.
@@ -50,6 +53,9 @@ pub enum RegistrationMode {
     /// Only reads them and says what is wrong: they are installed with the operator (the chart,
     /// config/) with their CA, and its identity may not write any webhook configuration.
     Check,
+    /// Patches the installed configurations (its own, by name) with the CA of the certificate
+    /// it keeps in `--webhook-cert-secret`; never creates one (dist/install.yaml ships them).
+    Inject,
 }
 
 #[derive(Clone)]
@@ -193,7 +199,23 @@ pub fn router_with(
 
 /// The certificate to serve (and how to renew it). A certificate from files must cover the
 /// host the API server is told to call, or every review would fail TLS: refused at start.
-pub fn certificate_for(config: &WebhookConfig, bound: SocketAddr) -> anyhow::Result<(tls::Source, tls::ServingCert)> {
+pub async fn certificate(
+    client: &kube::Client,
+    config: &WebhookConfig,
+    bound: SocketAddr,
+) -> anyhow::Result<(tls::Source, tls::ServingCert)> {
+    let Some((namespace, name)) = &config.cert_secret else { return certificate_for(config, bound) };
+    let source = secret::SecretSource {
+        api: kube::Api::namespaced(client.clone(), namespace),
+        name: name.clone(),
+        hosts: hosts(config, bound)?.0,
+    };
+    let cert = source.load_or_create().await?;
+    Ok((tls::Source::Secret(Box::new(source)), cert))
+}
+
+/// The names the serving certificate is for, and the host of `--webhook-url` (if any).
+fn hosts(config: &WebhookConfig, bound: SocketAddr) -> anyhow::Result<(Vec<String>, Option<String>)> {
     let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), bound.ip().to_string()];
     hosts.extend(config.hosts.iter().cloned());
     let url_host = match &config.endpoint {
@@ -207,6 +229,12 @@ pub fn certificate_for(config: &WebhookConfig, bound: SocketAddr) -> anyhow::Res
     hosts.extend(url_host.iter().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string()));
     hosts.sort();
     hosts.dedup();
+    Ok((hosts, url_host))
+}
+
+/// A generated certificate, or one from `--webhook-cert-dir` (see [`certificate`]).
+pub fn certificate_for(config: &WebhookConfig, bound: SocketAddr) -> anyhow::Result<(tls::Source, tls::ServingCert)> {
+    let (hosts, url_host) = hosts(config, bound)?;
     let Some(dir) = &config.cert_dir else {
         return Ok(tls::Source::generated(&hosts, tls::GENERATED_LIFETIME)?);
     };
@@ -246,6 +274,12 @@ impl Registration {
             RegistrationMode::Apply => register::register(self.client.clone(), &self.vwc, &self.mwc).await.map_err(|e| {
                 anyhow::anyhow!(
                     "cannot write the webhook configurations {}: {e}; outside a cluster the operator needs get/create/patch on them (the local cluster's admin has it; config/components/webhook-registration grants it to its ServiceAccount), or run with --no-webhook",
+                    self.name
+                )
+            }),
+            RegistrationMode::Inject => register::inject(self.client.clone(), &self.vwc, &self.mwc).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot give the webhook configurations {} the CA of the certificate in --webhook-cert-secret: {e}; they ship with the operator (dist/install.yaml), which may patch them by name",
                     self.name
                 )
             }),
@@ -297,7 +331,7 @@ pub async fn start(
     })?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
-    let (source, cert) = certificate_for(&config, bound)?;
+    let (source, cert) = certificate(&client, &config, bound).await?;
     let ca_pem = cert.ca_pem.clone();
     // Refuse an unusable certificate (or client CA) here, not at the first connection.
     serve::server_config(&cert, &config.clients)?;

@@ -113,6 +113,24 @@ pub async fn register(
     put(Api::<MutatingWebhookConfiguration>::all(client), mutating).await
 }
 
+/// Patches both installed configurations to `desired` (endpoint and caBundle), when they
+/// differ; a missing one is an error (they are installed with the operator).
+pub async fn inject(
+    client: kube::Client,
+    validating: &ValidatingWebhookConfiguration,
+    mutating: &MutatingWebhookConfiguration,
+) -> anyhow::Result<()> {
+    if check(client.clone(), validating, mutating).await.is_ok() {
+        return Ok(());
+    }
+    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let name = validating.metadata.name.clone().unwrap_or_default();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone()).patch(&name, &pp, &Patch::Merge(validating)).await?;
+    Api::<MutatingWebhookConfiguration>::all(client).patch(&name, &pp, &Patch::Merge(mutating)).await?;
+    tracing::info!(configuration = %name, "gave the webhook configurations the CA of the operator's certificate");
+    Ok(())
+}
+
 /// Makes the configuration exactly `desired`: a merge patch that replaces its webhooks whole
 /// (one installed with a Service keeps no stale `service` beside our `url`); created when it
 /// is missing (locally; in a cluster it ships with the operator, which may only patch it).

@@ -142,7 +142,7 @@ async fn keep_fresh(rustls: RustlsConfig, source: Source, mut current: ServingCe
     let mut warned_expiry = false;
     loop {
         tokio::time::sleep(REFRESH_EVERY).await;
-        match source.refresh(&current, SystemTime::now()) {
+        match source.refresh(&current, SystemTime::now()).await {
             Ok(None) => {}
             Ok(Some(fresh)) => match server_config(&fresh, &clients) {
                 Ok(config) => {

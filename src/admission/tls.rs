@@ -25,6 +25,8 @@ pub enum Source {
     Generated { ca: Box<Authority>, hosts: Vec<String>, lifetime: Duration },
     /// tls.crt / tls.key / ca.crt in a directory (a mounted Secret): read again on change.
     Dir(PathBuf),
+    /// A Secret the operator makes and renews itself (`--webhook-cert-secret`).
+    Secret(Box<super::secret::SecretSource>),
 }
 
 impl Source {
@@ -37,7 +39,7 @@ impl Source {
 
     /// The certificate to serve now: `current` when it is still good, else a fresh one
     /// (`None`: keep `current`, nothing changed).
-    pub fn refresh(&self, current: &ServingCert, now: SystemTime) -> anyhow::Result<Option<ServingCert>> {
+    pub async fn refresh(&self, current: &ServingCert, now: SystemTime) -> anyhow::Result<Option<ServingCert>> {
         match self {
             Self::Generated { ca, hosts, lifetime } => {
                 let renew_at = not_after(&current.cert_pem)
@@ -51,6 +53,7 @@ impl Source {
                 let read = from_dir(dir)?;
                 Ok((read != *current).then_some(read))
             }
+            Self::Secret(secret) => secret.refresh(current, now).await,
         }
     }
 }
@@ -181,37 +184,37 @@ mod tests {
         assert_eq!(url_host("https:///nohost"), None);
     }
 
-    #[test]
-    fn a_generated_certificate_is_renewed_after_two_thirds_of_its_life_by_the_same_ca() {
+    #[tokio::test]
+    async fn a_generated_certificate_is_renewed_after_two_thirds_of_its_life_by_the_same_ca() {
         let hosts = vec!["localhost".to_string()];
         let lifetime = Duration::from_secs(3 * 3600);
         let (source, first) = Source::generated(&hosts, lifetime).unwrap();
         let end = not_after(&first.cert_pem).unwrap();
         let now = SystemTime::now();
         assert!(end > now + Duration::from_secs(2 * 3600) && end <= now + lifetime + Duration::from_secs(60));
-        assert!(source.refresh(&first, now).unwrap().is_none(), "fresh: kept");
+        assert!(source.refresh(&first, now).await.unwrap().is_none(), "fresh: kept");
         let later = end - Duration::from_secs(3600) + Duration::from_secs(1);
-        let second = source.refresh(&first, later).unwrap().expect("renewed in its last third");
+        let second = source.refresh(&first, later).await.unwrap().expect("renewed in its last third");
         assert_ne!(second.cert_pem, first.cert_pem);
         assert_eq!(second.ca_pem, first.ca_pem, "the CA the API server trusts stays");
         assert!(covers(&second.cert_pem, "localhost"));
     }
 
-    #[test]
-    fn files_are_read_again_only_when_they_change() {
+    #[tokio::test]
+    async fn files_are_read_again_only_when_they_change() {
         let dir = tempfile::tempdir().unwrap();
         let a = generate(&["localhost".to_string()]).unwrap();
         std::fs::write(dir.path().join("tls.crt"), &a.cert_pem).unwrap();
         std::fs::write(dir.path().join("tls.key"), &a.key_pem).unwrap();
         let source = Source::Dir(dir.path().to_path_buf());
         let current = from_dir(dir.path()).unwrap();
-        assert!(source.refresh(&current, SystemTime::now()).unwrap().is_none());
+        assert!(source.refresh(&current, SystemTime::now()).await.unwrap().is_none());
         let b = generate(&["localhost".to_string()]).unwrap();
         std::fs::write(dir.path().join("tls.crt"), &b.cert_pem).unwrap();
         std::fs::write(dir.path().join("tls.key"), &b.key_pem).unwrap();
-        let read = source.refresh(&current, SystemTime::now()).unwrap().expect("changed files are read");
+        let read = source.refresh(&current, SystemTime::now()).await.unwrap().expect("changed files are read");
         assert_eq!(read.cert_pem, b.cert_pem);
         std::fs::remove_file(dir.path().join("tls.key")).unwrap();
-        assert!(source.refresh(&read, SystemTime::now()).is_err(), "a missing key is an error, not a change");
+        assert!(source.refresh(&read, SystemTime::now()).await.is_err(), "a missing key is an error, not a change");
     }
 }

@@ -1,8 +1,9 @@
 //! JSON Schemas for editors and manifest validators, one per kind, made from the CRD's
 //! openAPIV3Schema: OpenAPI's `nullable` becomes a null type, int-or-string becomes anyOf,
 //! Kubernetes extensions are dropped, and objects refuse unknown fields (as the API server's
-//! strict field validation does). File names follow the `{kind}_{version}.json` layout
-//! that kubeconform and the CRDs catalog use.
+//! strict field validation does), and `metadata` is typed as ObjectMeta (names, labels,
+//! annotations complete in an editor). Paths follow the CRDs catalog layout that kubeconform
+//! and yaml-language-server know: `{group}/{kind}_{version}.json`.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
@@ -24,12 +25,43 @@ pub fn schemas(crd: &CustomResourceDefinition) -> Vec<(String, Value)> {
             let props = root.entry("properties").or_insert_with(|| json!({}));
             props["apiVersion"] = json!({"type": "string", "enum": [format!("{group}/{}", v.name)]});
             props["kind"] = json!({"type": "string", "enum": [kind]});
-            props["metadata"] = json!({"type": "object"});
+            props["metadata"] = object_meta();
             root.insert("required".into(), json!(["apiVersion", "kind", "metadata", "spec"]));
             root.insert("additionalProperties".into(), false.into());
-            Some((format!("{}_{}.json", kind.to_lowercase(), v.name), schema))
+            Some((format!("{group}/{}_{}.json", kind.to_lowercase(), v.name), schema))
         })
         .collect()
+}
+
+/// ObjectMeta as a manifest writes it: the fields people set typed and checked, the ones the
+/// API server sets allowed (a manifest saved from `kubectl get -o yaml` still validates).
+fn object_meta() -> Value {
+    let strings = json!({"type": "object", "additionalProperties": {"type": "string"}});
+    json!({
+        "type": "object",
+        "description": "Standard object metadata: name, namespace, labels, annotations.",
+        "properties": {
+            "name": {"type": "string", "maxLength": 253, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+                     "description": "The object's name: a DNS subdomain (lower case letters, digits, '-' and '.')."},
+            "generateName": {"type": "string", "maxLength": 253},
+            "namespace": {"type": "string", "maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                          "description": "The namespace (namespaced kinds only)."},
+            "labels": strings.clone(),
+            "annotations": strings,
+            "finalizers": {"type": "array", "items": {"type": "string"}},
+            "ownerReferences": {"type": "array", "items": {"type": "object",
+                "required": ["apiVersion", "kind", "name", "uid"],
+                "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "name": {"type": "string"},
+                               "uid": {"type": "string"}, "controller": {"type": "boolean"}, "blockOwnerDeletion": {"type": "boolean"}}}},
+            "uid": {"type": "string"},
+            "resourceVersion": {"type": "string"},
+            "generation": {"type": "integer"},
+            "creationTimestamp": {"type": ["string", "null"]},
+            "deletionTimestamp": {"type": ["string", "null"]},
+            "deletionGracePeriodSeconds": {"type": "integer"},
+            "managedFields": {"type": "array"}
+        }
+    })
 }
 
 fn convert(value: &mut Value) {

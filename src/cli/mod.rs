@@ -48,7 +48,15 @@ pub enum Command {
         #[arg(long, default_value = ".")]
         root: std::path::PathBuf,
     },
-    /// Write one JSON Schema per kind for editors and validators (`{kind}_{version}.json`).
+    /// Print the whole install (CRDs, namespace, RBAC, admission policies, Deployment, Service,
+    /// webhook configurations, PodDisruptionBudget, FlowSchema) as one manifest for `image`
+    /// (`make dist` writes it to dist/install.yaml).
+    Dist {
+        /// The operator's image.
+        #[arg(long, default_value_t = crate::deploy::dist::default_image())]
+        image: String,
+    },
+    /// Write one JSON Schema per kind for editors and validators (`{group}/{kind}_{version}.json`).
     Schema {
         /// The directory to write into.
         #[arg(long, default_value = "crds/schemas")]

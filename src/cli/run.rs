@@ -72,6 +72,12 @@ pub struct RunArgs {
     /// certificate made at start.
     #[arg(long)]
     pub webhook_cert_dir: Option<std::path::PathBuf>,
+    /// A Secret in the operator's namespace (--lease-namespace) where the operator keeps the
+    /// webhook's certificate and CA itself: made by the first replica, shared, renewed before
+    /// expiry; the leader gives its installed webhook configurations that CA. For installs
+    /// without certificate tooling (dist/install.yaml).
+    #[arg(long, value_name = "NAME", conflicts_with = "webhook_cert_dir")]
+    pub webhook_cert_secret: Option<String>,
     /// Accept admission reviews only from clients with a certificate signed by this CA (PEM):
     /// the API server's admission client identity (the local cluster writes it to
     /// pki/webhook-client-ca.crt; in a cluster, the CA your API server's AdmissionConfiguration
@@ -80,9 +86,10 @@ pub struct RunArgs {
     pub webhook_client_ca: Option<std::path::PathBuf>,
     /// What the leader does with the webhook configurations: `apply` writes them (an operator
     /// outside the cluster, whose URL and CA only it knows), `check` only reads them and says
-    /// what is wrong (installed with the operator, which may not write any); `auto`: apply
-    /// with --webhook-url or no endpoint, check with --webhook-service.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "apply", "check"])]
+    /// what is wrong (installed with the operator, which may not write any), `inject` patches
+    /// the installed ones with the CA of --webhook-cert-secret; `auto`: apply with --webhook-url
+    /// or no endpoint, inject with --webhook-service and --webhook-cert-secret, else check.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "apply", "check", "inject"])]
     pub webhook_registration: String,
     /// The name of this operator instance: its webhook configuration is `kwok-pools-<instance>`
     /// (or `kwok-pools` for the default instance).
@@ -163,11 +170,16 @@ impl RunArgs {
             endpoint,
             hosts,
             cert_dir: self.webhook_cert_dir.clone(),
+            cert_secret: self
+                .webhook_cert_secret
+                .clone()
+                .map(|name| (self.lease_namespace.clone().unwrap_or_else(|| "kube-system".into()), name)),
             object_selector,
             limits: crate::admission::serve::Limits::default(),
             clients: crate::admission::serve::ClientAuth { ca_file: self.webhook_client_ca.clone() },
-            registration: match (self.webhook_registration.as_str(), &self.webhook_service) {
-                ("apply", _) | ("auto", None) => crate::admission::RegistrationMode::Apply,
+            registration: match (self.webhook_registration.as_str(), &self.webhook_service, &self.webhook_cert_secret) {
+                ("apply", _, _) | ("auto", None, _) => crate::admission::RegistrationMode::Apply,
+                ("inject", _, _) | ("auto", Some(_), Some(_)) => crate::admission::RegistrationMode::Inject,
                 _ => crate::admission::RegistrationMode::Check,
             },
         }))

@@ -97,44 +97,7 @@ impl Component {
                     "--log-level=warn".into(),
                 ]
             }
-            Component::KubeApiserver => vec![
-                format!("--etcd-servers=https://127.0.0.1:{}", ports.etcd_client),
-                format!("--etcd-cafile={}", p(layout.cert("etcd-ca"))),
-                format!("--etcd-certfile={}", p(layout.cert("apiserver-etcd-client"))),
-                format!("--etcd-keyfile={}", p(layout.key("apiserver-etcd-client"))),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={}", ports.apiserver),
-                "--endpoint-reconciler-type=none".into(),
-                format!("--tls-cert-file={}", p(layout.cert("apiserver"))),
-                format!("--tls-private-key-file={}", p(layout.key("apiserver"))),
-                format!("--client-ca-file={}", p(layout.ca_cert())),
-                "--authorization-mode=Node,RBAC".into(),
-                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                format!("--service-account-key-file={}", p(layout.sa_public())),
-                format!("--service-account-signing-key-file={}", p(layout.sa_private())),
-                "--allow-privileged=true".into(),
-                // Its identity towards kubelets (logs, exec, port-forward, node proxy): the
-                // simulated kubelets accept the cluster CA's client certificates.
-                format!("--kubelet-client-certificate={}", p(layout.cert("apiserver-kubelet-client"))),
-                format!("--kubelet-client-key={}", p(layout.key("apiserver-kubelet-client"))),
-                // API aggregation (metrics.k8s.io): the front proxy's client certificate and the
-                // headers that carry the caller to the aggregated server.
-                format!("--proxy-client-cert-file={}", p(layout.cert("front-proxy-client"))),
-                format!("--proxy-client-key-file={}", p(layout.key("front-proxy-client"))),
-                format!("--requestheader-client-ca-file={}", p(layout.cert("front-proxy-ca"))),
-                "--requestheader-allowed-names=front-proxy-client".into(),
-                "--requestheader-username-headers=X-Remote-User".into(),
-                "--requestheader-group-headers=X-Remote-Group".into(),
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
-                // Its client certificate towards webhooks (the operator's --webhook-client-ca).
-                format!("--admission-control-config-file={}", p(layout.admission_config())),
-                "--profiling=false".into(),
-                // Room for simulators that write thousands of objects per second.
-                "--max-requests-inflight=2000".into(),
-                "--max-mutating-requests-inflight=1000".into(),
-            ],
+            Component::KubeApiserver => apiserver_args(layout, ports),
             Component::KubeControllerManager => vec![
                 format!("--kubeconfig={}", p(layout.component_kubeconfig("kube-controller-manager"))),
                 format!("--authentication-kubeconfig={}", p(layout.component_kubeconfig("kube-controller-manager"))),
@@ -202,6 +165,49 @@ pub fn scheduler_config(layout: &Layout) -> String {
          leaderElection:\n  leaderElect: false\n",
         layout.component_kubeconfig("kube-scheduler").display()
     )
+}
+
+/// The API server's arguments.
+fn apiserver_args(layout: &Layout, ports: &Ports) -> Vec<String> {
+    let p = |path: std::path::PathBuf| path.display().to_string();
+    vec![
+        format!("--etcd-servers=https://127.0.0.1:{}", ports.etcd_client),
+        format!("--etcd-cafile={}", p(layout.cert("etcd-ca"))),
+        format!("--etcd-certfile={}", p(layout.cert("apiserver-etcd-client"))),
+        format!("--etcd-keyfile={}", p(layout.key("apiserver-etcd-client"))),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        format!("--secure-port={}", ports.apiserver),
+        "--endpoint-reconciler-type=none".into(),
+        format!("--tls-cert-file={}", p(layout.cert("apiserver"))),
+        format!("--tls-private-key-file={}", p(layout.key("apiserver"))),
+        format!("--client-ca-file={}", p(layout.ca_cert())),
+        "--authorization-mode=Node,RBAC".into(),
+        format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+        format!("--service-account-key-file={}", p(layout.sa_public())),
+        format!("--service-account-signing-key-file={}", p(layout.sa_private())),
+        "--allow-privileged=true".into(),
+        // Its identity towards kubelets (logs, exec, port-forward, node proxy): the
+        // simulated kubelets accept the cluster CA's client certificates.
+        format!("--kubelet-client-certificate={}", p(layout.cert("apiserver-kubelet-client"))),
+        format!("--kubelet-client-key={}", p(layout.key("apiserver-kubelet-client"))),
+        // API aggregation (metrics.k8s.io): the front proxy's client certificate and the
+        // headers that carry the caller to the aggregated server.
+        format!("--proxy-client-cert-file={}", p(layout.cert("front-proxy-client"))),
+        format!("--proxy-client-key-file={}", p(layout.key("front-proxy-client"))),
+        format!("--requestheader-client-ca-file={}", p(layout.cert("front-proxy-ca"))),
+        "--requestheader-allowed-names=front-proxy-client".into(),
+        "--requestheader-username-headers=X-Remote-User".into(),
+        "--requestheader-group-headers=X-Remote-Group".into(),
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+        // Its client certificate towards webhooks (the operator's --webhook-client-ca).
+        format!("--admission-control-config-file={}", p(layout.admission_config())),
+        "--profiling=false".into(),
+        // Room for simulators that write thousands of objects per second.
+        "--max-requests-inflight=2000".into(),
+        "--max-mutating-requests-inflight=1000".into(),
+    ]
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! for the Helm chart from one model; [`files`] lists every generated file, which `make
 //! manifests` writes and a test compares with what is committed.
 
+pub mod dist;
 pub mod policy;
 pub mod rbac;
 pub mod webhooks;
@@ -57,6 +58,7 @@ pub fn files() -> Vec<(String, String)> {
         ("charts/kwok-pools/templates/rbac.yaml".to_string(), rbac::chart_yaml()),
         ("charts/kwok-pools/templates/webhook.yaml".to_string(), webhooks::chart_yaml()),
         ("charts/kwok-pools/templates/policy.yaml".to_string(), policy::chart_yaml()),
+        ("dist/install.yaml".to_string(), dist::install_yaml(&dist::default_image())),
     ];
     for key in rbac::optional_bundles() {
         let dir = format!("config/components/{}", rbac::kebab(key));

@@ -127,6 +127,11 @@ pub fn kind_rules<K: Kind>() -> Vec<Rule> {
 /// only reads them).
 pub const WEBHOOK_REGISTRATION: &str = "webhookRegistration";
 
+/// The optional bundle for an install that has no certificate tooling (dist/install.yaml, the
+/// chart's `webhook.certSource=operator`): the operator keeps the webhook's certificate in a
+/// Secret of its namespace and gives its own webhook configurations that certificate's CA.
+pub const WEBHOOK_CERT_SECRET: &str = "webhookCertSecret";
+
 /// The rights of the operator process itself, whatever kinds it runs.
 fn process_rules() -> Vec<Rule> {
     vec![
@@ -159,6 +164,21 @@ fn process_rules() -> Vec<Rule> {
             "creating them the first time (create cannot be limited by name)",
         )
         .when(WEBHOOK_REGISTRATION),
+        Rule::operator_namespace(
+            "",
+            &["secrets"],
+            &["get", "create", "update"],
+            "the webhook's certificate and its CA, kept in a Secret of its own namespace (--webhook-cert-secret)",
+        )
+        .when(WEBHOOK_CERT_SECRET),
+        Rule::named(
+            "admissionregistration.k8s.io",
+            &["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+            &["patch"],
+            &[WEBHOOK_NAME],
+            "giving its own webhook configurations the CA of the certificate it keeps (--webhook-cert-secret)",
+        )
+        .when(WEBHOOK_CERT_SECRET),
         Rule::operator_namespace(
             "coordination.k8s.io",
             &["leases"],

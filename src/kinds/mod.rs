@@ -248,7 +248,10 @@ mod editor_schema_tests {
         use kube::CustomResourceExt;
         let crds = [super::nodepool::NodePool::crd(), super::podpool::PodPool::crd()];
         let names: Vec<String> = all(&crds).into_iter().map(|(n, _)| n).collect();
-        assert_eq!(names, vec!["nodepool_v1alpha1.json", "podpool_v1alpha1.json"]);
+        assert_eq!(
+            names,
+            vec!["pools.kwok.x-k8s.io/nodepool_v1alpha1.json", "pools.kwok.x-k8s.io/podpool_v1alpha1.json"]
+        );
     }
 
     #[test]

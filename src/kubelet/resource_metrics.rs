@@ -52,10 +52,6 @@ fn num(v: f64) -> String {
 /// The text for `reading` at `now_ms` (milliseconds since the epoch; every sample carries it).
 pub fn render(reading: &NodeReading<'_>, now_ms: i64) -> String {
     let mut out = String::with_capacity(512 + reading.containers.len() * 3 * 160);
-    let family = |out: &mut String, name: &str, kind: &str, help: &str| {
-        let _ = writeln!(out, "# HELP {name} [STABLE] {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-    };
     let labels = |c: &ContainerReading<'_>| {
         format!("container=\"{}\",namespace=\"{}\",pod=\"{}\"", escape(c.container), escape(c.namespace), escape(c.pod))
     };
@@ -95,7 +91,23 @@ pub fn render(reading: &NodeReading<'_>, now_ms: i64) -> String {
     let _ = writeln!(out, "node_cpu_usage_seconds_total {} {now_ms}", num(reading.cpu_seconds));
     family(&mut out, "node_memory_working_set_bytes", "gauge", "Current working set of the node in bytes");
     let _ = writeln!(out, "node_memory_working_set_bytes {} {now_ms}", num(reading.memory_bytes.round()));
-    // Pod totals, as the kubelet also reports them.
+    pod_totals(&mut out, reading, now_ms);
+    let _ = writeln!(
+        out,
+        "# HELP resource_scrape_error [STABLE] 1 if there was an error while getting container metrics, 0 otherwise"
+    );
+    let _ = writeln!(out, "# TYPE resource_scrape_error gauge");
+    let _ = writeln!(out, "resource_scrape_error 0");
+    out
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} [STABLE] {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// Pod totals, as the kubelet also reports them.
+fn pod_totals(out: &mut String, reading: &NodeReading<'_>, now_ms: i64) {
     let mut pods: Vec<(&str, &str, f64, f64)> = Vec::new();
     for c in &reading.containers {
         match pods.iter_mut().find(|p| p.0 == c.namespace && p.1 == c.pod) {
@@ -106,12 +118,7 @@ pub fn render(reading: &NodeReading<'_>, now_ms: i64) -> String {
             None => pods.push((c.namespace, c.pod, c.cpu_seconds, c.memory_bytes)),
         }
     }
-    family(
-        &mut out,
-        "pod_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the pod in core-seconds",
-    );
+    family(out, "pod_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed by the pod in core-seconds");
     for (ns, pod, cpu, _) in &pods {
         let _ = writeln!(
             out,
@@ -121,7 +128,7 @@ pub fn render(reading: &NodeReading<'_>, now_ms: i64) -> String {
             num(*cpu)
         );
     }
-    family(&mut out, "pod_memory_working_set_bytes", "gauge", "Current working set of the pod in bytes");
+    family(out, "pod_memory_working_set_bytes", "gauge", "Current working set of the pod in bytes");
     for (ns, pod, _, mem) in &pods {
         let _ = writeln!(
             out,
@@ -131,13 +138,6 @@ pub fn render(reading: &NodeReading<'_>, now_ms: i64) -> String {
             num(mem.round())
         );
     }
-    let _ = writeln!(
-        out,
-        "# HELP resource_scrape_error [STABLE] 1 if there was an error while getting container metrics, 0 otherwise"
-    );
-    let _ = writeln!(out, "# TYPE resource_scrape_error gauge");
-    let _ = writeln!(out, "resource_scrape_error 0");
-    out
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ fn node_pool(nodes: u32, pods_per_node: u32) -> serde_json::Value {
         "metadata": {"name": "bench-kubelet"},
         "spec": {
             "nodeCount": nodes,
-            "podCIDR": {"cidr": "10.0.0.0/12", "maskSize": 24},
+            "podCIDR": {"cidr": "10.0.0.0/10", "maskSize": 25},
             "nodeTemplate": {"status": {"capacity": {"cpu": "64", "memory": "256Gi", "pods": (pods_per_node + 10).to_string()}}},
             "lifecycle": {"seed": 1, "pods": {"usage": {
                 "cpu": {"min": "50m", "max": "400m"},
@@ -73,7 +73,12 @@ async fn late(op: &Operator) -> f64 {
     op.metric("kwok_pools_simulator_late_lease_renewals_total").await
 }
 
-async fn watch(op: &Operator, bench: &Bench, seconds: u64, mut during: impl FnMut(u64) -> Option<tokio::task::JoinHandle<Vec<f64>>>) -> (Window, Vec<f64>) {
+async fn watch(
+    op: &Operator,
+    bench: &Bench,
+    seconds: u64,
+    mut during: impl FnMut(u64) -> Option<tokio::task::JoinHandle<Vec<f64>>>,
+) -> (Window, Vec<f64>) {
     let cpu = CpuMeter::start(op.pid(), bench.control_plane_pids());
     let late0 = late(op).await;
     let mut oldest = 0.0f64;
@@ -112,7 +117,10 @@ pub async fn run(nodes: u32, pods_per_node: u32, hold: u64) {
         return;
     }
     let pp = PatchParams::apply("bench").force();
-    Api::<PodPool>::namespaced(client.clone(), "default").patch("bench-kubelet", &pp, &Patch::Apply(pod_pool(pods))).await.unwrap();
+    Api::<PodPool>::namespaced(client.clone(), "default")
+        .patch("bench-kubelet", &pp, &Patch::Apply(pod_pool(pods)))
+        .await
+        .unwrap();
     let started = Instant::now();
     let running = wait_until(&format!("{pods} pods Running"), Duration::from_secs(1800), || async {
         let ready = Api::<PodPool>::namespaced(client.clone(), "default")

@@ -63,12 +63,16 @@ pub fn attributes(method: &str, path: &str) -> (&'static str, &'static [&'static
 }
 
 type Decision = (bool, Instant);
+/// A token's reviewed caller (none: refused), by the token's hash.
+type TokenCache = HashMap<[u8; 32], (Option<Caller>, Instant)>;
+/// (caller, verb, subresource, node) → whether allowed.
+type DecisionCache = HashMap<(Caller, &'static str, &'static str, String), Decision>;
 
 /// TokenReviews and SubjectAccessReviews, cached.
 pub struct Authorizer {
     client: Client,
-    tokens: Mutex<HashMap<[u8; 32], (Option<Caller>, Instant)>>,
-    decisions: Mutex<HashMap<(Caller, &'static str, &'static str, String), Decision>>,
+    tokens: Mutex<TokenCache>,
+    decisions: Mutex<DecisionCache>,
 }
 
 fn bounded<K, V>(map: &mut HashMap<K, V>) {

@@ -56,6 +56,7 @@ struct Located {
 }
 
 impl KubeletApi {
+    #[allow(clippy::result_large_err)] // the error is the answer to send (axum's own handlers do this)
     fn node(&self, name: &str) -> Result<Arc<Node>, Response> {
         match self.nodes.get(&ObjectRef::new(name)) {
             Some(n) if (self.serves)(&n) => Ok(n),
@@ -69,6 +70,7 @@ impl KubeletApi {
         self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).node_at(conn.local).map(str::to_string)
     }
 
+    #[allow(clippy::result_large_err)] // the error is the answer to send
     fn locate(&self, conn: &Conn, parsed: &path::Parsed) -> Result<Located, Response> {
         if let Some((ns, name)) = parsed.route.pod() {
             let pod = self
@@ -262,7 +264,7 @@ async fn streaming(api: &Arc<KubeletApi>, node: &Node, pod: &SlimPod, t: &Target
     };
     upgrade(req, spdy_stream::EXEC_PROTOCOLS.as_slice(), websocket::EXEC_PROTOCOLS.as_slice(), move |io| match io {
         Upgraded::Spdy(io, protocol) => Box::pin(spdy_stream::exec(io, protocol, asked, run)),
-        Upgraded::WebSocket(socket) => Box::pin(websocket::exec(socket, asked, run)),
+        Upgraded::WebSocket(socket) => Box::pin(websocket::exec(*socket, asked, run)),
     })
     .await
 }
@@ -271,7 +273,7 @@ async fn port_forward(namespace: String, pod: String, req: Request) -> Response 
     let ports: Vec<u16> = query(&req).iter().filter(|(k, _)| k == "port").filter_map(|(_, v)| v.parse().ok()).collect();
     upgrade(req, spdy_stream::PORT_FORWARD_PROTOCOLS.as_slice(), websocket::PORT_FORWARD_PROTOCOLS.as_slice(), move |io| match io {
         Upgraded::Spdy(io, _) => Box::pin(spdy_stream::port_forward(io, namespace, pod)),
-        Upgraded::WebSocket(socket) => Box::pin(websocket::port_forward(socket, ports, namespace, pod)),
+        Upgraded::WebSocket(socket) => Box::pin(websocket::port_forward(*socket, ports, namespace, pod)),
     })
     .await
 }
@@ -279,7 +281,7 @@ async fn port_forward(namespace: String, pod: String, req: Request) -> Response 
 /// An upgraded connection.
 pub enum Upgraded {
     Spdy(hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>, &'static str),
-    WebSocket(axum::extract::ws::WebSocket),
+    WebSocket(Box<axum::extract::ws::WebSocket>),
 }
 
 type Session = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -307,7 +309,7 @@ async fn upgrade(
     }
     let (mut parts, _) = req.into_parts();
     match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
-        Ok(upgrade) => upgrade.protocols(ws.iter().copied()).on_upgrade(move |socket| then(Upgraded::WebSocket(socket))),
+        Ok(upgrade) => upgrade.protocols(ws.iter().copied()).on_upgrade(move |socket| then(Upgraded::WebSocket(Box::new(socket)))),
         Err(_) => text(StatusCode::BAD_REQUEST, "Upgrade request required: connect with SPDY/3.1 or WebSocket (kubectl does)"),
     }
 }
