@@ -96,10 +96,27 @@ async fn the_chart_renders_and_the_api_server_accepts_it() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("helm or secret"));
+    // (values.schema.json refuses it before the templates do, naming the value.)
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("/webhook/certSource") && said.contains("'helm', 'secret'"), "{said}");
+    // So is a replica count that is not a positive number.
+    let out =
+        Command::new(repo().join("bin/helm")).args(["template", "x", chart, "--set", "replicas=0"]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("/replicas"));
 
     // Helm itself against the cluster (lookups included), without installing anything.
-    helm(&["install", "dry", chart, "--namespace", &ns.name, "--dry-run=server", "--skip-crds"]);
+    // (An instance of its own: the install test beside it owns the default's configurations.)
+    helm(&[
+        "install",
+        "dry",
+        chart,
+        "--namespace",
+        &ns.name,
+        "--dry-run=server",
+        "--skip-crds",
+        "--set",
+        "instance=dry",
+    ]);
 }
 
 #[test]

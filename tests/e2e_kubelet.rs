@@ -540,9 +540,14 @@ async fn at_one_shared_address_as_in_a_cluster_node_paths_name_the_node() {
     assert!(ok, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
     assert_eq!(summary["node"]["nodeName"], name.as_str());
-    // A path that does not name the node says how to.
+    // A path that does not name the node is refused (kubectl shows no body), and says how to
+    // name it to a direct caller.
     let (ok, _, err) = out(&["get", "--raw", &format!("/api/v1/nodes/{name}/proxy/stats/summary")]);
-    assert!(!ok && err.contains("/nodes/<node>"), "{err}");
+    assert!(!ok && err.contains("NotFound"), "{err}");
+    let r = admin_client().get(format!("https://{address}:{}/stats/summary", op.kubelet_port)).send().await.unwrap();
+    let status = r.status();
+    let said = r.text().await.unwrap();
+    assert!(status == 404 && said.contains("/nodes/<node>/stats/summary"), "{status} {said}");
     // metrics-server follows the node's annotation: kubectl top sees the pod.
     let rows = wait_for("kubectl top pods", Duration::from_secs(120), || async {
         let rows = top(&["top", "pods", "-n", &ns.name])?;
