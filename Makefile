@@ -60,10 +60,14 @@ dist: ## Write dist/install.yaml (CRDs and the whole operator) for IMAGE (defaul
 	cargo run --quiet --bin kwok-pools -- dist --image $(IMAGE) > dist/install.yaml
 	@echo "wrote dist/install.yaml for $(IMAGE): kubectl apply --server-side -f dist/install.yaml"
 
+INSTALLED_BIN := $(HOME)/.cache/kwok-pools/bin
 .PHONY: install
-install: ## Put kwok-pools on PATH (cargo install into ~/.cargo/bin).
+install: controlplane metrics-server ## Put kwok-pools on PATH (~/.cargo/bin) with its control plane (~/.cache/kwok-pools/bin).
 	cargo install --locked --path . --bin kwok-pools
-	@command -v kwok-pools >/dev/null || echo "add $$HOME/.cargo/bin to PATH: export PATH=\"$$HOME/.cargo/bin:\$$PATH\""
+	mkdir -p $(INSTALLED_BIN)
+	for b in bin/*; do ln -sfn "$$(readlink -f "$$b")" "$(INSTALLED_BIN)/$$(basename "$$b")"; done
+	@echo "kwok-pools installed; \`kwok-pools cluster create\` runs the control plane in $(INSTALLED_BIN) (kubectl is there too)"
+	@command -v kwok-pools >/dev/null || echo "add ~/.cargo/bin to PATH: export PATH=\"$$HOME/.cargo/bin:\$$PATH\""
 
 # check-jsonschema (PyPI) validates the samples against the editor schemas.
 VENV := $(HOME)/.cache/kwok-pools/venv

@@ -86,6 +86,48 @@ async fn the_chart_renders_and_the_api_server_accepts_it() {
     // The ClusterRole names the instance's own webhook configuration.
     let role = docs(&other).into_iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     assert!(serde_yaml::to_string(&role).unwrap().contains("kwok-pools-other"));
+    // Scheduling, extra flags (with a value and without), and a ServiceMonitor that keeps the
+    // pools' own `namespace` label (honorLabels: else Prometheus renames it exported_namespace).
+    let tuned = helm(&[
+        "template",
+        "tuned",
+        chart,
+        "--namespace",
+        &ns.name,
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "extraArgs={--no-shard,--kubelet-port=0}",
+        "--set",
+        "nodeSelector.pool=ops",
+        "--set",
+        "priorityClassName=system-cluster-critical",
+    ]);
+    let (_, args) = deployment_args(&tuned);
+    assert!(args.ends_with(&["--no-shard".to_string(), "--kubelet-port=0".to_string()]), "{args:?}");
+    let pod = docs(&tuned).into_iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"].clone();
+    assert_eq!(pod["nodeSelector"]["pool"], "ops");
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    let monitor = docs(&tuned).into_iter().find(|d| d["kind"] == "ServiceMonitor").expect("a ServiceMonitor");
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!((endpoint["port"].as_str(), endpoint["honorLabels"].as_bool()), (Some("metrics"), Some(true)));
+    let service = docs(&tuned).into_iter().find(|d| d["kind"] == "Service").unwrap();
+    let wanted = monitor["spec"]["selector"]["matchLabels"].as_mapping().unwrap();
+    assert!(
+        !wanted.is_empty() && wanted.iter().all(|(k, v)| service["metadata"]["labels"][k] == *v),
+        "it selects the Service: {wanted:?}"
+    );
+    // (The cluster has no Prometheus operator: everything else is dry-run.)
+    let without_monitor: String = docs(&tuned)
+        .into_iter()
+        .filter(|d| d["kind"] != "ServiceMonitor")
+        .map(|d| format!("---\n{}", serde_yaml::to_string(&d).unwrap()))
+        .collect();
+    dry_run(&without_monitor);
+    // The FlowSchema and PodDisruptionBudget are on by default.
+    for kind in ["FlowSchema", "PriorityLevelConfiguration", "PodDisruptionBudget"] {
+        assert!(docs(&rendered).iter().any(|d| d["kind"] == kind), "{kind} missing from the defaults");
+    }
     let no_webhook = helm(&["template", "bare", chart, "--namespace", &ns.name, "--set", "webhook.enabled=false"]);
     dry_run(&no_webhook);
     assert!(deployment_args(&no_webhook).1.iter().any(|a| a == "--no-webhook"));

@@ -97,7 +97,7 @@ async fn the_sample_gives_ready_nodes_that_scale_and_go_away() {
         assert!(line.contains(&internal_ip(n)), "INTERNAL-IP: {line}");
     }
     wait_pool_status(&client, pool, 3, T).await;
-    let printed = kubectl_ok(&["get", "np", pool]);
+    let printed = kubectl_ok(&["get", "knp", pool]);
     assert!(printed.contains("DESIRED") && printed.contains("READY") && printed.contains("UP-TO-DATE"), "{printed}");
     assert!(kubectl_ok(&["get", "pools"]).contains(pool), "category pools lists it");
 
@@ -264,6 +264,68 @@ async fn a_foreign_node_with_a_child_name_is_never_adopted() {
     wait_ready_nodes(&client, &pool, 3, T).await;
     let p = wait_pool_status(&client, &pool, 3, T).await;
     assert_eq!(p.status.unwrap().condition("Degraded").unwrap().status, "False");
+    kubectl_ok(&["delete", "nodepool", &pool, "--wait=false"]);
+}
+
+/// The Degraded condition of `pool` once its reason is `reason`.
+async fn wait_degraded(client: &kube::Client, pool: &str, reason: &str, timeout: Duration) -> String {
+    wait_for(&format!("Degraded {reason}"), timeout, || async {
+        let p = get_pool(client, pool).await;
+        match p.status.as_ref().and_then(|s| s.condition("Degraded")).cloned() {
+            Some(c) if c.reason == reason => Ok(c.message),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_second_simulator_renewing_the_same_leases_is_reported_on_the_pool() {
+    let client = client().await;
+    let scope = unique("twosim");
+    let op = Operator::start(&scope, &[]);
+    let pool = scope.clone();
+    apply(&nodepool_yaml(&pool, &scope, 2, ""));
+    wait_ready_nodes(&client, &pool, 2, T).await;
+    let node = format!("{pool}-1");
+    wait_lease(&client, &node).await;
+    // Another simulator (as kwok-controller writes them: its own field manager) renews node
+    // 1's Lease beside the operator.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = {
+        let (leases, node, stop) = (leases.clone(), node.clone(), stop.clone());
+        tokio::spawn(async move {
+            let pp = kube::api::PatchParams { field_manager: Some("kwok-controller".into()), ..Default::default() };
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let now =
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now());
+                let patch = serde_json::json!({"spec": {"renewTime": now}});
+                let _ = leases.patch(&node, &pp, &kube::api::Patch::Merge(&patch)).await;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        })
+    };
+    let message = wait_degraded(&client, &pool, "SimulatorConflict", T).await;
+    assert!(message.contains("kwok-controller") && message.contains(&node), "{message}");
+    assert!(message.contains("--no-simulator") && message.contains("--manage-nodes-with-label-selector"), "{message}");
+    assert!(!message.contains(&format!("{pool}-0")), "node 0 has one simulator: {message}");
+    let metrics = op.metrics().await;
+    assert!(metrics.contains("kwok_pools_simulator_foreign_lease_holders 1"), "{metrics}");
+    let events = kubectl_ok(&["get", "events", "-A", "--field-selector", &format!("involvedObject.name={pool}")]);
+    assert!(events.contains("SimulatorConflict"), "{events}");
+    // The other one goes: after three quiet lease durations the pool is well again.
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = other.await;
+    wait_for("Degraded False again", Duration::from_secs(150), || async {
+        let p = get_pool(&client, &pool).await;
+        match p.status.as_ref().and_then(|s| s.condition("Degraded")) {
+            Some(c) if c.status == "False" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(op.metrics().await.contains("kwok_pools_simulator_foreign_lease_holders 0"));
     kubectl_ok(&["delete", "nodepool", &pool, "--wait=false"]);
 }
 

@@ -148,7 +148,7 @@ async fn a_podpool_spreads_over_nodes_and_respects_the_pods_limit() {
     wait_for("PodPool status 50/50", T, || async {
         let out = kubectl_ok(&[
             "get",
-            "pp",
+            "kpp",
             "web",
             "-n",
             &ns.name,

@@ -156,7 +156,7 @@ async fn a_vmipool_runs_vmis_that_kubevirt_tooling_reads_scales_and_goes_away() 
     // Scale up and down.
     kubectl_ok(&["scale", "vmipool", "vms", "-n", &ns.name, "--replicas", "24"]);
     wait_running(&client, &ns.name, "vms", 24).await;
-    kubectl_ok(&["scale", "vmip", "vms", "-n", &ns.name, "--replicas", "6"]);
+    kubectl_ok(&["scale", "kvmip", "vms", "-n", &ns.name, "--replicas", "6"]);
     wait_for("6 VMIs and 6 launcher pods", T, || async {
         let (v, p) = (vmis(&client, &ns.name, "vms").await.len(), launchers(&client, &ns.name).await.len());
         if (v, p) == (6, 6) { Ok(()) } else { Err(format!("{v} VMIs, {p} pods")) }

@@ -280,6 +280,7 @@ fn observed() -> impl Strategy<Value = Observed> {
             terminating,
             finished,
             failing: finished,
+            conflict: None,
         })
 }
 

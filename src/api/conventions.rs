@@ -16,6 +16,9 @@ pub const RESERVED_LABELS: [&str; 3] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL];
 
 /// The annotation (value [`FAKE_VALUE`]) kwok and kwok-pools put on fake nodes.
 pub const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// On a simulated child: another simulator renews it too (the value names it); set by the
+/// simulator, reported by the pool as Degraded/SimulatorConflict.
+pub const SIMULATOR_CONFLICT_ANNOTATION: &str = "pools.kwok.x-k8s.io/simulator-conflict";
 /// The key of the taint that keeps real workloads off fake nodes (effect NoSchedule).
 pub const FAKE_TAINT_KEY: &str = "kwok.x-k8s.io/node";
 /// The value of the fake-node annotation and taint.

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 pub const BIN_DIR_ENV: &str = "KWOK_POOLS_BIN_DIR";
 
-/// The binary directory: the flag, else `$KWOK_POOLS_BIN_DIR`, else `./bin`, else the project's
-/// `bin/` found from the running executable (`target/<profile>/kwok-pools` → `bin/`).
+/// The binary directory: the flag, else `$KWOK_POOLS_BIN_DIR`, else the project's `bin/` found
+/// from the running executable (`target/<profile>/kwok-pools` → `bin/`), else the one `make
+/// install` fills (`~/.cache/kwok-pools/bin`), never the current directory.
 pub fn resolve_bin_dir(flag: Option<&Path>) -> PathBuf {
     if let Some(dir) = flag {
         return dir.to_path_buf();
@@ -23,8 +24,21 @@ pub fn resolve_bin_dir(flag: Option<&Path>) -> PathBuf {
             }
         }
     }
+    if let Some(installed) = installed_bin_dir().filter(|d| d.join("kube-apiserver").exists()) {
+        return installed;
+    }
     // Never the current directory: a binary planted there must not run as the control plane.
     PathBuf::from("/nonexistent: set KWOK_POOLS_BIN_DIR or --bin-dir")
+}
+
+/// Where `make install` links the control plane: `$XDG_CACHE_HOME/kwok-pools/bin`, else
+/// `~/.cache/kwok-pools/bin`.
+pub fn installed_bin_dir() -> Option<PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(cache.join("kwok-pools").join("bin"))
 }
 
 /// Checks that every component's binary is present and returns the directory, absolute.

@@ -244,6 +244,18 @@ mod editor_schema_tests {
     use serde_json::json;
 
     #[test]
+    fn short_names_collide_with_no_other_project() {
+        // Karpenter and run:ai's operator also define NodePool; `np`, `pp` and `vmi*` are taken
+        // (KubeVirt's `vmi`, `vmis`). Ours carry a `k` for kwok.
+        let taken = ["np", "nodepool", "pp", "vmi", "vmis", "vmip", "no", "po", "pod"];
+        for crd in super::crds() {
+            for short in crd.spec.names.short_names.clone().unwrap_or_default() {
+                assert!(short.starts_with('k') && !taken.contains(&short.as_str()), "{short}");
+            }
+        }
+    }
+
+    #[test]
     fn one_schema_per_kind_with_the_expected_names() {
         use kube::CustomResourceExt;
         let crds = [super::nodepool::NodePool::crd(), super::podpool::PodPool::crd()];

@@ -36,12 +36,14 @@ pub struct Observed {
     pub finished: bool,
     /// It fails: a pod that Failed or crash-loops (for the status count).
     pub failing: bool,
+    /// Another simulator renews it too (the simulator's note on the child: who).
+    pub conflict: Option<String>,
 }
 
 impl Observed {
     /// A child that exists, neither terminating nor finished nor failing.
     pub fn new(name: String, index: Option<u32>, hash: Option<String>, ready: bool) -> Self {
-        Self { name, index, hash, ready, terminating: false, finished: false, failing: false }
+        Self { name, index, hash, ready, terminating: false, finished: false, failing: false, conflict: None }
     }
 
     /// Child `i` of pool `p` with template `hash` (tests).

@@ -122,6 +122,7 @@ pub fn owned_children<P: PoolKind>(
             terminating: child.meta().deletion_timestamp.is_some(),
             finished: P::is_finished(&child),
             failing: P::is_failing(&child),
+            conflict: child.annotations().get(crate::api::conventions::SIMULATOR_CONFLICT_ANNOTATION).cloned(),
             name: child_name.clone(),
         });
         objects.insert(child_name, child);
@@ -349,7 +350,8 @@ async fn reconcile_stages<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -
         return Ok(Action::await_change());
     }
     let outcome = apply_plan(pool.as_ref(), &plan, &seen, &hash, &ctx).await;
-    input.problem = problem_of(P::NOUN, &pool.name_any(), &plan, &outcome);
+    input.problem = problem_of(P::NOUN, &pool.name_any(), &plan, &outcome)
+        .or_else(|| status::simulator_conflict_problem(P::NOUN, &seen.observed));
     input.plan = Some(&plan);
     publish(pool.as_ref(), &ctx, status::build(&input)).await?;
     let failed = !outcome.failures.is_empty() || !outcome.render_problems.is_empty();

@@ -24,6 +24,8 @@ pub enum Reason {
     ChildCrdMissing,
     /// The operator hit a bug on this pool.
     Panicked,
+    /// Another simulator (kwok-controller, another instance) renews its children's Leases too.
+    SimulatorConflict,
 }
 
 impl Reason {
@@ -37,6 +39,7 @@ impl Reason {
             Reason::NameConflict => "NameConflict",
             Reason::ChildCrdMissing => "ChildCRDMissing",
             Reason::Panicked => "Panicked",
+            Reason::SimulatorConflict => "SimulatorConflict",
         }
     }
 
@@ -50,6 +53,7 @@ impl Reason {
             Reason::NameConflict => "name_conflict",
             Reason::ChildCrdMissing => "child_crd_missing",
             Reason::Panicked => "panicked",
+            Reason::SimulatorConflict => "simulator_conflict",
         }
     }
 }
@@ -189,6 +193,24 @@ pub fn conflict_problem(pool: &str, kind: &str, conflicts: &[u32]) -> Option<Pro
     })
 }
 
+/// Children another simulator renews too, as the simulator noted them (pure).
+pub fn simulator_conflict_problem(noun: &str, observed: &[Observed]) -> Option<Problem> {
+    let marked: Vec<&Observed> = observed.iter().filter(|c| c.conflict.is_some()).collect();
+    let first = marked.first()?;
+    let names: Vec<&str> = marked.iter().take(5).map(|c| c.name.as_str()).collect();
+    let more = if marked.len() > 5 { format!(" and {} more", marked.len() - 5) } else { String::new() };
+    Some(Problem {
+        reason: Reason::SimulatorConflict,
+        message: format!(
+            "another simulator ({}) renews the leases of {noun}s {}{more} too: two simulators fight over them. \
+             Run one of them without a simulator (kwok-pools run --no-simulator), or give each its own \
+             {noun}s (--manage-nodes-with-label-selector, kwok's --manage-nodes-with-*)",
+            first.conflict.as_deref().unwrap_or("unknown"),
+            names.join(", ")
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +296,19 @@ mod tests {
         let d = s.condition("Degraded").unwrap();
         assert_eq!((d.status.as_str(), d.reason.as_str()), ("True", "NameConflict"));
         assert!(d.message.contains("p-1"));
+    }
+
+    #[test]
+    fn children_another_simulator_renews_degrade_the_pool_with_what_to_do() {
+        let mut children = vec![obs(0, "h", true), obs(1, "h", true)];
+        assert_eq!(simulator_conflict_problem("node", &children), None);
+        children[1].conflict = Some("kwok".into());
+        let p = simulator_conflict_problem("node", &children).unwrap();
+        assert_eq!(p.reason, Reason::SimulatorConflict);
+        assert!(
+            p.message.contains("(kwok)") && p.message.contains("p-1") && p.message.contains("--no-simulator"),
+            "{}",
+            p.message
+        );
     }
 }

@@ -63,6 +63,8 @@ pub struct Metrics {
     pub managed_pods: Gauge,
     pub lease_renewals: Family<ResultLabels, Counter>,
     pub late_lease_renewals: Counter,
+    /// Nodes whose Lease another writer renews too.
+    pub foreign_lease_holders: Gauge,
     pub pod_transitions: Family<ResultLabels, Counter>,
     pub vmi_transitions: Family<ResultLabels, Counter>,
     pub admission_reviews: Family<AdmissionLabels, Counter>,
@@ -99,6 +101,7 @@ struct Operations {
     shard_members: Gauge,
     shard_handovers: Counter,
     cached_objects: Family<ResourceLabels, Gauge>,
+    foreign_lease_holders: Gauge,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -115,7 +118,13 @@ fn register_operations(registry: &mut Registry) -> Operations {
         shard_members: Gauge::default(),
         shard_handovers: Counter::default(),
         cached_objects: Family::default(),
+        foreign_lease_holders: Gauge::default(),
     };
+    registry.register(
+        "simulator_foreign_lease_holders",
+        "Nodes simulated here whose Lease another writer renews too (kwok-controller, another instance): two simulators",
+        o.foreign_lease_holders.clone(),
+    );
     registry.register(
         "informer_cached_objects",
         "Objects held in the operator's watch caches, by resource (what its memory grows with)",
@@ -200,6 +209,7 @@ impl Default for Metrics {
             shard_members: ops.shard_members,
             shard_handovers: ops.shard_handovers,
             cached_objects: ops.cached_objects,
+            foreign_lease_holders: ops.foreign_lease_holders,
             registry,
             reconciles,
             reconcile_errors,

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
     kind = "ConfigMapPool",
     namespaced,
     status = "PoolStatus",
-    shortname = "cmp",
+    shortname = "kcmp",
     category = "pools",
     derive = "PartialEq",
     doc = "A pool of ConfigMaps (a test kind)",

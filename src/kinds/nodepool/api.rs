@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "NodePool",
     status = "PoolStatus",
-    shortname = "np",
+    shortname = "knp",
     category = "pools",
     derive = "PartialEq",
     doc = "A pool of fake Nodes kept Ready by the kwok-pools simulator",

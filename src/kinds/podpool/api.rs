@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
     kind = "PodPool",
     namespaced,
     status = "PoolStatus",
-    shortname = "pp",
+    shortname = "kpp",
     category = "pools",
     derive = "PartialEq",
     doc = "A pool of Pods that run on fake nodes",

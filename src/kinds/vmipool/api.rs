@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
     plural = "vmipools",
     namespaced,
     status = "PoolStatus",
-    shortname = "vmip",
+    shortname = "kvmip",
     category = "pools",
     derive = "PartialEq",
     doc = "A pool of KubeVirt VirtualMachineInstances on fake nodes",

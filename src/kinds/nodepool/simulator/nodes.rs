@@ -73,6 +73,10 @@ struct Tracked {
     lease: Attempts,
     /// A renewal by this replica went through (later ones send only the renew time).
     lease_written: bool,
+    /// The Lease's resourceVersion after this replica's last renewal (the next one expects it).
+    lease_version: Option<String>,
+    /// When another writer was last seen renewing the Lease (the node is marked meanwhile).
+    conflict: Option<Instant>,
 }
 
 enum Done {
@@ -84,7 +88,12 @@ enum Done {
         name: String,
         ok: bool,
         ours: bool,
+        version: Option<String>,
+        /// Another writer renewed the Lease since the last renewal (its field manager).
+        foreign: Option<String>,
     },
+    /// The node's conflict annotation was written.
+    Noted,
 }
 
 fn jittered(base: Duration, low: f64, high: f64) -> Duration {
@@ -149,10 +158,30 @@ impl NodeLoop {
                     t.status.finish(true);
                 }
             }
-            Done::Lease { name, ok, ours } => {
+            Done::Noted => {}
+            Done::Lease { name, ok, ours, version, foreign } => {
                 let Some(t) = self.tracked.get_mut(&name) else { return };
                 if ok {
                     t.lease_written = ours;
+                    t.lease_version = version;
+                }
+                let quiet_for = self.sim.config.lease_duration * 3;
+                match (foreign, t.conflict) {
+                    (Some(who), seen) => {
+                        if seen.is_none() {
+                            tracing::warn!(node = %name, other = %who, "another simulator renews this node's lease too: run one of them with --no-simulator, or give each its own nodes with --manage-nodes-with-label-selector");
+                            self.sim.metrics.foreign_lease_holders.inc();
+                            note_conflict(&self.writes, &self.sim, &name, Some(who));
+                        }
+                        t.conflict = Some(Instant::now());
+                    }
+                    // Quiet for three lease durations: the other writer is gone.
+                    (None, Some(at)) if ok && at.elapsed() > quiet_for => {
+                        t.conflict = None;
+                        self.sim.metrics.foreign_lease_holders.dec();
+                        note_conflict(&self.writes, &self.sim, &name, None);
+                    }
+                    _ => {}
                 }
                 if let Some(failures) = t.lease.finish(ok) {
                     // Retry sooner than a whole interval, backing off while the API server
@@ -190,7 +219,10 @@ impl NodeLoop {
     }
 
     fn untrack(&mut self, name: &str) {
-        if self.tracked.remove(name).is_some() {
+        if let Some(t) = self.tracked.remove(name) {
+            if t.conflict.is_some() {
+                self.sim.metrics.foreign_lease_holders.dec();
+            }
             self.timers.cancel(&Timer::Lease(name.to_string()));
             self.timers.cancel(&Timer::Status(name.to_string()));
             if let Some(k) = &self.sim.kubelet {
@@ -238,6 +270,8 @@ impl NodeLoop {
                 status: Attempts::default(),
                 lease: Attempts::default(),
                 lease_written: false,
+                lease_version: None,
+                conflict: None,
             };
             self.tracked.insert(name.clone(), t);
         }
@@ -313,27 +347,37 @@ impl NodeLoop {
         }
         // The last renewal has not come back: not a second one beside it.
         if t.lease.begin() {
-            let (sim, first) = (self.sim.clone(), !t.lease_written);
+            let (sim, first, expect) = (self.sim.clone(), !t.lease_written, t.lease_version.clone());
             self.lease_writes.spawn(move || {
                 // One span per heartbeat, made once the write has room (a backlog holds none).
                 let span = tracing::debug_span!("heartbeat", node = %node.name_any(), first);
-                lease_write(sim, node, due, first).instrument(span)
+                lease_write(sim, node, due, first, expect).instrument(span)
             });
         }
     }
 }
 
 /// Renews the node's lease (created if missing); `due` is when the renewal was due.
-async fn lease_write(this: Arc<NodeSimulator>, node: Arc<Node>, due: Instant, first: bool) -> Done {
+async fn lease_write(
+    this: Arc<NodeSimulator>,
+    node: Arc<Node>,
+    due: Instant,
+    first: bool,
+    expect: Option<String>,
+) -> Done {
     let api: Api<Lease> = Api::namespaced(this.client.clone(), leases::LEASE_NAMESPACE);
     let secs = this.config.lease_duration.as_secs().max(1) as i32;
     let lateness = due.elapsed();
-    let result = leases::renew(&api, &node, secs, this.identity.as_deref(), first).await;
+    let result = leases::renew(&api, &node, secs, this.identity.as_deref(), first, expect.as_deref()).await;
     let ok = result.is_ok();
     let ours = result.as_ref().is_ok_and(|r| r.ours);
     if ok && !ours {
         tracing::debug!(node = %node.name_any(), "its lease names another replica; this replica writes it whole next time");
     }
+    let (version, foreign) = match &result {
+        Ok(r) => (r.version.clone(), r.foreign.clone()),
+        Err(_) => (None, None),
+    };
     let verb = match &result {
         Ok(r) => r.verb,
         Err(e) => {
@@ -351,7 +395,23 @@ async fn lease_write(this: Arc<NodeSimulator>, node: Arc<Node>, due: Instant, fi
     if ok && due.elapsed() > this.renew_interval() {
         this.metrics.late_lease_renewals.inc();
     }
-    Done::Lease { name: node.name_any(), ok, ours }
+    Done::Lease { name: node.name_any(), ok, ours, version, foreign }
+}
+
+/// Marks the node with the other renewer of its Lease (`None`: unmarks it), for its pool.
+fn note_conflict(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, name: &str, other: Option<String>) {
+    let (sim, name) = (sim.clone(), name.to_string());
+    writes.spawn(move || async move {
+        let api: Api<Node> = Api::all(sim.client.clone());
+        let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let patch = serde_json::json!({ "metadata": { "annotations": { leases::CONFLICT_ANNOTATION: other } } });
+        let result = api.patch(&name, &pp, &Patch::Merge(&patch)).await;
+        sim.metrics.write("nodes", "patch", result.is_ok());
+        if let Err(e) = result {
+            tracing::warn!(node = %name, error = %e, "cannot mark the node's simulator conflict");
+        }
+        Done::Noted
+    });
 }
 
 /// Writes the node status: the full healthy status when `full`, else only the conditions'
