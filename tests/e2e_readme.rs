@@ -93,6 +93,14 @@ async fn install(commands: &[String]) {
                 assert!(o.status.success(), "{command}: {}", shown(&o));
                 let path = String::from_utf8(o.stdout).unwrap().trim().to_string();
                 assert!(std::path::Path::new(&path).exists(), "{command}: {path}");
+                // The one-file install is accepted by a cluster fresh from `cluster create`.
+                let dist = repo().join("dist/install.yaml");
+                let o = Command::new(kubectl_bin())
+                    .args(["apply", "--server-side", "--dry-run=server", "-f", dist.to_str().unwrap()])
+                    .env("KUBECONFIG", &path)
+                    .output()
+                    .unwrap();
+                assert!(o.status.success(), "dist/install.yaml on a new local cluster: {}", shown(&o));
                 demo_kubeconfig = Some(std::path::PathBuf::from(path));
             }
             "kwok-pools" if w[1] == "run" => {
@@ -167,8 +175,7 @@ async fn every_command_on_the_front_page_runs() {
     for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
         delete_quietly(kind, "kwok-pools");
     }
-    let namespace = repo().join("config/namespace.yaml");
-    kubectl_ok(&["apply", "-f", namespace.to_str().unwrap()]); // a dry run creates no namespace
+    // (`kwok-pools cluster create` made the operator's namespace: a dry run creates none.)
     install(&by("Install")).await;
 
     // The tour, after what `make run` does: the sample NodePool and the default instance.

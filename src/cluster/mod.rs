@@ -196,6 +196,10 @@ async fn start_all(
     let client = crds::client(&layout.kubeconfig()).await?;
     crds::wait_default_service_account(&opts.name, &client, layout, deadline).await?;
     eprintln!("  ✓ default ServiceAccount exists");
+    // The operator's namespace, as an install makes it: `kubectl apply --dry-run=server -f
+    // dist/install.yaml` works at once (a dry run creates no namespace for what follows).
+    operator_namespace(&client).await?;
+    eprintln!("  ✓ namespace kwok-pools exists");
     if opts.install_crds {
         crds::install(&client, deadline).await?;
         eprintln!("  ✓ CRDs installed and established");
@@ -210,6 +214,23 @@ async fn start_all(
     }
     // The children were started detached; dropping the handles does not stop them.
     Ok(())
+}
+
+async fn operator_namespace(client: &kube::Client) -> Result<(), ClusterError> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some("kwok-pools".into()),
+            labels: Some([("app.kubernetes.io/name".to_string(), "kwok-pools".to_string())].into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match kube::Api::<Namespace>::all(client.clone()).create(&Default::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn stop_all(layout: &Layout) -> Vec<String> {

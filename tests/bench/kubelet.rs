@@ -7,8 +7,7 @@
 use super::harness::*;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use kwok_pools::kinds::podpool::PodPool;
+use kube::api::{Api, ListParams};
 use std::time::{Duration, Instant};
 
 const RESOLUTION: Duration = Duration::from_secs(15);
@@ -31,16 +30,51 @@ fn node_pool(nodes: u32, pods_per_node: u32) -> serde_json::Value {
     })
 }
 
-fn pod_pool(count: u32) -> serde_json::Value {
-    serde_json::json!({
-        "apiVersion": "pools.kwok.x-k8s.io/v1alpha1",
-        "kind": "PodPool",
-        "metadata": {"name": "bench-kubelet", "namespace": "default"},
-        "spec": {"podCount": count, "podTemplate": {
-            "metadata": {"labels": {"app": "bench-kubelet"}},
-            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "image": "fake"}]}
-        }}
-    })
+/// A pod bound to `node` by name: no scheduler in the way (it is not what is measured), so
+/// 100,000 pods cost the API server two writes each (create, the simulator's Running status),
+/// not four.
+fn pod(i: u32, node: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("bench-kubelet-{i}"), "namespace": "default", "labels": {"app": "bench-kubelet"}},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "main", "image": "fake", "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}
+    }))
+    .unwrap()
+}
+
+/// Creates `count` pods spread over `nodes`, 64 requests in flight, each retried (a fresh
+/// cluster refuses pods until its default ServiceAccount exists); returns how many failed.
+async fn create_pods(client: &kube::Client, count: u32, nodes: &[String]) -> usize {
+    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
+    let n = nodes.len().max(1) as u32;
+    let started = Instant::now();
+    let done = std::sync::atomic::AtomicU32::new(0);
+    let failed = futures::stream::iter(0..count)
+        .map(|i| {
+            let (api, node, done) = (&api, nodes[(i % n) as usize].clone(), &done);
+            async move {
+                for attempt in 0..10u64 {
+                    let created = match api.create(&Default::default(), &pod(i, &node)).await {
+                        Ok(_) => true,
+                        Err(kube::Error::Api(s)) => s.code == 409,
+                        Err(_) => false,
+                    };
+                    if created {
+                        let d = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                        if d % 10_000 == 0 {
+                            println!("    … {d} pods created ({:.0}s)", started.elapsed().as_secs_f64());
+                        }
+                        return 0;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500 * (attempt + 1))).await;
+                }
+                1
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<usize>>()
+        .await;
+    failed.into_iter().sum()
 }
 
 /// A client of the simulated kubelets as metrics-server is one: the cluster CA trusted, a
@@ -116,20 +150,21 @@ pub async fn run(nodes: u32, pods_per_node: u32, hold: u64) {
     if !nodes_ready(&client, "bench-kubelet", node_pool(nodes, pods_per_node), nodes).await {
         return;
     }
-    let pp = PatchParams::apply("bench").force();
-    Api::<PodPool>::namespaced(client.clone(), "default")
-        .patch("bench-kubelet", &pp, &Patch::Apply(pod_pool(pods)))
+    let listed = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels("pools.kwok.x-k8s.io/pool=bench-kubelet"))
         .await
-        .unwrap();
+        .unwrap()
+        .items;
+    let names: Vec<String> = listed.iter().filter_map(|n| n.metadata.name.clone()).collect();
     let started = Instant::now();
-    let running = wait_until(&format!("{pods} pods Running"), Duration::from_secs(1800), || async {
-        let ready = Api::<PodPool>::namespaced(client.clone(), "default")
-            .get("bench-kubelet")
-            .await
-            .ok()
-            .and_then(|p| p.status)
-            .map_or(0, |s| s.ready_replicas);
-        if ready as u32 >= pods { Ok(()) } else { Err(format!("{ready} Running")) }
+    let failed = create_pods(&client, pods, &names).await;
+    if failed > 0 {
+        println!("- {failed} pods could not be created; stopping");
+        return;
+    }
+    let running = wait_until(&format!("{pods} pods Running"), Duration::from_secs(3600), || async {
+        let ran = op.metric_with("kwok_pools_simulator_pod_transitions_total", "result=\"run\"").await as u32;
+        if ran >= pods { Ok(()) } else { Err(format!("{ran} Running")) }
     })
     .await;
     if running.is_none() {
@@ -137,11 +172,6 @@ pub async fn run(nodes: u32, pods_per_node: u32, hold: u64) {
         return;
     }
     println!("- {pods} pods Running after {:.0}s", started.elapsed().as_secs_f64());
-    let listed = Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels("pools.kwok.x-k8s.io/pool=bench-kubelet"))
-        .await
-        .unwrap()
-        .items;
     let urls: Vec<String> = listed
         .iter()
         .filter_map(|n| {
