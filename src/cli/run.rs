@@ -45,8 +45,9 @@ pub struct RunArgs {
     /// Writes in flight to the API server from the pool controllers, all pools together.
     #[arg(long, default_value_t = 96)]
     pub max_writes_in_flight: usize,
-    /// Writes in flight from the simulator (node, pod and VMI status); lease renewals have as
-    /// many again of their own, so heartbeats never wait behind status writes.
+    /// Writes in flight from the simulator (node, pod and VMI status and node lease renewals):
+    /// a quarter is reserved for lease renewals, which may use all of it, so heartbeats never
+    /// wait behind status writes.
     #[arg(long, default_value_t = 96)]
     pub max_simulator_writes_in_flight: usize,
     /// Writes in flight for one pool.

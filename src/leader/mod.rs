@@ -175,15 +175,16 @@ struct Election {
 }
 
 impl Election {
-    /// How long the next call may take: never past the renew deadline while leading, so a
-    /// leader steps down on time whatever the network does.
+    /// How long the next call may take. While leading: until the renew deadline, as client-go's
+    /// renew loop allows (a busy API server answering a renewal in 3 s must not make a leader
+    /// step down), and never past it, so a leader steps down on time whatever the network does.
     fn timeout(&self) -> Duration {
         if !self.leading {
             return self.io_timeout;
         }
         let left =
             self.renewed.map_or(self.io_timeout, |at| (at + self.deadline).saturating_duration_since(Instant::now()));
-        self.io_timeout.min(left).max(Duration::from_millis(1))
+        left.max(Duration::from_millis(1))
     }
 
     async fn read(&mut self) {
