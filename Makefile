@@ -110,6 +110,10 @@ fuzz: ## Fuzz the admission handler, manifests, quantities/CIDRs, planner and IP
 helm: ## Build helm from its Go module into a cache (bin/helm).
 	./hack/install-helm.sh
 
+.PHONY: prometheus
+prometheus: ## Link a Prometheus at bin/prometheus: the machine's, else built from its Go module (cached).
+	./hack/install-prometheus.sh
+
 .PHONY: metrics-server
 metrics-server: ## Build the real metrics-server v0.8.0 from its Go module into a cache (bin/metrics-server).
 	./hack/install-metrics-server.sh
@@ -131,7 +135,7 @@ E2E_SCALE_TESTS := e2e_shards
 E2E_TESTS := $(filter-out $(E2E_SCALE_TESTS),$(basename $(notdir $(wildcard tests/e2e_*.rs))))
 
 .PHONY: e2e
-e2e: controlplane build helm metrics-server ## End-to-end tests on a fresh local cluster (created, then deleted), then the scale tests.
+e2e: controlplane build helm metrics-server prometheus ## End-to-end tests on a fresh local cluster (created, then deleted), then the scale tests.
 	@export KWOK_POOLS_HOME=$(E2E_HOME); \
 	$(DEBUG_BIN) cluster delete --name $(E2E_CLUSTER) >/dev/null 2>&1 || true; \
 	$(DEBUG_BIN) cluster create --name $(E2E_CLUSTER) --kubevirt --metrics-server \
