@@ -17,6 +17,10 @@ fn helm(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The tests here that write or dry-run the default instance's webhook configurations
+/// (`kwok-pools`) take turns: a server-side dry run merges with what another test wrote.
+static DEFAULT_INSTANCE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn dry_run(manifests: &str) {
     let out =
         kubectl_stdin(&["apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-"], Some(manifests));
@@ -43,6 +47,7 @@ fn deployment_args(manifests: &str) -> (i64, Vec<String>) {
 
 #[tokio::test]
 async fn the_chart_renders_and_the_api_server_accepts_it() {
+    let _turn = DEFAULT_INSTANCE.lock().await;
     let client = client().await;
     let ns = TestNamespace::new(&client, "helm").await;
     let chart = repo().join("charts/kwok-pools");
@@ -161,8 +166,9 @@ async fn the_chart_renders_and_the_api_server_accepts_it() {
     ]);
 }
 
-#[test]
-fn the_kustomize_base_is_accepted_as_a_whole() {
+#[tokio::test]
+async fn the_kustomize_base_is_accepted_as_a_whole() {
+    let _turn = DEFAULT_INSTANCE.lock().await;
     let out = kubectl(&["kustomize", repo().join("config").to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rendered = String::from_utf8(out.stdout).unwrap();
@@ -190,6 +196,7 @@ fn service_account_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
 
 #[tokio::test]
 async fn the_one_file_install_is_accepted_and_its_operator_keeps_its_own_certificate() {
+    let _turn = DEFAULT_INSTANCE.lock().await;
     let client = client().await;
     let dist = read_repo_file("dist/install.yaml");
     // A dry run creates no namespace: the install's own must exist for its other objects.

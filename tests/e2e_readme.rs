@@ -58,8 +58,25 @@ fn kwok_pools(args: &[String], kubeconfig: &std::path::Path, home: &std::path::P
         .unwrap()
 }
 
-fn helm(args: &[String]) -> Output {
-    Command::new(repo().join("bin/helm")).args(args).env("KUBECONFIG", kubeconfig()).output().unwrap()
+fn helm(args: &[String], kubeconfig: &std::path::Path) -> Output {
+    Command::new(repo().join("bin/helm")).args(args).env("KUBECONFIG", kubeconfig).output().unwrap()
+}
+
+/// kubectl against `kubeconfig`, with `stdin`.
+fn kubectl_at(kubeconfig: &std::path::Path, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(kubectl_bin())
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or_default().as_bytes()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
 }
 
 /// Runs `command` until it succeeds (a reader waits for pods and metrics too) and returns
@@ -72,7 +89,9 @@ async fn eventually(command: &str, run: impl Fn() -> Output) -> String {
     .await
 }
 
-/// The install commands: a cluster of its own for the local path; dry runs for the others.
+/// The install commands on a cluster of their own, as a reader with a new cluster runs them:
+/// the local path for real; then (its operator stopped: the paths are alternatives) the three
+/// in-cluster paths as server-side dry runs.
 async fn install(commands: &[String]) {
     let home = tempfile::tempdir().unwrap();
     let mut demo_kubeconfig = None;
@@ -123,32 +142,43 @@ async fn install(commands: &[String]) {
                     }
                 })
                 .await;
+                // The in-cluster installs are another path: without this operator's webhook.
+                if let Some(mut child) = demo_operator.take() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+                    let _ = kubectl_at(&kc, &["delete", kind, "kwok-pools", "--ignore-not-found"], None);
+                }
             }
             "kubectl" if w[1] == "create" && w[2] == "namespace" => {
-                let o = kubectl(&["create", "namespace", &w[3], "--dry-run=client", "-o", "yaml"]);
-                let o =
-                    kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], Some(&String::from_utf8_lossy(&o.stdout)));
-                ok(o);
+                let kc = demo_kubeconfig.clone().expect("KUBECONFIG exported");
+                let o = kubectl_at(&kc, &["create", "namespace", &w[3], "--dry-run=client", "-o", "yaml"], None);
+                let yaml = String::from_utf8_lossy(&o.stdout).into_owned();
+                ok(kubectl_at(&kc, &["apply", "--dry-run=server", "-f", "-"], Some(&yaml)));
             }
             "kubectl" => {
+                let kc = demo_kubeconfig.clone().expect("KUBECONFIG exported");
                 let mut args: Vec<&str> = w[1..].iter().map(String::as_str).collect();
                 args.push("--dry-run=server");
-                ok(kubectl(&args));
+                ok(kubectl_at(&kc, &args, None));
             }
             "helm" => {
+                let kc = demo_kubeconfig.clone().expect("KUBECONFIG exported");
                 let mut args = w[1..].to_vec();
                 args.push("--dry-run=server".into());
-                ok(helm(&args));
+                ok(helm(&args, &kc));
             }
             "kwok-pools" if w[1] == "webhook-cert" => {
                 // kwok-pools webhook-cert … | kubectl apply -f -
+                let kc = demo_kubeconfig.clone().expect("KUBECONFIG exported");
                 let (left, right) = command.split_once('|').unwrap();
-                let o = kwok_pools(&words(left)[1..], &kubeconfig(), home.path());
+                let o = kwok_pools(&words(left)[1..], &kc, home.path());
                 assert!(o.status.success(), "{left}: {}", shown(&o));
                 let mut apply: Vec<String> = words(right)[1..].to_vec();
                 apply.push("--dry-run=server".into());
                 let apply: Vec<&str> = apply.iter().map(String::as_str).collect();
-                ok(kubectl_stdin(&apply, Some(&String::from_utf8_lossy(&o.stdout))));
+                ok(kubectl_at(&kc, &apply, Some(&String::from_utf8_lossy(&o.stdout))));
             }
             _ => panic!("the README's install section has a command this test does not run: {command}"),
         }

@@ -4,6 +4,11 @@
 //! SubjectAccessReview on the node's subresource (`nodes/proxy`, `log`, `metrics`, `stats`,
 //! `pods`, `healthz`). Answers are cached as the kubelet caches them (two minutes for tokens,
 //! five for allowed, thirty seconds for denied). No identity: 401; no right: 403.
+//!
+//! One process answers for thousands of nodes, so a caller's right is first asked for every
+//! node at once (a review without a name): metrics-server scraping 5,000 nodes costs one review,
+//! not 5,000 at the start of a scrape round. Only a caller without that right is asked about
+//! the one node (RBAC may name nodes). Reviews in flight are bounded.
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
@@ -19,6 +24,8 @@ const ALLOWED_TTL: Duration = Duration::from_secs(300);
 const DENIED_TTL: Duration = Duration::from_secs(30);
 /// Entries a cache holds before it starts over.
 const CACHE_LIMIT: usize = 20_000;
+/// TokenReviews and SubjectAccessReviews in flight at once.
+const REVIEWS_IN_FLIGHT: usize = 8;
 
 /// An authenticated caller.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -73,6 +80,7 @@ pub struct Authorizer {
     client: Client,
     tokens: Mutex<TokenCache>,
     decisions: Mutex<DecisionCache>,
+    reviews: tokio::sync::Semaphore,
 }
 
 fn bounded<K, V>(map: &mut HashMap<K, V>) {
@@ -83,16 +91,32 @@ fn bounded<K, V>(map: &mut HashMap<K, V>) {
 
 impl Authorizer {
     pub fn new(client: Client) -> Self {
-        Self { client, tokens: Mutex::default(), decisions: Mutex::default() }
+        Self {
+            client,
+            tokens: Mutex::default(),
+            decisions: Mutex::default(),
+            reviews: tokio::sync::Semaphore::new(REVIEWS_IN_FLIGHT),
+        }
     }
 
     /// The caller a bearer token belongs to (`None`: not a valid token).
     pub async fn token(&self, token: &str) -> Result<Option<Caller>, String> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some((caller, at)) = self.tokens.lock().unwrap_or_else(|e| e.into_inner()).get(&key)
-            && at.elapsed() < TOKEN_TTL
-        {
-            return Ok(caller.clone());
+        let cached = || {
+            self.tokens
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&key)
+                .filter(|(_, at)| at.elapsed() < TOKEN_TTL)
+                .map(|(caller, _)| caller.clone())
+        };
+        if let Some(caller) = cached() {
+            return Ok(caller);
+        }
+        // One review at a time per slot; a caller that waited finds the answer cached.
+        let _slot = self.reviews.acquire().await.map_err(|e| e.to_string())?;
+        if let Some(caller) = cached() {
+            return Ok(caller);
         }
         let review = TokenReview {
             spec: TokenReviewSpec { token: token.to_string(), audiences: None },
@@ -126,11 +150,30 @@ impl Authorizer {
     }
 
     async fn allowed_one(&self, caller: &Caller, verb: &'static str, sub: &'static str, node: &str) -> Result<bool, String> {
+        // Every node at once first (an empty name), then this one.
+        if self.decided(caller, verb, sub, "").await? {
+            return Ok(true);
+        }
+        self.decided(caller, verb, sub, node).await
+    }
+
+    /// The cached decision, else a SubjectAccessReview (`node` empty: every node).
+    async fn decided(&self, caller: &Caller, verb: &'static str, sub: &'static str, node: &str) -> Result<bool, String> {
         let key = (caller.clone(), verb, sub, node.to_string());
-        if let Some((allowed, at)) = self.decisions.lock().unwrap_or_else(|e| e.into_inner()).get(&key)
-            && at.elapsed() < if *allowed { ALLOWED_TTL } else { DENIED_TTL }
-        {
-            return Ok(*allowed);
+        let cached = || {
+            self.decisions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&key)
+                .filter(|(allowed, at)| at.elapsed() < if *allowed { ALLOWED_TTL } else { DENIED_TTL })
+                .map(|(allowed, _)| *allowed)
+        };
+        if let Some(allowed) = cached() {
+            return Ok(allowed);
+        }
+        let _slot = self.reviews.acquire().await.map_err(|e| e.to_string())?;
+        if let Some(allowed) = cached() {
+            return Ok(allowed);
         }
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
@@ -142,7 +185,7 @@ impl Authorizer {
                     verb: Some(verb.into()),
                     resource: Some("nodes".into()),
                     subresource: Some(sub.into()),
-                    name: Some(node.into()),
+                    name: (!node.is_empty()).then(|| node.to_string()),
                     ..Default::default()
                 }),
                 ..Default::default()
