@@ -122,19 +122,7 @@ spec:
     wait_lease(&client, &format!("{pool}-0")).await;
     assert!(lease_age(&client, &format!("{pool}-0")).await.unwrap() < 10.0);
     // The webhook registered itself and refuses a garde-only fault.
-    let bad = format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: {pool}-bad, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  nodeCount: 1\n  nodeTemplate:\n    metadata: {{labels: {{pools.kwok.x-k8s.io/index: '1'}}}}\n"
-    );
-    wait_for("the webhook to refuse", T, || async {
-        let out = kubectl_stdin(&["apply", "-f", "-"], Some(&bad));
-        if out.status.success() {
-            delete_quietly("nodepool", &format!("{pool}-bad"));
-            Err("accepted".into())
-        } else {
-            Ok(())
-        }
-    })
-    .await;
+    wait_webhook_refuses(&format!("{pool}-bad"), &scope, T).await;
     // With these permissions the webhook has the API server judge rendered children (a
     // dry-run create of a node and of a pod): its verdicts come back at the template's paths.
     for (bad, field) in [

@@ -243,19 +243,7 @@ async fn the_one_file_install_is_accepted_and_its_operator_keeps_its_own_certifi
     let bundle = injected.webhooks.unwrap()[0].client_config.ca_bundle.clone().unwrap();
     assert_eq!(String::from_utf8(bundle.0).unwrap().trim(), ca.trim());
     // The API server trusts it: a pool the webhook alone refuses is refused.
-    let bad = format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: {scope}-bad, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  nodeCount: 1\n  nodeTemplate:\n    metadata: {{labels: {{pools.kwok.x-k8s.io/index: '1'}}}}\n"
-    );
-    wait_for("the webhook to refuse", Duration::from_secs(60), || async {
-        let out = kubectl_stdin(&["apply", "-f", "-"], Some(&bad));
-        if out.status.success() {
-            delete_quietly("nodepool", &format!("{scope}-bad"));
-            Err("accepted".into())
-        } else {
-            Ok(())
-        }
-    })
-    .await;
+    wait_webhook_refuses(&format!("{scope}-bad"), &scope, Duration::from_secs(60)).await;
     // A second replica serves the same certificate: it reads the Secret, makes none.
     let mut second = Operator::start_as(&format!("{scope}-b"), &flags, sa);
     second.wait_ready().await;

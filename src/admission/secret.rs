@@ -8,7 +8,7 @@
 //! replica that loses the race reads the winner's).
 
 use super::tls::{GENERATED_LIFETIME, ServingCert, not_after};
-use crate::certs::{Authority, LeafSpec};
+use crate::certs::Authority;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -47,21 +47,15 @@ pub fn due(cert_pem: &str, now: SystemTime) -> bool {
     })
 }
 
-/// A new serving certificate for `hosts` from `ca`, as the Secret's data.
+/// A new serving certificate for `hosts` from `ca`, as the Secret's data (with the CA's key,
+/// so any replica can renew it).
 fn issue(ca: &Authority, hosts: &[String]) -> Result<std::collections::BTreeMap<String, ByteString>, rcgen::Error> {
-    let spec = LeafSpec {
-        common_name: "kwok-pools-webhook",
-        organization: None,
-        sans: hosts.to_vec(),
-        server: true,
-        client: false,
-    };
-    let leaf = ca.issue_valid_for(&spec, GENERATED_LIFETIME)?;
+    let leaf = super::tls::issue(ca, hosts, GENERATED_LIFETIME)?;
     let b = |s: &str| ByteString(s.as_bytes().to_vec());
     Ok([
         ("tls.crt", b(&leaf.cert_pem)),
         ("tls.key", b(&leaf.key_pem)),
-        ("ca.crt", b(&ca.pair.cert_pem)),
+        ("ca.crt", b(&leaf.ca_pem)),
         ("ca.key", b(&ca.pair.key_pem)),
     ]
     .into_iter()

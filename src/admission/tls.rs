@@ -58,7 +58,8 @@ impl Source {
     }
 }
 
-fn issue(ca: &Authority, hosts: &[String], lifetime: Duration) -> Result<ServingCert, rcgen::Error> {
+/// A serving certificate for `hosts` from `ca`, valid `lifetime`.
+pub(super) fn issue(ca: &Authority, hosts: &[String], lifetime: Duration) -> Result<ServingCert, rcgen::Error> {
     let spec = LeafSpec {
         common_name: "kwok-pools-webhook",
         organization: None,

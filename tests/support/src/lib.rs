@@ -565,3 +565,21 @@ impl Drop for OwnCluster {
             .output();
     }
 }
+
+/// Waits until the webhook refuses NodePool `name` (scoped to `scope`), which only the webhook
+/// refuses (a template label the pool sets itself): the webhook is registered and trusted.
+pub async fn wait_webhook_refuses(name: &str, scope: &str, timeout: Duration) {
+    let bad = format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: {name}, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  nodeCount: 1\n  nodeTemplate:\n    metadata: {{labels: {{pools.kwok.x-k8s.io/index: '1'}}}}\n"
+    );
+    wait_for("the webhook to refuse", timeout, || async {
+        let out = kubectl_stdin(&["apply", "-f", "-"], Some(&bad));
+        if out.status.success() {
+            delete_quietly("nodepool", name);
+            Err("accepted".into())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+}
