@@ -420,6 +420,21 @@ spec:
         }
     })
     .await;
+    // metrics-server's rate spans a 15 s window: the reading that scaled it down may still
+    // straddle the step; the one after it is the low level.
+    let low = match low {
+        Some(c) if c <= 15 => low,
+        _ => {
+            wait_for("the low phase's utilisation", Duration::from_secs(60), || async {
+                let h = hpas.get("web").await.map_err(|e| e.to_string())?;
+                match observed(&h) {
+                    (1, Some(c)) if c <= 15 => Ok(Some(c)),
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await
+        }
+    };
     assert!(low.is_some_and(|c| c <= 15), "down on the low phase: {low:?}");
     op.stop();
 }
