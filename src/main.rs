@@ -25,12 +25,13 @@ async fn main() {
         Command::Simulate(args) => run(args, false, kind_flags).await,
         Command::Status(args) => kwok_pools::cli::status::run(args).await,
         Command::WebhookCert(args) => kwok_pools::cli::webhook_cert::secret_yaml(&args).map(|y| print!("{y}")),
-        Command::Crd { kubevirt: false } => {
+        Command::Crd { child_crds: false } => {
             print!("{}", kwok_pools::kinds::crds_yaml());
             Ok(())
         }
-        Command::Crd { kubevirt: true } => {
-            print!("{}", serde_yaml::to_string(&kwok_pools::kinds::vmipool::kubevirt_crd::crd()).unwrap_or_default());
+        Command::Crd { child_crds: true } => {
+            let crds = kwok_pools::kinds::stand_in_crds();
+            print!("{}", crds.iter().filter_map(|c| serde_yaml::to_string(c).ok()).collect::<Vec<_>>().join("---\n"));
             Ok(())
         }
         Command::Generate { root } => kwok_pools::deploy::write_all(&root).map(|written| {

@@ -5,7 +5,7 @@ use crate::admission::review::Peers;
 use crate::informer::{Informers, SyncWait, sync_wait};
 use crate::kinds::{self, Kind, KindFlags, Visitor};
 use crate::leader::{Leader, LeaderConfig};
-use crate::pool::reconcile::PoolContext;
+use crate::pool::context::PoolContext;
 use crate::pool::{Shared, controller};
 use crate::shard::Shard;
 use crate::shard::membership::{self, MembershipConfig};
@@ -105,6 +105,7 @@ impl Visitor for Wiring<'_> {
         let env = match K::env(&self.config.kinds.get::<K>(), self.shared) {
             Ok(env) => env,
             Err(e) => {
+                tracing::error!(kind = %K::kind(&()), category = e.category(), error = %e, "cannot set up the kind");
                 self.error.get_or_insert(format!("{}: {e}", K::kind(&())));
                 return;
             }

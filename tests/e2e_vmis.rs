@@ -251,12 +251,12 @@ async fn without_the_vmi_crd_pools_wait_degraded_and_start_once_it_is_installed(
         }
     })
     .await;
-    assert!(message.contains("kwok-pools crd --kubevirt"), "{message}");
+    assert!(message.contains("kwok-pools crd --child-crds"), "{message}");
     // The other kinds are served meanwhile.
     cluster.apply(&vmi_nodes(&scope, &scope, 1, 8, "10.233.0.0/16"));
     wait_ready_nodes(&client, &scope, 1, T).await;
     // Installed late: the pool starts without a restart of the operator.
-    let crd = std::process::Command::new(kwok_pools_bin()).args(["crd", "--kubevirt"]).output().unwrap();
+    let crd = std::process::Command::new(kwok_pools_bin()).args(["crd", "--child-crds"]).output().unwrap();
     cluster.apply(&String::from_utf8(crd.stdout).unwrap());
     wait_for("2 VMIs Running after the CRD appeared", T, || async {
         let api: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), "default");

@@ -1,4 +1,4 @@
-//! The RBAC is generated from the registry (`make rbac`): both committed copies (config/ and
+//! The RBAC is generated from the registry (`make manifests`): both committed copies (config/ and
 //! the chart) are what the generator writes now, and the ClusterRole covers every registered
 //! pool kind, so a kind added to the registry brings its rights with it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test

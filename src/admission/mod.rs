@@ -1,6 +1,7 @@
 //! The validating admission webhook, served by `kwok-pools run` over TLS: AdmissionReview v1
 //! in, allow or deny out, with messages that name the field by its manifest path.
 
+pub mod cert;
 pub mod mutate;
 pub mod register;
 pub mod review;

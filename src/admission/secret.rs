@@ -7,7 +7,7 @@
 //! configurations' caBundle never changes) and writes it with the Secret's resourceVersion (a
 //! replica that loses the race reads the winner's).
 
-use super::tls::{GENERATED_LIFETIME, ServingCert, not_after};
+use super::cert::{GENERATED_LIFETIME, ServingCert, not_after};
 use crate::certs::Authority;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -50,7 +50,7 @@ pub fn due(cert_pem: &str, now: SystemTime) -> bool {
 /// A new serving certificate for `hosts` from `ca`, as the Secret's data (with the CA's key,
 /// so any replica can renew it).
 fn issue(ca: &Authority, hosts: &[String]) -> Result<std::collections::BTreeMap<String, ByteString>, rcgen::Error> {
-    let leaf = super::tls::issue(ca, hosts, GENERATED_LIFETIME)?;
+    let leaf = super::cert::issue(ca, hosts, GENERATED_LIFETIME)?;
     let b = |s: &str| ByteString(s.as_bytes().to_vec());
     Ok([
         ("tls.crt", b(&leaf.cert_pem)),
@@ -142,7 +142,7 @@ mod tests {
         let data = issue(&ca, &["svc.ns.svc".into()]).unwrap();
         let secret = Secret { data: Some(data), ..Default::default() };
         let cert = serving(&secret).unwrap();
-        assert!(super::super::tls::covers(&cert.cert_pem, "svc.ns.svc"));
+        assert!(super::super::cert::covers(&cert.cert_pem, "svc.ns.svc"));
         assert_eq!(cert.ca_pem, ca.pair.cert_pem);
         assert!(!due(&cert.cert_pem, SystemTime::now()));
         let late = SystemTime::now() + GENERATED_LIFETIME.mul_f64(0.7);

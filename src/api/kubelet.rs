@@ -3,7 +3,7 @@
 //! distribution, shaped over time), the logs a container prints, what `kubectl exec` gets.
 //! Types, schema rules and their validation; the arithmetic on them is in `kubelet::usage`.
 
-use super::lifecycle::{parse_duration, unit};
+use super::duration::{parse_duration, unit};
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -40,7 +40,7 @@ fn quantity_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({"type": "string", "maxLength": 32, "pattern": super::lifecycle::DURATION_PATTERN})
+    schemars::json_schema!({"type": "string", "maxLength": 32, "pattern": super::duration::DURATION_PATTERN})
 }
 
 /// An [`Amount`] parsed (in base units: cores for CPU, bytes for memory).

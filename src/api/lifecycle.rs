@@ -1,15 +1,13 @@
 //! Lifecycle knobs shared by every pool kind: how fast and how badly simulated children
 //! behave (start delays, exits, failures, crash loops, flapping nodes), declared on the pool.
-//! Types, schema rules and the pure arithmetic on them (durations, sampling by seed).
+//! Types, schema rules and the sampling of distributions (durations and seeded numbers are in
+//! [`super::duration`]).
 
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// A duration as Kubernetes writes them (Go syntax): `500ms`, `2s`, `1.5m`, `1h30m`.
-pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
-/// The longest duration any knob takes.
-pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+use super::duration::{DURATION_PATTERN, MAX_DURATION, parse_duration};
 
 /// How long something takes: `fixed`, uniform between `min` and `max`, or normal around
 /// `mean` with `stddev` (never below zero). Durations are written `500ms`, `2s`, `1m30s`.
@@ -116,19 +114,6 @@ pub struct NodeLifecycle {
     pub usage: Option<super::kubelet::NodeUsage>,
 }
 
-/// What VMIs do (used by VMIPool).
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct VmiLifecycle {
-    /// How long a VMI takes from Scheduled to Running.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub boot_time: Option<Delay>,
-    /// Percent of VMIs that fail to start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "percent_schema")]
-    pub fail_percent: Option<u8>,
-}
-
 /// `spec.lifecycle` of a pool.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -142,38 +127,6 @@ pub struct Lifecycle {
     /// NodePool only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<NodeLifecycle>,
-}
-
-/// Parses a Go duration (`1h30m`, `2.5s`, `500ms`). `None` when it is not one, or longer than
-/// [`MAX_DURATION`].
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    if text.is_empty() {
-        return None;
-    }
-    let mut total = 0f64;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        let (number, tail) = rest.split_at(digits);
-        if number.is_empty() || number.starts_with('.') || number.ends_with('.') || number.matches('.').count() > 1 {
-            return None;
-        }
-        let value: f64 = number.parse().ok()?;
-        let (unit, tail) = if let Some(t) = tail.strip_prefix("ms") {
-            (0.001, t)
-        } else if let Some(t) = tail.strip_prefix('s') {
-            (1.0, t)
-        } else if let Some(t) = tail.strip_prefix('m') {
-            (60.0, t)
-        } else if let Some(t) = tail.strip_prefix('h') {
-            (3600.0, t)
-        } else {
-            return None;
-        };
-        total += value * unit;
-        rest = tail;
-    }
-    (total.is_finite() && total <= MAX_DURATION.as_secs_f64()).then(|| Duration::from_secs_f64(total))
 }
 
 /// How long a flapping node stays away when nothing is said.
@@ -241,38 +194,6 @@ impl Distribution {
     }
 }
 
-/// A number in [0, 1) from `seed` and the words of `key`: the same inputs give the same number
-/// in every process and every run.
-pub fn unit(seed: i64, key: &[&str]) -> f64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ (seed as u64);
-    for part in key {
-        for b in part.bytes().chain(std::iter::once(0)) {
-            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    // SplitMix64 finaliser: spreads the FNV state over every bit.
-    h = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^= h >> 31;
-    (h >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// Problems with the VMI knobs (for VMIPool's `spec.lifecycle.vmis`), each starting with its
-/// path below `spec.lifecycle`.
-pub fn vmi_problems(v: &VmiLifecycle) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(d) = &v.boot_time
-        && let Err(e) = d.distribution()
-    {
-        out.push(format!(".vmis.bootTime{e}"));
-    }
-    if let Some(p) = v.fail_percent.filter(|p| *p > 100) {
-        out.push(format!(".vmis.failPercent: {p} is not a percentage from 0 to 100"));
-    }
-    out
-}
-
 /// Problems with a lifecycle, each starting with its path below `spec.lifecycle`.
 pub fn problems(l: &Lifecycle, nodes_allowed: bool) -> Vec<String> {
     let mut out = Vec::new();
@@ -337,18 +258,7 @@ pub fn problems(l: &Lifecycle, nodes_allowed: bool) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_durations() {
-        for (text, secs) in [("500ms", 0.5), ("2s", 2.0), ("1.5m", 90.0), ("1h30m", 5400.0), ("1m0.5s", 60.5)] {
-            assert_eq!(parse_duration(text), Some(Duration::from_secs_f64(secs)), "{text}");
-        }
-        for bad in ["", "5", "s", "1d", "-1s", "1.s", ".5s", "1..5s", "25h", "1s2"] {
-            assert_eq!(parse_duration(bad), None, "{bad}");
-        }
-        let re = regex::Regex::new(DURATION_PATTERN).unwrap();
-        assert!(re.is_match("1h30m") && re.is_match("500ms") && !re.is_match("1d") && !re.is_match("5"));
-    }
+    use crate::api::duration::unit;
 
     #[test]
     fn distributions_sample_within_their_shape() {
@@ -379,26 +289,6 @@ mod tests {
         assert!(mixed.distribution().unwrap_err().contains("exactly one"));
         let bad = Delay { fixed: Some("soon".into()), ..Default::default() };
         assert!(bad.distribution().unwrap_err().starts_with(".fixed: \"soon\""));
-    }
-
-    #[test]
-    fn seeded_numbers_repeat_and_spread() {
-        assert_eq!(unit(42, &["pod", "a"]), unit(42, &["pod", "a"]));
-        assert_ne!(unit(42, &["pod", "a"]), unit(43, &["pod", "a"]));
-        assert_ne!(unit(42, &["pod", "a"]), unit(42, &["pod", "b"]));
-        // ["ab", "c"] and ["a", "bc"] are different keys.
-        assert_ne!(unit(1, &["ab", "c"]), unit(1, &["a", "bc"]));
-        let hits = (0..10_000).filter(|i| unit(7, &["node", &i.to_string()]) < 0.1).count();
-        assert!((850..1150).contains(&hits), "about a tenth: {hits}");
-    }
-
-    #[test]
-    fn vmi_knobs_are_checked_the_same_way() {
-        let v: VmiLifecycle = serde_yaml::from_str("{bootTime: {min: 20s, max: 10s}, failPercent: 101}").unwrap();
-        let p = vmi_problems(&v);
-        assert!(p[0].starts_with(".vmis.bootTime.min:") && p[1].starts_with(".vmis.failPercent: 101"), "{p:?}");
-        let ok: VmiLifecycle = serde_yaml::from_str("{bootTime: {mean: 30s, stddev: 5s}, failPercent: 3}").unwrap();
-        assert!(vmi_problems(&ok).is_empty());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 pub mod common;
 pub mod conventions;
+pub mod duration;
 pub mod editor_schema;
 pub mod kubelet;
 pub mod lifecycle;

@@ -44,9 +44,10 @@ pub enum ClusterCommand {
         /// Do not install the kwok-pools CRDs.
         #[arg(long)]
         no_crds: bool,
-        /// Also install KubeVirt's VirtualMachineInstance CRD (for VMIPools without KubeVirt).
-        #[arg(long)]
-        kubevirt: bool,
+        /// Also install stand-ins for the CRDs of children another project defines (KubeVirt's
+        /// VirtualMachineInstance, for VMIPools without KubeVirt).
+        #[arg(long, visible_alias = "kubevirt")]
+        child_crds: bool,
         /// Also run the real metrics-server (bin/metrics-server, `make metrics-server`),
         /// registered as the metrics.k8s.io APIService: `kubectl top` and the HPA then work on
         /// simulated nodes.
@@ -88,7 +89,7 @@ fn parse_extra_arg(s: &str) -> Result<(Component, String), String> {
 
 pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
     match cmd {
-        ClusterCommand::Create { common, bin_dir, timeout, extra_args, no_crds, kubevirt, metrics_server } => {
+        ClusterCommand::Create { common, bin_dir, timeout, extra_args, no_crds, child_crds, metrics_server } => {
             let opts = CreateOptions {
                 name: common.name.clone(),
                 home: common.home()?,
@@ -96,7 +97,7 @@ pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
                 timeout,
                 extra_args,
                 install_crds: !no_crds,
-                kubevirt_crd: kubevirt,
+                child_crds,
                 metrics_server,
             };
             let created = cluster::create(&opts).await?;

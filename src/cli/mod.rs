@@ -37,9 +37,10 @@ pub enum Command {
     WebhookCert(webhook_cert::WebhookCertArgs),
     /// Print every CRD as YAML.
     Crd {
-        /// Print KubeVirt's VirtualMachineInstance CRD instead (for clusters without KubeVirt).
-        #[arg(long)]
-        kubevirt: bool,
+        /// Print instead the stand-ins for the CRDs of children another project defines
+        /// (KubeVirt's VirtualMachineInstance), for clusters without that project.
+        #[arg(long, visible_alias = "kubevirt")]
+        child_crds: bool,
     },
     /// Write the install's generated manifests (RBAC, webhook configurations, admission
     /// policies) for kustomize (config/) and the Helm chart, from the registered kinds.

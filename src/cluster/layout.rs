@@ -2,7 +2,6 @@
 //! one directory per cluster (`<home>/clusters/<name>`). Pure path arithmetic plus the small
 //! `cluster.json` record of ports.
 
-use super::component::Component;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -146,11 +145,13 @@ impl Layout {
     pub fn logs(&self) -> PathBuf {
         self.dir.join("logs")
     }
-    pub fn log(&self, c: Component) -> PathBuf {
-        self.logs().join(format!("{}.log", c.name()))
+    /// The log of a component (anything that displays as its name).
+    pub fn log(&self, component: impl std::fmt::Display) -> PathBuf {
+        self.logs().join(format!("{component}.log"))
     }
-    pub fn pid(&self, c: Component) -> PathBuf {
-        self.dir.join("run").join(format!("{}.pid", c.name()))
+    /// The pid file of a component.
+    pub fn pid(&self, component: impl std::fmt::Display) -> PathBuf {
+        self.dir.join("run").join(format!("{component}.pid"))
     }
 
     pub fn read_record(&self) -> std::io::Result<ClusterRecord> {
@@ -176,6 +177,6 @@ mod tests {
     fn paths_live_under_the_cluster_dir() {
         let l = Layout::new(cluster_dir(Path::new("/h"), "c1"));
         assert_eq!(l.kubeconfig(), Path::new("/h/clusters/c1/kubeconfig"));
-        assert_eq!(l.pid(Component::Etcd), Path::new("/h/clusters/c1/run/etcd.pid"));
+        assert_eq!(l.pid("etcd"), Path::new("/h/clusters/c1/run/etcd.pid"));
     }
 }

@@ -38,8 +38,8 @@ pub struct CreateOptions {
     pub extra_args: Vec<(Component, String)>,
     /// Install the project's CRDs once the API server is up.
     pub install_crds: bool,
-    /// Install KubeVirt's VirtualMachineInstance CRD too.
-    pub kubevirt_crd: bool,
+    /// Install the stand-ins for child CRDs other projects define (KubeVirt's VMI) too.
+    pub child_crds: bool,
     /// Run the real metrics-server too, registered as the metrics.k8s.io APIService.
     pub metrics_server: bool,
 }
@@ -204,9 +204,11 @@ async fn start_all(
         crds::install(&client, deadline).await?;
         eprintln!("  ✓ CRDs installed and established");
     }
-    if opts.kubevirt_crd {
-        crds::install_crds(&client, vec![crate::kinds::vmipool::kubevirt_crd::crd()], deadline).await?;
-        eprintln!("  ✓ KubeVirt's VirtualMachineInstance CRD installed");
+    if opts.child_crds {
+        let stand_ins = crate::kinds::stand_in_crds();
+        let names: Vec<String> = stand_ins.iter().filter_map(|c| c.metadata.name.clone()).collect();
+        crds::install_crds(&client, stand_ins, deadline).await?;
+        eprintln!("  ✓ child CRDs installed: {}", names.join(", "));
     }
     if opts.metrics_server {
         metrics_server::register(&client, layout, ports.metrics_server, deadline).await?;

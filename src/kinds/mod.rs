@@ -92,6 +92,20 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     c.0
 }
 
+/// Stand-ins for the CRDs of children another project defines (KubeVirt's VMI), for clusters
+/// without that project.
+pub fn stand_in_crds() -> Vec<CustomResourceDefinition> {
+    struct Collect(Vec<CustomResourceDefinition>);
+    impl Visitor for Collect {
+        fn visit<K: Kind>(&mut self) {
+            self.0.extend(K::CHILD_CRD.map(|c| (c.stand_in)()));
+        }
+    }
+    let mut c = Collect(Vec::new());
+    visit_all(&mut c);
+    c.0
+}
+
 /// Every CRD as one multi-document YAML stream (what `kwok-pools crd` prints).
 pub fn crds_yaml() -> String {
     crds().iter().filter_map(|crd| serde_yaml::to_string(crd).ok()).collect::<Vec<_>>().join("---\n")

@@ -4,8 +4,8 @@
 //! `limitBytes`, `previous`) applied to them. Deterministic from the container's start, so
 //! every replica prints the same. Pure; following is the server's part.
 
+use crate::api::duration::parse_duration;
 use crate::api::kubelet::Logs;
-use crate::api::lifecycle::parse_duration;
 
 /// The most lines a container's log holds (older ones are rotated away, as a kubelet's are).
 pub const MAX_LINES: u64 = 100_000;

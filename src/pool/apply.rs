@@ -13,7 +13,7 @@ use kube::{Api, Resource, ResourceExt};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::reconcile::PoolContext;
+use super::context::PoolContext;
 
 /// What went wrong while applying, for the Degraded condition.
 #[derive(Debug, Default)]

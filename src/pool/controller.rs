@@ -1,7 +1,8 @@
 //! The controller loop of a pool kind, written once for every kind: which pools a child event
 //! wakes, and waiting for a missing child CRD without holding up anything else.
 
-use super::reconcile::{PoolContext, error_policy, reconcile_contained};
+use super::context::PoolContext;
+use super::reconcile::{error_policy, reconcile_contained};
 use super::{ChildCrd, PoolKind};
 use crate::api::common::GROUP;
 use crate::api::common::conditions::DEGRADED;

@@ -2,6 +2,7 @@
 //! implements, the pure planner and status builder, and the apply step.
 
 pub mod apply;
+pub mod context;
 pub mod controller;
 pub mod dry_run;
 pub mod events;
@@ -13,6 +14,7 @@ pub mod placement;
 pub mod plan;
 pub mod reconcile;
 pub mod refusal;
+pub mod setup;
 pub mod stamp;
 pub mod status;
 
@@ -62,6 +64,9 @@ pub struct ChildCrd {
     pub name: &'static str,
     /// What to run to install it (shown in the pools' Degraded condition).
     pub install: &'static str,
+    /// A stand-in for it, for clusters without the project that defines it (`kwok-pools crd
+    /// --child-crds`, `cluster create --child-crds`).
+    pub stand_in: fn() -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 }
 
 /// What a pool kind tells the core: the one trait a kind implements (see
@@ -114,7 +119,7 @@ pub trait PoolKind:
 
     /// What rendering needs beyond the pool, built once from the kind's flags and the shared
     /// services; an error says which flag is wrong.
-    fn env(flags: &Self::Flags, shared: &Shared) -> Result<Self::Env, String>;
+    fn env(flags: &Self::Flags, shared: &Shared) -> Result<Self::Env, setup::SetupError>;
 
     /// The shared informer of the child kind (the simulator reads the same one);
     /// [`crate::informer::shared::labelled`] watches only objects with the pool label.

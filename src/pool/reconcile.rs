@@ -4,70 +4,22 @@
 
 use super::PoolKind;
 use super::apply::{self, Outcome};
-use super::expectations::{Expect, Expectations};
+use super::context::PoolContext;
+use super::expectations::Expect;
 use super::plan::{self, Observed, Plan, PlanInput};
 use super::status::{self, Problem, Reason, StatusInput};
 use crate::api::PoolStatus;
 use crate::api::conventions::{FIELD_MANAGER, POOL_LABEL, child_index, child_name};
-use crate::backoff::Backoffs;
-use crate::telemetry::metrics::{Metrics, PoolLabels};
+use crate::telemetry::metrics::PoolLabels;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
 use tracing::Instrument;
-
-/// Everything a pool reconciler gets: no globals.
-pub struct PoolContext<P: PoolKind> {
-    pub client: Client,
-    /// Every child object of this kind in the cluster (trimmed), from the shared informer.
-    pub children: Store<P::Stored>,
-    /// Every pool of this kind (for rules that compare pools).
-    pub pools: Store<P>,
-    pub env: P::Env,
-    pub metrics: Arc<Metrics>,
-    /// Writes in flight across every pool of every kind.
-    pub writes: Arc<Semaphore>,
-    /// Writes in flight for one pool (the semaphore bounds the total).
-    pub max_in_flight_per_pool: usize,
-    /// Creations per round, so a big pool shows progress in its status.
-    pub max_creates: usize,
-    /// Writes made but not yet seen in the store.
-    pub expectations: Expectations,
-    /// Consecutive failed rounds per pool (by UID), for the retry delay.
-    pub backoff: Backoffs<String>,
-    /// Kubernetes Events on pools (none in tests that do not ask for them).
-    pub events: Option<Arc<crate::pool::events::Events>>,
-}
-
-impl<P: PoolKind> PoolContext<P> {
-    pub fn new(
-        client: Client,
-        children: Store<P::Stored>,
-        pools: Store<P>,
-        env: P::Env,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        Self {
-            client,
-            children,
-            pools,
-            env,
-            metrics,
-            writes: Arc::new(Semaphore::new(100)),
-            max_in_flight_per_pool: 50,
-            max_creates: 500,
-            expectations: Expectations::default(),
-            backoff: Backoffs::new(Duration::from_secs(300)),
-            events: None,
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -4,6 +4,7 @@
 //! let go. A replica that cannot renew its own Lease for twice its duration stops simulating
 //! anything (the others have taken its keys by then).
 
+pub use super::config::{MembershipConfig, NODES_ANNOTATION, SHARD_LABEL, lease_name};
 use super::members::{self, Member, Observations};
 use super::renewal::Renewer;
 use super::view::{Ownership, Shard};
@@ -18,53 +19,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-
-/// Membership Leases carry this label, valued with the operator instance.
-pub const SHARD_LABEL: &str = "kwok-pools.x-k8s.io/shard-of";
-/// How many nodes the member simulates, refreshed with each renewal (for `kwok-pools status`).
-pub const NODES_ANNOTATION: &str = "kwok-pools.x-k8s.io/simulated-nodes";
-
-#[derive(Clone, Debug)]
-pub struct MembershipConfig {
-    pub namespace: String,
-    pub instance: String,
-    pub identity: String,
-    /// How long a member's Lease is valid after a renewal (renewed every third of it).
-    pub duration: Duration,
-    /// How long a replica waits before it takes keys it gained.
-    pub handover: Duration,
-}
-
-impl MembershipConfig {
-    pub fn lease_name(&self) -> String {
-        lease_name(&self.instance, &self.identity)
-    }
-
-    fn renew_every(&self) -> Duration {
-        self.duration / 3
-    }
-
-    /// Past this without a renewal the others have long taken our keys: simulate nothing.
-    /// (Any shorter and an API server that is only slow would make every replica drop its
-    /// nodes at once: nodes going NotReady hurt users more than a lease renewed twice for a
-    /// moment.)
-    fn fence_after(&self) -> Duration {
-        self.duration * 2
-    }
-
-    /// How long one direct read of a member's Lease may take.
-    fn read_timeout(&self) -> Duration {
-        self.duration / 2
-    }
-}
-
-/// `<instance>-shard-<identity>`, as a valid object name.
-pub fn lease_name(instance: &str, identity: &str) -> String {
-    let raw = format!("{instance}-shard-{identity}").to_lowercase();
-    let clean: String =
-        raw.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' }).collect();
-    clean.trim_matches(|c: char| !c.is_ascii_alphanumeric()).chars().take(253).collect()
-}
 
 pub struct Membership {
     config: MembershipConfig,
@@ -305,15 +259,5 @@ pub async fn leave(client: Client, config: &MembershipConfig) {
         Err(e) => {
             tracing::warn!(error = %e, "could not delete the membership Lease; the others take over when it expires")
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn lease_names_are_valid_object_names() {
-        assert_eq!(super::lease_name("kwok-pools", "Host_1:42"), "kwok-pools-shard-host-1-42");
-        let long = super::lease_name("a", &"x".repeat(400));
-        assert!(long.len() <= 253 && long.ends_with('x'));
     }
 }

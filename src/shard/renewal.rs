@@ -3,7 +3,7 @@
 //! for a slow renewal. The time of the last renewal that went through is published for the
 //! view loop (which fences this replica when it gets old).
 
-use super::membership::{MembershipConfig, NODES_ANNOTATION, SHARD_LABEL};
+use super::config::{MembershipConfig, NODES_ANNOTATION, SHARD_LABEL};
 use crate::api::conventions::FIELD_MANAGER;
 use crate::telemetry::metrics::Metrics;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};

@@ -6,7 +6,8 @@
 //! reference in whatever pool stores it is given ([`PoolLifecycles`]), and names no kind.
 //! Decisions are pure functions of the settings, the seed and the object's identity.
 
-use crate::api::lifecycle::{Delay, Distribution, Lifecycle, NodeLifecycle, PodLifecycle, parse_duration, unit};
+use crate::api::duration::{parse_duration, unit};
+use crate::api::lifecycle::{Delay, Distribution, Lifecycle, NodeLifecycle, PodLifecycle};
 use crate::informer::pod::SlimPod;
 use crate::pool::PoolKind;
 use k8s_openapi::api::core::v1::Node;

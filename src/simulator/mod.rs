@@ -13,7 +13,7 @@ pub mod selector;
 
 pub use crate::backoff::{retry_after, timer_delay};
 
-use crate::deploy::rbac::Rule;
+use crate::deploy::rule::Rule;
 use crate::informer::pod::SlimPod;
 use crate::informer::{Informers, SyncWait};
 use crate::pool::PoolKind;
@@ -79,7 +79,7 @@ pub trait Simulate: PoolKind {
     }
 
     /// The rights the simulator needs beyond the pool's and its children's (RBAC is generated
-    /// from these, see [`crate::rbac`]).
+    /// from these, see [`crate::deploy::rbac`]).
     fn simulator_rules() -> Vec<Rule> {
         Vec::new()
     }

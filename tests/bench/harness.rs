@@ -33,7 +33,7 @@ impl Bench {
             timeout: Duration::from_secs(180),
             extra_args: vec![],
             install_crds: true,
-            kubevirt_crd: std::env::var_os("BENCH_NO_KUBEVIRT").is_none(),
+            child_crds: std::env::var_os("BENCH_NO_KUBEVIRT").is_none(),
             metrics_server: false,
         };
         let created = cluster::create(&opts).await.expect("creating the benchmark cluster (run `make controlplane`)");

@@ -1,7 +1,6 @@
 #![allow(clippy::duplicated_attributes)] // kube(printcolumn(...)) repeats keys by design
 //! The ConfigMapPool type.
 
-use super::rules;
 use crate::api::common::{PoolStatus, TemplateMetadata};
 use crate::api::validation;
 use garde::Validate;
@@ -40,7 +39,7 @@ pub struct ConfigMapPoolSpec {
 
     /// The ConfigMap every child is rendered from.
     #[serde(default)]
-    #[garde(custom(rules::config_map_template))]
+    #[garde(custom(ConfigMapTemplate::rules))]
     pub config_map_template: ConfigMapTemplate,
 }
 

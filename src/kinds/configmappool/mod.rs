@@ -1,6 +1,6 @@
 //! ConfigMapPool: a namespaced pool of ConfigMaps, with no simulator. It exists only in the
 //! tests' build (feature `test-kinds`) as the proof that a kind is this directory plus one
-//! line in the registry: tests/e2e_kind_proof.rs drives it through admission, reconcile,
+//! line in the registry: tests/kind_proof.rs drives it through admission, reconcile,
 //! CRD and schema generation, RBAC generation, fuzzing and the harness's cleanup.
 
 pub mod api;

@@ -1,12 +1,12 @@
 #![allow(clippy::duplicated_attributes)] // kube(printcolumn(...)) repeats keys by design
 //! NodePool: a cluster-scoped pool of fake Nodes.
 
-use super::rules::{self, NodePoolRules};
 use crate::api::common::{PoolStatus, SubnetRange, TemplateMetadata};
 use crate::api::lifecycle::Lifecycle;
 use crate::api::schema;
 use crate::api::validation;
 use garde::Validate;
+use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -64,13 +64,13 @@ pub struct NodePoolSpec {
     /// it, nodes look like kwok's default node (32 CPU, 256Gi memory, 110 pods, amd64/linux).
     #[serde(default)]
     #[schemars(extend("default" = {}))]
-    #[garde(custom(rules::node_template))]
+    #[garde(custom(NodeTemplate::rules))]
     pub node_template: NodeTemplate,
 
     /// Optional pod ranges: node `i` gets the `i`-th subnet as `spec.podCIDR(s)`. Without it the
     /// controller manager's node IPAM assigns podCIDRs.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "podCIDR")]
-    #[garde(custom(rules::pod_cidr(self.node_count)))]
+    #[garde(custom(NodePoolSpec::pod_cidr_rules(self.node_count)))]
     pub pod_cidr: Option<SubnetRange>,
 
     /// Optional address range: node `i` gets the `i`-th host address as its InternalIP.
@@ -78,7 +78,7 @@ pub struct NodePoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "internalIPs")]
     #[schemars(schema_with = "schema::cidr_string")]
     #[x_kube(validation = Rule::new("isCIDR(self)").message("must be a CIDR such as 10.1.0.0/16"))]
-    #[garde(custom(rules::internal_ips(self.node_count)))]
+    #[garde(custom(NodePoolSpec::internal_ips_rules(self.node_count)))]
     pub internal_ips: Option<String>,
 
     /// How the nodes (and the pods on them that no PodPool governs) behave: flapping nodes,
@@ -121,4 +121,13 @@ impl NodeTemplate {
     pub fn rendered_part(&self) -> NodeTemplate {
         NodeTemplate { metadata: self.metadata.as_ref().map(TemplateMetadata::rendered_part), ..self.clone() }
     }
+}
+
+/// What NodePool rules need beyond the spec.
+#[derive(Clone, Debug, Default)]
+pub struct NodePoolRules {
+    /// Ranges of the other NodePools: (name, podCIDR, internalIPs).
+    pub others: Vec<(String, Option<IpNet>, Option<IpNet>)>,
+    /// On update: the spec before the change and how many children the pool has.
+    pub old: Option<(NodePoolSpec, u32)>,
 }

@@ -7,7 +7,8 @@ use crate::informer::{Change, Informer, Informers};
 use crate::kinds::KindFlags;
 use crate::pool::controller::pools_to_wake;
 use crate::pool::fixtures::{Call, Reply, Seen, echo, mock_api, store, strict_api};
-use crate::pool::reconcile::{PoolContext, reconcile, validate};
+use crate::pool::context::PoolContext;
+use crate::pool::reconcile::{reconcile, validate};
 use crate::pool::{PoolKind, Shared, child};
 use crate::telemetry::metrics::Metrics;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
@@ -297,7 +298,7 @@ async fn a_missing_child_crd_marks_the_pools_degraded_until_it_is_established() 
         // Told once per generation, not on every check.
         status_write(1),
     ]);
-    let crd = ChildCrd { name: "things.example.com", install: "kubectl apply -f things.yaml" };
+    let crd = ChildCrd { name: "things.example.com", install: "kubectl apply -f things.yaml", stand_in: crate::kinds::vmipool::kubevirt_crd::crd };
     let pools = store(vec![plain_pool()]);
     let wait =
         tokio::spawn(async move { await_child_crd::<NodePool>(&client, crd, &pools, Duration::from_millis(50)).await });

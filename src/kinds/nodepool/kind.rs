@@ -165,7 +165,7 @@ impl PoolKind for NodePool {
         NodePool::problems(self, old, peers)
     }
 
-    fn env(flags: &NodeFlags, shared: &Shared) -> Result<NodeEnv, String> {
+    fn env(flags: &NodeFlags, shared: &Shared) -> Result<NodeEnv, crate::pool::setup::SetupError> {
         let range = flags.node_ip_range.trunc();
         // The default instance counts from the start of the range; others from a point of their own.
         let addresses =

@@ -3,7 +3,7 @@
 //! every other pool's and never move a live node's. Shared primitives are in
 //! [`crate::api::validation`].
 
-use super::api::{NodePool, NodePoolSpec, NodeTemplate};
+use super::api::{NodePool, NodePoolRules, NodePoolSpec, NodeTemplate};
 use crate::api::common::SubnetRange;
 use crate::api::conventions::{HOSTNAME_LABEL, RESERVED_LABELS};
 use crate::api::ranges;
@@ -14,15 +14,6 @@ use std::sync::Arc;
 
 /// Labels a node template may not set: the pool sets them itself.
 const NODE_RESERVED_LABELS: [&str; 4] = [RESERVED_LABELS[0], RESERVED_LABELS[1], RESERVED_LABELS[2], HOSTNAME_LABEL];
-
-/// What NodePool rules need beyond the spec.
-#[derive(Clone, Debug, Default)]
-pub struct NodePoolRules {
-    /// Ranges of the other NodePools: (name, podCIDR, internalIPs).
-    pub others: Vec<(String, Option<IpNet>, Option<IpNet>)>,
-    /// On update: the spec before the change and how many children the pool has.
-    pub old: Option<(NodePoolSpec, u32)>,
-}
 
 impl NodePoolRules {
     /// The context for `pool` among `all` pools (itself excluded by name), before an update
@@ -48,19 +39,21 @@ impl NodePoolRules {
     }
 }
 
-/// Rules on a node template: only what the pool owns. Everything else a Node may say is the
-/// API server's to judge (the webhook and the reconciler have it validate the rendered node).
-pub fn node_template(t: &NodeTemplate, ctx: &NodePoolRules) -> garde::Result {
-    let _ = ctx;
-    let mut out = Vec::new();
-    metadata_problems(t.metadata.as_ref(), &NODE_RESERVED_LABELS, &mut out);
-    if let Some(spec) = &t.spec
-        && (spec.pod_cidr.as_deref().is_some_and(|c| !c.is_empty())
-            || spec.pod_cidrs.as_ref().is_some_and(|c| !c.is_empty()))
-    {
-        out.push(".spec.podCIDR: must be empty: every node needs a range of its own; set spec.podCIDR {cidr, maskSize} on the pool instead".into());
+impl NodeTemplate {
+    /// Rules on a node template: only what the pool owns. Everything else a Node may say is the
+    /// API server's to judge (the webhook and the reconciler have it validate the rendered node).
+    /// garde runs it on `spec.nodeTemplate` (`api.rs` names it).
+    pub fn rules(t: &Self, _ctx: &NodePoolRules) -> garde::Result {
+        let mut out = Vec::new();
+        metadata_problems(t.metadata.as_ref(), &NODE_RESERVED_LABELS, &mut out);
+        if let Some(spec) = &t.spec
+            && (spec.pod_cidr.as_deref().is_some_and(|c| !c.is_empty())
+                || spec.pod_cidrs.as_ref().is_some_and(|c| !c.is_empty()))
+        {
+            out.push(".spec.podCIDR: must be empty: every node needs a range of its own; set spec.podCIDR {cidr, maskSize} on the pool instead".into());
+        }
+        lines(out)
     }
-    lines(out)
 }
 
 /// Advice that does not refuse the pool (the API server accepts such a Node): allocatable
@@ -165,12 +158,20 @@ fn subnet_count(net: &IpNet, mask: u8) -> u128 {
     1u128.checked_shl(u32::from(mask.saturating_sub(net.prefix_len()))).unwrap_or(u128::MAX)
 }
 
-/// Rules on `spec.podCIDR`: valid, big enough, not overlapping another pool, not moving the
-/// subnets of existing nodes.
-pub fn pod_cidr(count: i32) -> impl FnOnce(&Option<SubnetRange>, &NodePoolRules) -> garde::Result {
-    move |range, ctx| pod_cidr_rule(range, ctx, count)
+impl NodePoolSpec {
+    /// garde's rule on `spec.podCIDR` for `count` nodes (`api.rs` names it).
+    pub fn pod_cidr_rules(count: i32) -> impl FnOnce(&Option<SubnetRange>, &NodePoolRules) -> garde::Result {
+        move |range, ctx| pod_cidr_rule(range, ctx, count)
+    }
+
+    /// garde's rule on `spec.internalIPs` for `count` nodes (`api.rs` names it).
+    pub fn internal_ips_rules(count: i32) -> impl FnOnce(&Option<String>, &NodePoolRules) -> garde::Result {
+        move |range, ctx| internal_ips_rule(range, ctx, count)
+    }
 }
 
+/// Rules on `spec.podCIDR`: valid, big enough, not overlapping another pool, not moving the
+/// subnets of existing nodes.
 fn pod_cidr_rule(range: &Option<SubnetRange>, ctx: &NodePoolRules, count: i32) -> garde::Result {
     let Some(range) = range else { return Ok(()) };
     let net = parse_net(&range.cidr).map_err(|e| garde::Error::new(format!(".cidr: {e}")))?;
@@ -210,10 +211,6 @@ fn pod_cidr_rule(range: &Option<SubnetRange>, ctx: &NodePoolRules, count: i32) -
 }
 
 /// Rules on `spec.internalIPs`: the same rules as `podCIDR`, item by host address.
-pub fn internal_ips(count: i32) -> impl FnOnce(&Option<String>, &NodePoolRules) -> garde::Result {
-    move |range, ctx| internal_ips_rule(range, ctx, count)
-}
-
 fn internal_ips_rule(range: &Option<String>, ctx: &NodePoolRules, count: i32) -> garde::Result {
     let Some(text) = range else { return Ok(()) };
     let net = parse_net(text).map_err(|e| garde::Error::new(format!(": {e}")))?;

@@ -1,7 +1,6 @@
 #![allow(clippy::duplicated_attributes)] // kube(printcolumn(...)) repeats keys by design
 //! PodPool: a namespaced pool of Pods that, by default, land on fake nodes.
 
-use super::rules;
 use crate::api::common::{Placement, PoolStatus, TemplateMetadata};
 use crate::api::lifecycle::Lifecycle;
 use crate::api::schema;
@@ -67,7 +66,7 @@ pub struct PodPoolSpec {
     /// The Pod every child is rendered from (it needs at least one container).
     #[serde(default)]
     #[schemars(extend("default" = {}))]
-    #[garde(custom(rules::pod_template))]
+    #[garde(custom(PodTemplate::rules))]
     pub pod_template: PodTemplate,
 
     /// How many pods may be unavailable while a template change rolls out: a number or a

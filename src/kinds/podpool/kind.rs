@@ -58,7 +58,7 @@ impl PoolKind for PodPool {
         PodPool::problems(self)
     }
 
-    fn env(_flags: &NoFlags, _shared: &Shared) -> Result<PodEnv, String> {
+    fn env(_flags: &NoFlags, _shared: &Shared) -> Result<PodEnv, crate::pool::setup::SetupError> {
         Ok(PodEnv)
     }
 

@@ -5,15 +5,18 @@ use super::api::{PodPool, PodTemplate};
 use crate::api::conventions::RESERVED_LABELS;
 use crate::api::validation::{check, lines, metadata_problems};
 
-/// Rules on a pod template: only what the pool owns (the API server judges the rendered pod,
-/// and the schema requires a container).
-pub fn pod_template(t: &PodTemplate, _ctx: &()) -> garde::Result {
-    let mut out = Vec::new();
-    metadata_problems(t.metadata.as_ref(), &RESERVED_LABELS, &mut out);
-    if t.spec.containers.is_empty() {
-        out.push(".spec.containers: Required value: a Pod needs at least one container, e.g. containers: [{name: app, image: nginx}]".into());
+impl PodTemplate {
+    /// Rules on a pod template: only what the pool owns (the API server judges the rendered pod,
+    /// and the schema requires a container).
+    /// garde runs it on the pool's template field (`api.rs` names it).
+    pub fn rules(t: &Self, _ctx: &()) -> garde::Result {
+        let mut out = Vec::new();
+        metadata_problems(t.metadata.as_ref(), &RESERVED_LABELS, &mut out);
+        if t.spec.containers.is_empty() {
+            out.push(".spec.containers: Required value: a Pod needs at least one container, e.g. containers: [{name: app, image: nginx}]".into());
+        }
+        lines(out)
     }
-    lines(out)
 }
 
 impl PodPool {

@@ -2,7 +2,6 @@
 //! VMIPool: a namespaced pool of KubeVirt VirtualMachineInstances.
 
 use super::kubevirt::VmiSpec;
-use super::rules;
 use crate::api::common::{Placement, PoolStatus, TemplateMetadata};
 use crate::api::schema;
 use crate::api::validation;
@@ -63,7 +62,7 @@ pub struct VMIPoolSpec {
     /// The VirtualMachineInstance every child is rendered from.
     #[serde(default)]
     #[schemars(extend("default" = {}))]
-    #[garde(custom(rules::vmi_template))]
+    #[garde(custom(VmiTemplate::rules))]
     pub vmi_template: VmiTemplate,
 
     /// How many VMIs may be unavailable while a template change rolls out: a number or a

@@ -28,7 +28,8 @@ impl PoolKind for VMIPool {
     const CREATE_WITH_POST: bool = true;
     const CHILD_CRD: Option<ChildCrd> = Some(ChildCrd {
         name: kubevirt_crd::NAME,
-        install: "install KubeVirt, or KubeVirt's VMI CRD alone with `kwok-pools crd --kubevirt | kubectl apply --server-side -f -`",
+        install: "install KubeVirt, or KubeVirt's VMI CRD alone with `kwok-pools crd --child-crds | kubectl apply --server-side -f -`",
+        stand_in: kubevirt_crd::crd,
     });
 
     fn validation_env() -> VmiEnv {
@@ -59,7 +60,7 @@ impl PoolKind for VMIPool {
         VMIPool::problems(self)
     }
 
-    fn env(_flags: &VmiFlags, _shared: &Shared) -> Result<VmiEnv, String> {
+    fn env(_flags: &VmiFlags, _shared: &Shared) -> Result<VmiEnv, crate::pool::setup::SetupError> {
         Ok(VmiEnv)
     }
 

@@ -1,5 +1,5 @@
 //! A KubeVirt-compatible CRD for VirtualMachineInstances, for clusters without KubeVirt
-//! (`kwok-pools crd --kubevirt`, `kwok-pools cluster create --kubevirt`): KubeVirt's names,
+//! (`kwok-pools crd --child-crds`, `kwok-pools cluster create --child-crds`): KubeVirt's names,
 //! versions, printer columns and no subresources (status travels with the object). The schema
 //! keeps every field; with KubeVirt's own structural CRD installed instead, everything works
 //! the same, because the simulator writes only status fields KubeVirt's schema has.

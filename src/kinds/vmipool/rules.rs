@@ -33,72 +33,75 @@ fn capped(mut problems: Vec<String>, out: &mut Vec<String>) {
     out.extend(problems);
 }
 
-/// Rules on a VMI template: what the pool owns, and what KubeVirt refuses on a VMI create
-/// (every interface has its network and the other way round, every disk its volume, names
-/// unique, memory set). Linear in the lists, which are bounded.
-pub fn vmi_template(t: &VmiTemplate, _ctx: &()) -> garde::Result {
-    let mut out = Vec::new();
-    metadata_problems(t.metadata.as_ref(), &RESERVED_LABELS, &mut out);
-    let spec = &t.spec;
-    let devices = &spec.domain.devices;
-    let lists = [
-        ("networks", spec.networks.len()),
-        ("volumes", spec.volumes.len()),
-        ("domain.devices.interfaces", devices.interfaces.len()),
-        ("domain.devices.disks", devices.disks.len()),
-    ];
-    let too_long: Vec<String> = lists
-        .iter()
-        .filter(|(_, n)| *n > MAX_DEVICES)
-        .map(|(what, n)| format!(".spec.{what}: {n} items: a VMI takes at most {MAX_DEVICES}"))
-        .collect();
-    if !too_long.is_empty() {
-        out.extend(too_long);
-        return lines(out);
-    }
-    let mut found = Vec::new();
-    duplicates("networks", spec.networks.iter().map(|n| n.name.as_str()), &mut found);
-    duplicates("volumes", spec.volumes.iter().map(|v| v.name.as_str()), &mut found);
-    duplicates("domain.devices.interfaces", devices.interfaces.iter().map(|i| i.name.as_str()), &mut found);
-    duplicates("domain.devices.disks", devices.disks.iter().map(|d| d.name.as_str()), &mut found);
-    let networks: std::collections::HashSet<&str> = spec.networks.iter().map(|n| n.name.as_str()).collect();
-    let interfaces: std::collections::HashSet<&str> = devices.interfaces.iter().map(|i| i.name.as_str()).collect();
-    let volumes: std::collections::HashSet<&str> = spec.volumes.iter().map(|v| v.name.as_str()).collect();
-    for (i, iface) in devices.interfaces.iter().enumerate() {
-        if !networks.contains(iface.name.as_str()) {
-            found.push(format!(
-                ".spec.domain.devices.interfaces[{i}].name: {:?} has no network of that name in spec.networks: add one (e.g. {{name: {}, pod: {{}}}})",
-                iface.name, iface.name
-            ));
+impl VmiTemplate {
+    /// Rules on a VMI template: what the pool owns, and what KubeVirt refuses on a VMI create
+    /// (every interface has its network and the other way round, every disk its volume, names
+    /// unique, memory set). Linear in the lists, which are bounded.
+    /// garde runs it on the pool's template field (`api.rs` names it).
+    pub fn rules(t: &Self, _ctx: &()) -> garde::Result {
+        let mut out = Vec::new();
+        metadata_problems(t.metadata.as_ref(), &RESERVED_LABELS, &mut out);
+        let spec = &t.spec;
+        let devices = &spec.domain.devices;
+        let lists = [
+            ("networks", spec.networks.len()),
+            ("volumes", spec.volumes.len()),
+            ("domain.devices.interfaces", devices.interfaces.len()),
+            ("domain.devices.disks", devices.disks.len()),
+        ];
+        let too_long: Vec<String> = lists
+            .iter()
+            .filter(|(_, n)| *n > MAX_DEVICES)
+            .map(|(what, n)| format!(".spec.{what}: {n} items: a VMI takes at most {MAX_DEVICES}"))
+            .collect();
+        if !too_long.is_empty() {
+            out.extend(too_long);
+            return lines(out);
         }
-    }
-    for (i, net) in spec.networks.iter().enumerate() {
-        if !interfaces.contains(net.name.as_str()) {
-            found.push(format!(
-                ".spec.networks[{i}].name: {:?} has no interface of that name in spec.domain.devices.interfaces",
-                net.name
-            ));
+        let mut found = Vec::new();
+        duplicates("networks", spec.networks.iter().map(|n| n.name.as_str()), &mut found);
+        duplicates("volumes", spec.volumes.iter().map(|v| v.name.as_str()), &mut found);
+        duplicates("domain.devices.interfaces", devices.interfaces.iter().map(|i| i.name.as_str()), &mut found);
+        duplicates("domain.devices.disks", devices.disks.iter().map(|d| d.name.as_str()), &mut found);
+        let networks: std::collections::HashSet<&str> = spec.networks.iter().map(|n| n.name.as_str()).collect();
+        let interfaces: std::collections::HashSet<&str> = devices.interfaces.iter().map(|i| i.name.as_str()).collect();
+        let volumes: std::collections::HashSet<&str> = spec.volumes.iter().map(|v| v.name.as_str()).collect();
+        for (i, iface) in devices.interfaces.iter().enumerate() {
+            if !networks.contains(iface.name.as_str()) {
+                found.push(format!(
+                    ".spec.domain.devices.interfaces[{i}].name: {:?} has no network of that name in spec.networks: add one (e.g. {{name: {}, pod: {{}}}})",
+                    iface.name, iface.name
+                ));
+            }
         }
-        if net.pod.is_some() == net.multus.is_some() {
-            found.push(format!(".spec.networks[{i}]: set exactly one of pod and multus"));
+        for (i, net) in spec.networks.iter().enumerate() {
+            if !interfaces.contains(net.name.as_str()) {
+                found.push(format!(
+                    ".spec.networks[{i}].name: {:?} has no interface of that name in spec.domain.devices.interfaces",
+                    net.name
+                ));
+            }
+            if net.pod.is_some() == net.multus.is_some() {
+                found.push(format!(".spec.networks[{i}]: set exactly one of pod and multus"));
+            }
         }
-    }
-    for (i, disk) in devices.disks.iter().enumerate() {
-        if !volumes.contains(disk.name.as_str()) {
-            found.push(format!(
-                ".spec.domain.devices.disks[{i}].name: {:?} has no volume of that name in spec.volumes",
-                disk.name
-            ));
+        for (i, disk) in devices.disks.iter().enumerate() {
+            if !volumes.contains(disk.name.as_str()) {
+                found.push(format!(
+                    ".spec.domain.devices.disks[{i}].name: {:?} has no volume of that name in spec.volumes",
+                    disk.name
+                ));
+            }
         }
+        capped(found, &mut out);
+        let requested =
+            spec.domain.resources.as_ref().and_then(|r| r.requests.as_ref()).is_some_and(|r| r.contains_key("memory"));
+        let guest = spec.domain.memory.as_ref().is_some_and(|m| m.guest.is_some());
+        if !requested && !guest {
+            out.push(".spec.domain: Required value: set memory.guest or resources.requests.memory, e.g. resources: {requests: {memory: 128Mi}}".into());
+        }
+        lines(out)
     }
-    capped(found, &mut out);
-    let requested =
-        spec.domain.resources.as_ref().and_then(|r| r.requests.as_ref()).is_some_and(|r| r.contains_key("memory"));
-    let guest = spec.domain.memory.as_ref().is_some_and(|m| m.guest.is_some());
-    if !requested && !guest {
-        out.push(".spec.domain: Required value: set memory.guest or resources.requests.memory, e.g. resources: {requests: {memory: 128Mi}}".into());
-    }
-    lines(out)
 }
 
 impl VMIPool {

@@ -10,7 +10,7 @@ pub mod pods;
 use super::{NodeEnv, NodeFlags, NodePool};
 use crate::informer::{SyncWait, shared, wait_synced};
 use crate::kubelet::node as node_status;
-use crate::deploy::rbac::Rule;
+use crate::deploy::rule::Rule;
 use crate::simulator::lifecycle::Defaults;
 use crate::simulator::{SimContext, Simulate, Simulation};
 use kube::ResourceExt;

@@ -653,57 +653,61 @@ impl Loop {
         let sim = self.sim.clone();
         self.writes.spawn(move || {
             // One span per transition, made once the write has room (a backlog holds none).
-            let span = tracing::debug_span!("pod_transition", namespace = pod.metadata.namespace.as_deref().unwrap_or_default(), pod = pod.name(), transition);
-            async move {
-            let ns = pod.namespace().unwrap_or_default();
-            let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
-            let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-            let mut patch = patch;
-            // The UID makes the API server refuse the write if the pod was replaced meanwhile
-            // by another of the same name (a pool reuses names).
-            patch["metadata"] = serde_json::json!({ "uid": pod.uid() });
-            let result = api.patch_status(&pod.name_any(), &pp, &Patch::Strategic(&patch)).await;
-            let ok = result.is_ok();
-            sim.metrics.write("pods", "patch-status", ok);
-            sim.metrics.pod_transitions.get_or_create(&ResultLabels { result: transition.into() }).inc();
-            // Gone or replaced: nothing to retry for this pod.
-            let gone = crate::simulator::machinery::object_gone(&result);
-            if let Err(e) = &result
-                && !gone
-            {
-                tracing::warn!(pod = %pod.name_any(), namespace = %ns, error = %e, "pod status write failed; will retry");
-            }
-            Done::after(&pod, ok || gone, false)
-            }
-            .instrument(span)
+            let ns = pod.metadata.namespace.clone().unwrap_or_default();
+            let span = tracing::debug_span!("pod_transition", namespace = %ns, pod = pod.name(), transition);
+            status_write(sim, pod, patch, transition).instrument(span)
         });
     }
 
     fn spawn_remove(&self, pod: Arc<SlimPod>) {
         let sim = self.sim.clone();
         self.writes.spawn(move || {
-            let span = tracing::debug_span!("pod_removal", namespace = pod.metadata.namespace.as_deref().unwrap_or_default(), pod = pod.name());
-            async move {
-            let ns = pod.namespace().unwrap_or_default();
-            let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
-            let dp = DeleteParams {
-                grace_period_seconds: Some(0),
-                preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
-                ..Default::default()
-            };
-            let result = api.delete(&pod.name_any(), &dp).await;
-            let ok = match &result {
-                Ok(_) => true,
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
-                Err(e) => {
-                    tracing::warn!(pod = %pod.name_any(), namespace = %ns, error = %e, "removing a terminated pod failed");
-                    false
-                }
-            };
-            sim.metrics.write("pods", "delete", ok);
-            Done::after(&pod, ok, ok)
-            }
-            .instrument(span)
+            let ns = pod.metadata.namespace.clone().unwrap_or_default();
+            let span = tracing::debug_span!("pod_removal", namespace = %ns, pod = pod.name());
+            remove(sim, pod).instrument(span)
         });
     }
+}
+
+/// Writes a pod's status transition; the UID makes the API server refuse the write if the pod
+/// was replaced meanwhile by another of the same name (a pool reuses names).
+async fn status_write(sim: Arc<PodSimulator>, pod: Arc<SlimPod>, mut patch: serde_json::Value, transition: &'static str) -> Done {
+    let ns = pod.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
+    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    patch["metadata"] = serde_json::json!({ "uid": pod.uid() });
+    let result = api.patch_status(&pod.name_any(), &pp, &Patch::Strategic(&patch)).await;
+    let ok = result.is_ok();
+    sim.metrics.write("pods", "patch-status", ok);
+    sim.metrics.pod_transitions.get_or_create(&ResultLabels { result: transition.into() }).inc();
+    // Gone or replaced: nothing to retry for this pod.
+    let gone = crate::simulator::machinery::object_gone(&result);
+    if let Err(e) = &result
+        && !gone
+    {
+        tracing::warn!(pod = %pod.name_any(), namespace = %ns, error = %e, "pod status write failed; will retry");
+    }
+    Done::after(&pod, ok || gone, false)
+}
+
+/// Removes a terminated pod (grace 0, on its UID), as the kubelet's final delete does.
+async fn remove(sim: Arc<PodSimulator>, pod: Arc<SlimPod>) -> Done {
+    let ns = pod.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
+        ..Default::default()
+    };
+    let result = api.delete(&pod.name_any(), &dp).await;
+    let ok = match &result {
+        Ok(_) => true,
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
+        Err(e) => {
+            tracing::warn!(pod = %pod.name_any(), namespace = %ns, error = %e, "removing a terminated pod failed");
+            false
+        }
+    };
+    sim.metrics.write("pods", "delete", ok);
+    Done::after(&pod, ok, ok)
 }

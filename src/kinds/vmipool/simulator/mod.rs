@@ -11,7 +11,7 @@ use super::{VMIPool, VmiEnv};
 use crate::informer::pod::SlimPod;
 use crate::informer::{shared, wait_synced};
 use crate::pool::controller::crd_established;
-use crate::deploy::rbac::Rule;
+use crate::deploy::rule::Rule;
 use crate::simulator::selector::Selector;
 use crate::simulator::{SimContext, Simulate, Simulation};
 use kube::Client;
@@ -93,7 +93,7 @@ async fn run(flags: VmiFlags, sim: SimContext) {
     while !crd_established(&client, super::kubevirt_crd::NAME).await.unwrap_or(false) {
         if !std::mem::replace(&mut told, true) {
             tracing::info!(
-                "no VirtualMachineInstance CRD yet: VMIs are simulated once KubeVirt or `kwok-pools crd --kubevirt` is installed"
+                "no VirtualMachineInstance CRD yet: VMIs are simulated once KubeVirt or `kwok-pools crd --child-crds` is installed"
             );
         }
         tokio::time::sleep(Duration::from_secs(10)).await;

@@ -7,7 +7,7 @@
 use super::status::{self as vmi_status, APP_LABEL, CREATED_BY_LABEL, Step};
 use crate::api::conventions::FIELD_MANAGER;
 use crate::kinds::vmipool::kubevirt::VirtualMachineInstance;
-use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
+use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes, object_gone};
 use crate::simulator::manage::Manage;
 use crate::simulator::selector::Selector;
 use crate::informer::Change;
@@ -330,10 +330,12 @@ async fn act(
     sim.metrics.vmi_transitions.get_or_create(&ResultLabels { result: transition }).inc();
     match result {
         Ok(()) => true,
-        // Gone or replaced meanwhile: nothing to retry.
-        // Gone or replaced meanwhile (a patch carries the UID as a precondition): nothing to
-        // retry. A create that conflicts is retried.
-        Err(kube::Error::Api(s)) if s.code == 404 || (s.code == 409 && *step != Step::CreateLauncher) => true,
+        // Gone or replaced meanwhile (a patch carries the UID, which the API server refuses
+        // with a 422 for another object of the name): nothing to retry.
+        Err(_) if object_gone(&result) => true,
+        // A delete's UID precondition failed (409): the launcher was replaced. A create that
+        // conflicts is retried.
+        Err(kube::Error::Api(s)) if s.code == 409 && *step != Step::CreateLauncher => true,
         Err(e) => {
             tracing::warn!(vmi = %name, namespace = %ns, step = ?step, error = %e, "VMI write failed; retrying");
             false

@@ -89,6 +89,18 @@ fn bounded<K, V>(map: &mut HashMap<K, V>) {
     }
 }
 
+/// Why a caller could not be judged (the kubelet API answers 500 with it, as a kubelet whose
+/// webhook authentication fails does).
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("TokenReview failed: {0} (the operator needs create on tokenreviews.authentication.k8s.io)")]
+    Token(#[source] kube::Error),
+    #[error("SubjectAccessReview failed: {0} (the operator needs create on subjectaccessreviews.authorization.k8s.io)")]
+    Access(#[source] kube::Error),
+    #[error("the operator is shutting down")]
+    ShuttingDown,
+}
+
 impl Authorizer {
     pub fn new(client: Client) -> Self {
         Self {
@@ -100,7 +112,7 @@ impl Authorizer {
     }
 
     /// The caller a bearer token belongs to (`None`: not a valid token).
-    pub async fn token(&self, token: &str) -> Result<Option<Caller>, String> {
+    pub async fn token(&self, token: &str) -> Result<Option<Caller>, ReviewError> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let cached = || {
             self.tokens
@@ -114,7 +126,7 @@ impl Authorizer {
             return Ok(caller);
         }
         // One review at a time per slot; a caller that waited finds the answer cached.
-        let _slot = self.reviews.acquire().await.map_err(|e| e.to_string())?;
+        let _slot = self.reviews.acquire().await.map_err(|_| ReviewError::ShuttingDown)?;
         if let Some(caller) = cached() {
             return Ok(caller);
         }
@@ -125,7 +137,7 @@ impl Authorizer {
         let answer = Api::<TokenReview>::all(self.client.clone())
             .create(&PostParams::default(), &review)
             .await
-            .map_err(|e| format!("TokenReview failed: {e} (the operator needs create on tokenreviews)"))?;
+            .map_err(ReviewError::Token)?;
         let status = answer.status.unwrap_or_default();
         let caller = status.user.filter(|_| status.authenticated == Some(true)).map(|u| Caller {
             user: u.username.unwrap_or_default(),
@@ -140,7 +152,7 @@ impl Authorizer {
     }
 
     /// Whether `caller` may `verb` one of `subresources` of node `node`.
-    pub async fn allowed(&self, caller: &Caller, verb: &'static str, subresources: &[&'static str], node: &str) -> Result<bool, String> {
+    pub async fn allowed(&self, caller: &Caller, verb: &'static str, subresources: &[&'static str], node: &str) -> Result<bool, ReviewError> {
         for sub in subresources {
             if self.allowed_one(caller, verb, sub, node).await? {
                 return Ok(true);
@@ -149,7 +161,7 @@ impl Authorizer {
         Ok(false)
     }
 
-    async fn allowed_one(&self, caller: &Caller, verb: &'static str, sub: &'static str, node: &str) -> Result<bool, String> {
+    async fn allowed_one(&self, caller: &Caller, verb: &'static str, sub: &'static str, node: &str) -> Result<bool, ReviewError> {
         // Every node at once first (an empty name), then this one.
         if self.decided(caller, verb, sub, "").await? {
             return Ok(true);
@@ -158,7 +170,7 @@ impl Authorizer {
     }
 
     /// The cached decision, else a SubjectAccessReview (`node` empty: every node).
-    async fn decided(&self, caller: &Caller, verb: &'static str, sub: &'static str, node: &str) -> Result<bool, String> {
+    async fn decided(&self, caller: &Caller, verb: &'static str, sub: &'static str, node: &str) -> Result<bool, ReviewError> {
         let key = (caller.clone(), verb, sub, node.to_string());
         let cached = || {
             self.decisions
@@ -171,7 +183,7 @@ impl Authorizer {
         if let Some(allowed) = cached() {
             return Ok(allowed);
         }
-        let _slot = self.reviews.acquire().await.map_err(|e| e.to_string())?;
+        let _slot = self.reviews.acquire().await.map_err(|_| ReviewError::ShuttingDown)?;
         if let Some(allowed) = cached() {
             return Ok(allowed);
         }
@@ -195,7 +207,7 @@ impl Authorizer {
         let answer = Api::<SubjectAccessReview>::all(self.client.clone())
             .create(&PostParams::default(), &review)
             .await
-            .map_err(|e| format!("SubjectAccessReview failed: {e} (the operator needs create on subjectaccessreviews)"))?;
+            .map_err(ReviewError::Access)?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
         let mut decisions = self.decisions.lock().unwrap_or_else(|e| e.into_inner());
         bounded(&mut decisions);

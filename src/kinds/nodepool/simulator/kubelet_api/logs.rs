@@ -2,7 +2,7 @@
 //! `pools.kwok.x-k8s.io/logs` annotation), with the kubelet's options — follow, previous,
 //! timestamps, sinceSeconds, sinceTime, tailLines, limitBytes. Following ends when the pod goes.
 
-use super::routes::{KubeletApi, text};
+use super::state::{KubeletApi, text};
 use crate::api::kubelet::LOGS_ANNOTATION;
 use crate::informer::pod::SlimPod;
 use crate::kubelet::logs::{Options, Script};

@@ -16,12 +16,14 @@ pub mod readings;
 pub mod routes;
 pub mod session;
 pub mod spdy_stream;
+pub mod state;
 pub mod tls;
 pub mod websocket;
 
 use crate::certs::Authority;
 use crate::cli::duration::parse_duration;
 use crate::informer::shared;
+use crate::pool::setup::SetupError;
 use crate::kubelet::endpoint::{Advertise, Endpoints};
 use crate::simulator::{SimContext, Simulation};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -84,40 +86,46 @@ pub struct KubeletEnv {
     client_ca: Option<String>,
 }
 
-fn read(path: &PathBuf, what: &str) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("reading {what} {}: {e}", path.display()))
+fn read(path: &PathBuf, flag: &'static str) -> Result<String, SetupError> {
+    std::fs::read_to_string(path).map_err(|source| SetupError::Read { flag, path: path.clone(), source })
 }
 
 impl KubeletEnv {
     /// Binds the port and reads the CAs (`None`: the API is off).
-    pub fn new(flags: &KubeletApiFlags) -> Result<Option<Self>, String> {
+    pub fn new(flags: &KubeletApiFlags) -> Result<Option<Self>, SetupError> {
         if flags.kubelet_port == 0 {
             return Ok(None);
         }
         let advertise = match flags.kubelet_address.clone().or_else(|| std::env::var("POD_IP").ok().filter(|s| !s.is_empty())) {
             None => Advertise::Loopback,
             Some(a) if a == "loopback" => Advertise::Loopback,
-            Some(a) => Advertise::Shared(a.parse::<IpAddr>().map_err(|_| {
-                format!("--kubelet-address {a:?} is neither `loopback` nor an IP address")
+            Some(a) => Advertise::Shared(a.parse::<IpAddr>().map_err(|_| SetupError::Flag {
+                flag: "--kubelet-address",
+                problem: format!("{a:?} is neither `loopback` nor an IP address"),
             })?),
         };
         let bind = SocketAddr::from(([0, 0, 0, 0], flags.kubelet_port));
-        let listener = std::net::TcpListener::bind(bind).map_err(|e| {
-            format!(
-                "cannot serve the simulated kubelets' API on port {}: {e} (a real kubelet there?); pass --kubelet-port with a free port, or 0 to turn it off",
-                flags.kubelet_port
-            )
-        })?;
-        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let ca = match (&flags.kubelet_serving_ca_cert, &flags.kubelet_serving_ca_key) {
-            (Some(c), Some(k)) => Authority::from_pem(&read(c, "the kubelet serving CA")?, &read(k, "the kubelet serving CA key")?)
-                .map_err(|e| format!("the kubelet serving CA {}: {e}", c.display()))?,
-            _ => Authority::new("kwok-pools-kubelet-serving-ca").map_err(|e| e.to_string())?,
+        let listen = |source| SetupError::Listen {
+            what: "the simulated kubelets' API",
+            port: flags.kubelet_port,
+            source,
+            advice: "a real kubelet there? pass --kubelet-port with a free port, or 0 to turn it off",
         };
-        let client_ca = flags.kubelet_client_ca.as_ref().map(|p| read(p, "the kubelet client CA")).transpose()?;
+        let listener = std::net::TcpListener::bind(bind).map_err(listen)?;
+        listener.set_nonblocking(true).map_err(listen)?;
+        let ca = match (&flags.kubelet_serving_ca_cert, &flags.kubelet_serving_ca_key) {
+            (Some(c), Some(k)) => {
+                Authority::from_pem(&read(c, "--kubelet-serving-ca-cert")?, &read(k, "--kubelet-serving-ca-key")?).map_err(|e| {
+                    SetupError::Certificate { what: "--kubelet-serving-ca-cert/--kubelet-serving-ca-key", problem: e.to_string() }
+                })?
+            }
+            _ => Authority::new("kwok-pools-kubelet-serving-ca")
+                .map_err(|e| SetupError::Certificate { what: "the kubelet serving CA", problem: e.to_string() })?,
+        };
+        let client_ca = flags.kubelet_client_ca.as_ref().map(|p| read(p, "--kubelet-client-ca")).transpose()?;
         let serving = Arc::new(tls::Serving::new(ca, flags.kubelet_cert_lifetime.max(Duration::from_secs(60))));
         if let Some(pem) = &client_ca {
-            serving.set_client_ca(pem).map_err(|e| format!("--kubelet-client-ca: {e}"))?;
+            serving.set_client_ca(pem).map_err(|problem| SetupError::Flag { flag: "--kubelet-client-ca", problem })?;
         }
         Ok(Some(Self {
             endpoints: Arc::new(Mutex::new(Endpoints::new(advertise, flags.kubelet_port))),
@@ -134,7 +142,7 @@ pub fn simulation(env: &KubeletEnv, sim: &SimContext, serves: Box<dyn Fn(&k8s_op
     let (nodes, pods) = (shared::nodes(&sim.informers), shared::pods(&sim.informers));
     let index = Arc::new(index::PodsByNode::default());
     let follow = index.clone().follow(pods.subscribe());
-    let api = Arc::new(routes::KubeletApi {
+    let api = Arc::new(state::KubeletApi {
         client: sim.client.clone(),
         nodes: nodes.store(),
         pods: pods.store(),

@@ -2,47 +2,27 @@
 //! the node the request is for, then the answer — health, the node's pods, resource metrics,
 //! the stats summary, container logs, exec, attach, run, port-forward.
 
-use super::auth::{self, Authorizer, Caller};
-use super::index::PodsByNode;
+use super::auth::{self, Caller};
 use super::path::{self, Route, Target};
-use super::readings::{self, Counters};
+use super::readings;
+use super::state::{KubeletApi, text};
 use super::tls::Conn;
 use super::{logs, spdy_stream, websocket};
 use crate::informer::pod::SlimPod;
-use crate::kubelet::endpoint::{Advertise, Endpoints};
+use crate::kubelet::endpoint::Advertise;
 use crate::kubelet::{exec, resource_metrics, summary};
-use crate::simulator::lifecycle::{Lifecycles, epoch_now};
+use crate::simulator::lifecycle::epoch_now;
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::ListParams;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client};
-use std::sync::{Arc, Mutex};
-
-/// Everything the handler reads.
-pub struct KubeletApi {
-    pub client: Client,
-    pub nodes: Store<Node>,
-    pub pods: Store<SlimPod>,
-    pub index: Arc<PodsByNode>,
-    pub endpoints: Arc<Mutex<Endpoints>>,
-    pub lifecycles: Lifecycles,
-    pub counters: Counters,
-    pub auth: Authorizer,
-    /// Whether this replica simulates a node (managed, and in its shard).
-    pub serves: Box<dyn Fn(&Node) -> bool + Send + Sync>,
-}
+use kube::runtime::reflector::ObjectRef;
+use kube::Api;
+use std::sync::Arc;
 
 pub fn router(api: Arc<KubeletApi>) -> axum::Router {
     axum::Router::new().fallback(handle).with_state(api)
-}
-
-pub(super) fn text(status: StatusCode, body: impl Into<String>) -> Response {
-    let mut r = (status, body.into()).into_response();
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    r
 }
 
 pub(super) fn query(req: &Request) -> Vec<(String, String)> {
@@ -130,7 +110,7 @@ impl KubeletApi {
             Ok(None) => Err(unauthorized()),
             Err(e) => {
                 tracing::warn!(error = %e, "kubelet API: cannot review a token");
-                Err(text(StatusCode::INTERNAL_SERVER_ERROR, e))
+                Err(text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
             }
         }
     }
@@ -168,7 +148,7 @@ async fn handle(State(api): State<Arc<KubeletApi>>, req: Request) -> Response {
         }
         Err(e) => {
             tracing::warn!(error = %e, "kubelet API: cannot authorise a request");
-            return text(StatusCode::INTERNAL_SERVER_ERROR, e);
+            return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
         }
     }
     answer(&api, parsed.route, located, req).await

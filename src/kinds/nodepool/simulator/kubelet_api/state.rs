@@ -1,0 +1,36 @@
+//! What the kubelet API's handlers share: the state they read, and the plain-text answer every
+//! refusal is written as.
+
+use super::auth::Authorizer;
+use super::index::PodsByNode;
+use super::readings::Counters;
+use crate::informer::pod::SlimPod;
+use crate::kubelet::endpoint::Endpoints;
+use crate::simulator::lifecycle::Lifecycles;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::runtime::reflector::Store;
+use std::sync::{Arc, Mutex};
+
+/// Everything the handler reads.
+pub struct KubeletApi {
+    pub client: Client,
+    pub nodes: Store<Node>,
+    pub pods: Store<SlimPod>,
+    pub index: Arc<PodsByNode>,
+    pub endpoints: Arc<Mutex<Endpoints>>,
+    pub lifecycles: Lifecycles,
+    pub counters: Counters,
+    pub auth: Authorizer,
+    /// Whether this replica simulates a node (managed, and in its shard).
+    pub serves: Box<dyn Fn(&Node) -> bool + Send + Sync>,
+}
+
+/// A plain-text answer (what a kubelet writes for its errors).
+pub fn text(status: StatusCode, body: impl Into<String>) -> Response {
+    let mut r = (status, body.into()).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
