@@ -102,6 +102,10 @@ struct Window {
     cpu: f64,
     wall: f64,
     rss: f64,
+    /// Control-plane CPU seconds by component (the API server, etcd, …).
+    control_plane: Vec<(String, f64)>,
+    /// The operator's writes to the API server.
+    writes: f64,
 }
 
 async fn late(op: &Operator) -> f64 {
@@ -116,6 +120,7 @@ async fn watch(
 ) -> (Window, Vec<f64>) {
     let cpu = CpuMeter::start(op.pid(), bench.control_plane_pids());
     let late0 = late(op).await;
+    let writes0 = op.metric("kwok_pools_api_writes_total").await;
     let mut oldest = 0.0f64;
     let mut latencies = Vec::new();
     let start = Instant::now();
@@ -130,8 +135,17 @@ async fn watch(
         cycle += 1;
         tokio::time::sleep_until(next.into()).await;
     }
-    let (op_cpu, _, wall) = cpu.read();
-    let window = Window { oldest, late: late(op).await - late0, cpu: op_cpu, wall, rss: rss_mib(op.pid()) };
+    let (op_cpu, control_plane, wall) = cpu.read();
+    let writes = op.metric("kwok_pools_api_writes_total").await - writes0;
+    let window = Window {
+        oldest,
+        late: late(op).await - late0,
+        cpu: op_cpu,
+        wall,
+        rss: rss_mib(op.pid()),
+        control_plane,
+        writes,
+    };
     (window, latencies)
 }
 
@@ -184,8 +198,9 @@ pub async fn run(nodes: u32, pods_per_node: u32, hold: u64) {
             Some(format!("https://{host}:{port}/metrics/resource"))
         })
         .collect();
-    // Settle, then the quiet window: heartbeats only.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Settle (the last status writes, the controller manager catching up), then the quiet
+    // window: heartbeats only.
+    tokio::time::sleep(Duration::from_secs(30)).await;
     let (quiet, _) = watch(&op, &bench, hold, |_| None).await;
     // The scraped window: every node once per resolution, all at once as metrics-server starts them.
     let http = scraper(&bench);
@@ -242,6 +257,8 @@ pub async fn run(nodes: u32, pods_per_node: u32, hold: u64) {
             w.oldest,
             w.late
         );
+        let cp: Vec<String> = w.control_plane.iter().map(|(n, c)| format!("{n} {:.0}%", 100.0 * c / w.wall)).collect();
+        println!("    control plane (of a core): {}; operator writes {:.0}/s", cp.join(", "), w.writes / w.wall);
     }
     let on_time = scraped.late == 0.0 && scraped.oldest < 20.0;
     println!("- every lease on time while scraped: {}", if on_time { "yes" } else { "NO" });
