@@ -473,3 +473,125 @@ spec:
     .await;
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+/// Every version of pod `name` in `ns` the API server shows, until it is deleted.
+fn record_versions(client: &kube::Client, ns: &str, name: &str) -> tokio::task::JoinHandle<Vec<Pod>> {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let mut events = watcher::watcher(api, config).boxed();
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                Event::Apply(p) | Event::InitApply(p) => seen.push(p),
+                Event::Delete(p) => {
+                    seen.push(p);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        seen
+    })
+}
+
+#[tokio::test]
+async fn a_deleted_job_pod_ends_failed_before_it_goes_and_the_job_replaces_it() {
+    // Since 1.27 the kubelet writes a deleted pod's terminal phase before the final delete. A
+    // Job with podReplacementPolicy: Failed (or a podFailurePolicy) keeps its tracking
+    // finalizer on a pod until it sees that phase: without it the pod stays Terminating and
+    // the Job never replaces it.
+    let client = client().await;
+    let scope = unique("jobdel");
+    let ns = TestNamespace::new(&client, "jobdel").await;
+    let _op = Operator::start(&scope, &["--job-run-time", "10m"]);
+    apply(&nodes_yaml(&scope, &scope, 1, 110, "10.215.0.0/16", 24));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    apply(&format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {{name: replaced, namespace: {}}}
+spec:
+  backoffLimit: 3
+  podReplacementPolicy: Failed
+  podFailurePolicy:
+    rules: [{{action: FailJob, onExitCodes: {{operator: In, values: [42]}}}}]
+  template:
+    spec:
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 30
+      nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+      tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
+      containers: [{{name: work, image: busybox}}]
+",
+        ns.name
+    ));
+    let selector = "batch.kubernetes.io/job-name=replaced";
+    let first = wait_running(&client, &ns.name, selector, 1, T).await.remove(0);
+    let (name, uid) = (first.metadata.name.clone().unwrap(), first.metadata.uid.clone().unwrap());
+    let versions = record_versions(&client, &ns.name, &name);
+    tokio::time::sleep(Duration::from_millis(500)).await; // the watch is established
+    kubectl_ok(&["delete", "pod", &name, "-n", &ns.name, "--wait=false"]);
+
+    let versions = tokio::time::timeout(T, versions)
+        .await
+        .unwrap_or_else(|_| panic!("the deleted pod {name} was still there after {T:?} (stuck Terminating?)"))
+        .unwrap();
+    let terminal = versions.iter().find(|p| phase(p) == "Failed").unwrap_or_else(|| {
+        panic!("no Failed version before the pod went: {:?}", versions.iter().map(phase).collect::<Vec<_>>())
+    });
+    assert!(terminal.metadata.deletion_timestamp.is_some(), "the terminal phase is written on the deleted pod");
+    let state = terminal.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].state.clone().unwrap();
+    let ended = state.terminated.expect("the container is terminated");
+    assert_eq!(
+        (ended.exit_code, ended.reason.as_deref()),
+        (143, Some("Error")),
+        "a process that stops on SIGTERM within its grace period exits 143"
+    );
+
+    // The Job counts the failure (143 is not the FailJob exit code) and starts another pod.
+    let second = wait_running(&client, &ns.name, selector, 1, T).await.remove(0);
+    assert_ne!(second.metadata.uid.as_deref(), Some(uid.as_str()));
+    wait_for("the Job to count the deleted pod as failed", T, || async {
+        let failed = kubectl_ok(&["get", "job", "replaced", "-n", &ns.name, "-o", "jsonpath={.status.failed}"]);
+        if failed == "1" { Ok(()) } else { Err(format!("failed={failed:?}")) }
+    })
+    .await;
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}
+
+#[tokio::test]
+async fn a_pod_past_its_active_deadline_fails_with_deadline_exceeded() {
+    let client = client().await;
+    let scope = unique("deadline");
+    let ns = TestNamespace::new(&client, "deadline").await;
+    let _op = Operator::start(&scope, &[]);
+    apply(&nodes_yaml(&scope, &scope, 1, 110, "10.216.0.0/16", 24));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    apply(&scoped_pod("bounded", &ns.name, &scope, "  activeDeadlineSeconds: 4\n"));
+    apply(&scoped_pod("unbounded", &ns.name, &scope, ""));
+    let get = |name: &'static str| {
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+        async move { api.get(name).await.unwrap() }
+    };
+    wait_for("the bounded pod to run", T, || async {
+        let p = get("bounded").await;
+        if phase(&p) == "Running" { Ok(()) } else { Err(phase(&p)) }
+    })
+    .await;
+    let failed = wait_for("the pod to fail past its deadline", T, || async {
+        let p = get("bounded").await;
+        if phase(&p) == "Failed" { Ok(p) } else { Err(phase(&p)) }
+    })
+    .await;
+    let status = failed.status.unwrap();
+    assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
+    let started = status.start_time.unwrap().0;
+    let ended = status.container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
+    let ran = (ended.finished_at.unwrap().0 - started).total(k8s_openapi::jiff::Unit::Second).unwrap();
+    assert!((3.0..15.0).contains(&ran), "it ran {ran:.1}s for a 4s deadline");
+    assert_eq!(phase(&get("unbounded").await), "Running", "a pod without a deadline keeps running");
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

@@ -129,6 +129,8 @@ pub struct SlimPod {
     pub restart_policy: Option<Word>,
     /// The highest restartCount of its containers.
     pub restart_count: i32,
+    /// `spec.activeDeadlineSeconds`: how long after its start the kubelet ends it.
+    pub active_deadline_seconds: Option<u32>,
     /// A container waits in CrashLoopBackOff.
     pub crash_looping: bool,
     /// (reason, message) of a PodScheduled=False condition: why the scheduler cannot place it.
@@ -228,6 +230,7 @@ impl SlimPod {
             start_time: status.start_time.map(|t| t.0),
             restart_policy: spec.restart_policy.map(Word::from),
             restart_count: status.container_statuses.iter().flatten().map(|c| c.restart_count).max().unwrap_or(0),
+            active_deadline_seconds: spec.active_deadline_seconds.map(|d| d.clamp(0, i64::from(u32::MAX)) as u32),
             running_since: status
                 .container_statuses
                 .iter()

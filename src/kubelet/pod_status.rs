@@ -240,6 +240,60 @@ pub fn completed_patch(pod: &SlimPod, now: &Value) -> Value {
     }})
 }
 
+/// How a deleted pod's containers ended, as its runtime reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// They stopped on SIGTERM within the grace period (exit 143).
+    Signalled,
+    /// They ignored SIGTERM and were killed when the grace period ran out (exit 137).
+    Killed,
+    /// They never ran (the pod was deleted before it started): the kubelet's
+    /// `ContainerStatusUnknown`.
+    NeverStarted,
+}
+
+/// The status patch of a deleted pod whose containers have stopped: its terminal phase and
+/// terminated container states, which the kubelet (since 1.27) writes before the final delete,
+/// so a Job controller sees the pod end (`podFailurePolicy`, `podReplacementPolicy: Failed`).
+pub fn terminated_patch(pod: &SlimPod, ending: Ending, now: &Value) -> Value {
+    let uid = pod.uid();
+    let state = |c: &SlimContainer| match ending {
+        Ending::Signalled => terminated(uid, c, 143, now),
+        Ending::Killed => terminated(uid, c, 137, now),
+        Ending::NeverStarted => json!({"terminated": {
+            "exitCode": 137, "reason": "ContainerStatusUnknown",
+            "message": "The container could not be located when the pod was terminated",
+            "startedAt": null, "finishedAt": now,
+        }}),
+    };
+    let statuses = |list: &[SlimContainer]| -> Vec<Value> {
+        list.iter().map(|c| container_status(uid, c, false, pod.restart_count, state(c))).collect()
+    };
+    let mut status = json!({
+        "phase": "Failed",
+        "conditions": [
+            cond("PodReadyToStartContainers", false, now, None),
+            cond("ContainersReady", false, now, Some("PodFailed")),
+            cond("Ready", false, now, Some("PodFailed")),
+        ],
+        "containerStatuses": statuses(&pod.containers),
+    });
+    if ending == Ending::NeverStarted && !pod.init_containers.is_empty() {
+        status["initContainerStatuses"] = statuses(&pod.init_containers).into();
+    }
+    json!({ "status": status })
+}
+
+/// The status patch of a pod past its `activeDeadlineSeconds`: the kubelet stops its
+/// containers and fails it with reason `DeadlineExceeded`.
+pub fn deadline_patch(pod: &SlimPod, now: &Value) -> Value {
+    let ending = if is_running(pod) { Ending::Signalled } else { Ending::NeverStarted };
+    let mut patch = terminated_patch(pod, ending, now);
+    patch["status"]["reason"] = "DeadlineExceeded".into();
+    patch["status"]["message"] = "Pod was active on the node longer than the specified deadline".into();
+    patch
+}
+
 /// When readiness gates change on a running pod: the Ready condition it should show now, if
 /// it differs from what it shows.
 pub fn ready_fix(pod: &SlimPod, now: &Value) -> Option<Value> {
@@ -387,5 +441,40 @@ mod tests {
         let v = completed_patch(&pod(&[], &[]), &json!("t"));
         assert_eq!(v["status"]["phase"], "Succeeded");
         assert_eq!(v["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 0);
+    }
+
+    #[test]
+    fn a_deleted_pod_ends_failed_with_its_containers_exit() {
+        let p = pod(&[], &[]);
+        for (ending, code, reason) in [
+            (Ending::Signalled, 143, "Error"),
+            (Ending::Killed, 137, "Error"),
+            (Ending::NeverStarted, 137, "ContainerStatusUnknown"),
+        ] {
+            let v = terminated_patch(&p, ending, &json!("t"));
+            assert_eq!(v["status"]["phase"], "Failed", "{ending:?}");
+            let state = &v["status"]["containerStatuses"][0]["state"]["terminated"];
+            assert_eq!(
+                (state["exitCode"].as_i64(), state["reason"].as_str()),
+                (Some(code), Some(reason)),
+                "{ending:?}"
+            );
+            assert_eq!(v["status"]["containerStatuses"][0]["ready"], false);
+            let ready = v["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+            assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("PodFailed")));
+        }
+        // Init containers of a pod that never started are reported too; of one that ran, kept.
+        assert!(
+            terminated_patch(&p, Ending::NeverStarted, &json!("t"))["status"].get("initContainerStatuses").is_some()
+        );
+        assert!(terminated_patch(&p, Ending::Signalled, &json!("t"))["status"].get("initContainerStatuses").is_none());
+    }
+
+    #[test]
+    fn a_pod_past_its_deadline_fails_with_the_kubelets_reason() {
+        let v = deadline_patch(&pod(&[], &[]), &json!("t"));
+        assert_eq!(v["status"]["phase"], "Failed");
+        assert_eq!(v["status"]["reason"], "DeadlineExceeded");
+        assert_eq!(v["status"]["message"], "Pod was active on the node longer than the specified deadline");
     }
 }

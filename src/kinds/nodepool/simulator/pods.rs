@@ -58,6 +58,8 @@ enum Timer {
     Remove(ObjectRef<SlimPod>, String),
     /// Look at the pod again after a failed write.
     Retry(ObjectRef<SlimPod>),
+    /// Its `activeDeadlineSeconds` have passed since it started.
+    Deadline(ObjectRef<SlimPod>, String),
 }
 
 struct Tracked {
@@ -77,6 +79,10 @@ struct Tracked {
     restarts: i32,
     /// The final delete went through (the object may linger for others' finalizers).
     removed: bool,
+    /// Deleted: how its containers end (from its exit delay and grace period), and whether
+    /// that terminal status was written (the final delete follows it).
+    ending: Option<pod_status::Ending>,
+    terminal_written: bool,
     exhausted_reported: bool,
 }
 
@@ -92,6 +98,8 @@ impl Default for Tracked {
             down: false,
             restarts: 0,
             removed: false,
+            ending: None,
+            terminal_written: false,
             exhausted_reported: false,
         }
     }
@@ -187,7 +195,9 @@ impl Loop {
             t.removed |= removed;
             failures = t.write.finish(ok);
             if failures.is_some() {
+                // Whatever failed is written again from what the store shows.
                 t.started = false;
+                t.terminal_written = false;
             }
         }
         if ok {
@@ -320,11 +330,44 @@ impl Loop {
             if self.ipam.release(&node.name_any(), &uid) {
                 self.retry_waiting(&node.name_any());
             }
-        } else if !pod_status::is_running(pod) {
-            self.start(pod, &node, &uid, &plan);
         } else {
-            self.keep_running(pod, &node, &uid, &plan);
+            self.watch_deadline(pod, &uid);
+            if !pod_status::is_running(pod) {
+                self.start(pod, &node, &uid, &plan);
+            } else {
+                self.keep_running(pod, &node, &uid, &plan);
+            }
         }
+    }
+
+    /// A pod with `activeDeadlineSeconds` and a start time: ended when they have passed, as
+    /// the kubelet ends it.
+    fn watch_deadline(&mut self, pod: &Arc<SlimPod>, uid: &str) {
+        let (Some(deadline), Some(started)) = (pod.active_deadline_seconds, pod.start_time) else { return };
+        let timer = Timer::Deadline(ObjectRef::from_obj(pod.as_ref()), uid.to_string());
+        if self.timers.is_set(&timer) {
+            return;
+        }
+        let ran = (k8s_openapi::jiff::Timestamp::now() - started).total(k8s_openapi::jiff::Unit::Second).unwrap_or(0.0);
+        let left = (f64::from(deadline) - ran).clamp(0.0, 1e9);
+        self.timers.set(timer, Duration::from_secs_f64(left));
+    }
+
+    fn past_deadline(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
+        let Some(pod) = self.sim.pods.get(key) else { return };
+        if pod.metadata.uid.as_deref() != Some(uid)
+            || pod.metadata.deletion_timestamp.is_some()
+            || matches!(pod_status::phase(&pod), "Succeeded" | "Failed")
+        {
+            return;
+        }
+        let Some(t) = self.tracked.get_mut(uid) else { return };
+        if !t.write.begin() {
+            self.timers.set(Timer::Deadline(key.clone(), uid.to_string()), Duration::from_secs(1));
+            return;
+        }
+        self.timers.cancel(&Timer::Complete(key.clone(), uid.to_string()));
+        self.spawn_status(pod.clone(), pod_status::deadline_patch(&pod, &now_value()), "deadline");
     }
 
     /// When the node's NotReady window (of a flapping NodePool) ends, if it is in one.
@@ -367,8 +410,17 @@ impl Loop {
             return;
         }
         let grace = Duration::from_secs(pod.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64);
-        let terminal = matches!(pod_status::phase(pod), "Succeeded" | "Failed");
+        let terminal = matches!(pod_status::phase(pod), "Succeeded" | "Failed") || t.terminal_written;
         let wait = if terminal { Duration::ZERO } else { plan.exit_delay.map_or(grace, |d| d.min(grace)) };
+        if !terminal {
+            t.ending = Some(if !pod_status::is_running(pod) {
+                pod_status::Ending::NeverStarted
+            } else if plan.exit_delay.is_some_and(|d| d < grace) {
+                pod_status::Ending::Signalled
+            } else {
+                pod_status::Ending::Killed
+            });
+        }
         // Like a kubelet, wait from now; but never past the deletion timestamp (seconds
         // resolution, hence the extra second), which matters after a restart.
         let until_deadline =
@@ -525,17 +577,33 @@ impl Loop {
                 self.spawn_status(pod, patch, "complete");
             }
             Timer::Retry(key) => self.look_again(&key),
-            Timer::Remove(key, uid) => {
-                let Some(pod) = self.sim.pods.get(&key) else { return };
-                if pod.metadata.uid.as_deref() != Some(uid.as_str()) {
-                    return;
-                }
-                if let Some(t) = self.tracked.get_mut(&uid) {
-                    t.write.in_flight = true;
-                }
-                self.spawn_remove(pod);
-            }
+            Timer::Remove(key, uid) => self.remove_or_end(&key, &uid),
+            Timer::Deadline(key, uid) => self.past_deadline(&key, &uid),
         }
+    }
+
+    /// A deleted pod whose exit delay has passed: first its terminal status, as the kubelet
+    /// (since 1.27) writes it, then — when that is written — the final delete.
+    fn remove_or_end(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
+        let Some(pod) = self.sim.pods.get(key) else { return };
+        if pod.metadata.uid.as_deref() != Some(uid) {
+            return;
+        }
+        let Some(t) = self.tracked.get_mut(uid) else { return };
+        let terminal = matches!(pod_status::phase(&pod), "Succeeded" | "Failed") || t.terminal_written;
+        if !t.write.begin() {
+            // Another write is on its way: again a moment later.
+            self.timers.set(Timer::Remove(key.clone(), uid.to_string()), Duration::from_secs(1));
+            return;
+        }
+        if terminal {
+            self.spawn_remove(pod);
+            return;
+        }
+        t.terminal_written = true;
+        let ending = t.ending.unwrap_or(pod_status::Ending::Killed);
+        let patch = pod_status::terminated_patch(&pod, ending, &now_value());
+        self.spawn_status(pod, patch, "terminate");
     }
 
     /// Cancels every timer of the pod.
@@ -547,6 +615,7 @@ impl Loop {
             Timer::Restart(key.clone(), u()),
             Timer::Complete(key.clone(), u()),
             Timer::Remove(key.clone(), u()),
+            Timer::Deadline(key.clone(), u()),
         ] {
             self.timers.cancel(&t);
         }
