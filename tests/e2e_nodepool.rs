@@ -431,16 +431,57 @@ async fn a_pool_without_a_template_gets_kwoks_default_node() {
         let status = node.status.as_ref().unwrap();
         let capacity = status.capacity.as_ref().unwrap();
         let allocatable = status.allocatable.as_ref().unwrap();
-        for (resource, value) in [("cpu", "32"), ("memory", "256Gi"), ("pods", "110")] {
+        for (resource, value) in [("cpu", "32"), ("memory", "256Gi"), ("pods", "110"), ("ephemeral-storage", "100Gi")] {
             assert_eq!(capacity[resource].0, value, "{resource}");
             assert_eq!(allocatable[resource].0, value, "{resource}");
         }
         let info = status.node_info.as_ref().unwrap();
         assert_eq!((info.architecture.as_str(), info.operating_system.as_str()), ("amd64", "linux"));
+        // The platform labels a kubelet sets, so `nodeSelector: {kubernetes.io/os: linux}` lands.
+        let labels = node.metadata.labels.as_ref().unwrap();
+        assert_eq!((labels["kubernetes.io/os"].as_str(), labels["kubernetes.io/arch"].as_str()), ("linux", "amd64"));
         // Kubelet-reported fields get the simulator's values, never "".
         assert!(!info.kubelet_version.is_empty() && !info.boot_id.is_empty() && !info.machine_id.is_empty());
     }
     let out = kubectl_ok(&["get", "nodes", "-l", &format!("pools.kwok.x-k8s.io/pool={pool}"), "-o", "wide"]);
     assert!(out.contains(" Ready "), "{out}");
     delete_quietly("nodepool", &pool);
+}
+
+#[tokio::test]
+async fn conditions_other_components_own_survive_the_heartbeat() {
+    // node-problem-detector and the like add conditions of their own beside the kubelet's.
+    let client = client().await;
+    let scope = unique("conds");
+    let _op = Operator::start(&scope, &["--node-status-frequency", "2s"]);
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata:\n  name: {scope}\n  labels: {{{SCOPE_LABEL}: {scope}}}\nspec:\n  nodeCount: 1\n"
+    ));
+    let node = wait_ready_nodes(&client, &scope, 1, T).await.remove(0);
+    let name = node.metadata.name.clone().unwrap();
+    let patch = r#"{"status":{"conditions":[{"type":"KernelDeadlock","status":"False","reason":"KernelHasNoDeadlock","message":"kernel has no deadlock"}]}}"#;
+    kubectl_ok(&["patch", "node", &name, "--subresource=status", "--type=strategic", "-p", patch]);
+    let api: Api<Node> = Api::all(client.clone());
+    let heartbeat = |n: &Node| {
+        let conditions = n.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+        conditions.iter().find(|c| c.type_ == "Ready").and_then(|c| c.last_heartbeat_time.clone()).map(|t| t.0)
+    };
+    let before = heartbeat(&api.get(&name).await.unwrap());
+    let after = wait_for("two heartbeats of the node's conditions", T, || async {
+        let n = api.get(&name).await.unwrap();
+        let beat = heartbeat(&n);
+        match (before, beat) {
+            (Some(b), Some(a)) if (a - b).total(k8s_openapi::jiff::Unit::Second).unwrap_or(0.0) >= 3.0 => Ok(n),
+            _ => Err(format!("heartbeat {beat:?}")),
+        }
+    })
+    .await;
+    let conditions = after.status.unwrap().conditions.unwrap();
+    let kept = conditions.iter().find(|c| c.type_ == "KernelDeadlock");
+    assert!(
+        kept.is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("KernelHasNoDeadlock")),
+        "another component's condition is kept: {conditions:?}"
+    );
+    assert!(conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }

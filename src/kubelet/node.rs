@@ -59,10 +59,21 @@ pub fn healthy_conditions(previous: Option<&[NodeCondition]>, now: &Time) -> Vec
 }
 
 fn default_resources() -> BTreeMap<String, Quantity> {
-    [("cpu", "32"), ("memory", "256Gi"), ("pods", "110")]
+    [("cpu", "32"), ("memory", "256Gi"), ("pods", "110"), ("ephemeral-storage", "100Gi")]
         .into_iter()
         .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
         .collect()
+}
+
+/// The platform labels a kubelet puts on its node, from the node's `nodeInfo` (amd64/linux
+/// when the template says nothing): charts that select `kubernetes.io/os: linux` land.
+pub fn platform_labels(status: Option<&NodeStatus>) -> [(&'static str, String); 2] {
+    let info = status.and_then(|s| s.node_info.as_ref());
+    let or = |v: Option<&String>, d: &str| v.filter(|v| !v.is_empty()).cloned().unwrap_or_else(|| d.to_string());
+    [
+        ("kubernetes.io/os", or(info.map(|i| &i.operating_system), "linux")),
+        ("kubernetes.io/arch", or(info.map(|i| &i.architecture), "amd64")),
+    ]
 }
 
 fn pseudo_uuid(seed: &str, salt: &str) -> String {
@@ -133,8 +144,8 @@ pub fn simulated(
 }
 
 /// What a node rendered from `base` reports even when another simulator (a real kwok) owns
-/// its status: kwok's default node where the template says nothing (32 CPU, 256Gi memory,
-/// 110 pods, amd64/linux), allocatable mirrored from capacity and back.
+/// its status: kwokctl's default node where the template says nothing (32 CPU, 256Gi memory,
+/// 100Gi ephemeral storage, 110 pods, amd64/linux), allocatable mirrored from capacity and back.
 pub fn template_defaults(base: Option<&NodeStatus>) -> NodeStatus {
     let mut s = base.cloned().unwrap_or_default();
     let mut info: NodeSystemInfo = s.node_info.take().unwrap_or_default();
@@ -240,6 +251,7 @@ mod tests {
         let s = template_defaults(None);
         let cap = s.capacity.unwrap();
         assert_eq!((cap["cpu"].0.as_str(), cap["memory"].0.as_str(), cap["pods"].0.as_str()), ("32", "256Gi", "110"));
+        assert_eq!(cap["ephemeral-storage"].0, "100Gi", "pods that ask for ephemeral storage fit");
         assert_eq!(s.allocatable.unwrap(), cap);
         let info = s.node_info.unwrap();
         assert_eq!((info.architecture.as_str(), info.operating_system.as_str()), ("amd64", "linux"));
@@ -289,5 +301,16 @@ mod tests {
         assert_eq!(ready.last_transition_time, Some(later.clone()));
         let mem = fixed.iter().find(|c| c.type_ == "MemoryPressure").unwrap();
         assert_eq!(mem.last_transition_time, Some(now()));
+    }
+
+    #[test]
+    fn platform_labels_follow_node_info() {
+        let labels = |s: Option<&NodeStatus>| platform_labels(s).map(|(k, v)| format!("{k}={v}"));
+        assert_eq!(labels(None), ["kubernetes.io/os=linux", "kubernetes.io/arch=amd64"]);
+        let arm = NodeStatus {
+            node_info: Some(NodeSystemInfo { architecture: "arm64".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(labels(Some(&arm)), ["kubernetes.io/os=linux", "kubernetes.io/arch=arm64"]);
     }
 }

@@ -61,7 +61,8 @@ pub struct NodePoolSpec {
     pub node_count: i32,
 
     /// The Node every child is rendered from: labels, annotations, spec and status. Without
-    /// it, nodes look like kwok's default node (32 CPU, 256Gi memory, 110 pods, amd64/linux).
+    /// it, nodes look like kwokctl's default node (32 CPU, 256Gi memory, 100Gi ephemeral
+    /// storage, 110 pods, amd64/linux).
     #[serde(default)]
     #[schemars(extend("default" = {}))]
     #[garde(custom(NodeTemplate::rules))]

@@ -190,6 +190,9 @@ impl PoolKind for NodePool {
         let labels = metadata.labels.get_or_insert_default();
         labels.entry(TYPE_LABEL.into()).or_insert_with(|| TYPE_VALUE.into());
         labels.insert(HOSTNAME_LABEL.into(), name.clone());
+        for (key, value) in crate::kubelet::node::platform_labels(template.status.as_ref()) {
+            labels.entry(key.into()).or_insert(value);
+        }
         metadata.annotations.get_or_insert_default().insert(FAKE_NODE_ANNOTATION.into(), FAKE_VALUE.into());
         let endpoint = env.kubelet.as_ref().and_then(|k| k.endpoints.lock().unwrap_or_else(|e| e.into_inner()).assign(&name, None));
         if endpoint.is_some() {

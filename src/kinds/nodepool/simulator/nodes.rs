@@ -452,7 +452,12 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool) -> 
         }
         let endpoint = this.kubelet.as_ref().and_then(|k| k.lock().unwrap_or_else(|e| e.into_inner()).get(&name));
         let status = node_status::simulated(&name, Some(&base), &ips, endpoint.as_ref(), &now, &this.config.defaults);
-        serde_json::json!({ "status": status })
+        let mut patch = serde_json::json!({ "status": status });
+        // The addresses are the whole list (a strategic merge would merge them by type).
+        if let Some(list) = patch["status"]["addresses"].as_array_mut() {
+            list.insert(0, serde_json::json!({ "$patch": "replace" }));
+        }
+        patch
     } else {
         let conditions =
             node_status::healthy_conditions(node.status.as_ref().and_then(|s| s.conditions.as_deref()), &now);
@@ -463,7 +468,9 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool) -> 
     let mut patch = patch;
     // Refused if the node was replaced by another of the same name meanwhile.
     patch["metadata"] = serde_json::json!({ "uid": node.metadata.uid });
-    let result = api.patch_status(&name, &pp, &Patch::Merge(&patch)).await;
+    // A strategic merge, as the kubelet writes: conditions merge by type, so the ones other
+    // components own (node-problem-detector's, say) survive the heartbeat.
+    let result = api.patch_status(&name, &pp, &Patch::Strategic(&patch)).await;
     this.metrics.write("nodes", "patch-status", result.is_ok());
     if let Err(e) = &result
         && !crate::simulator::machinery::object_gone(&result)
