@@ -485,3 +485,29 @@ async fn conditions_other_components_own_survive_the_heartbeat() {
     assert!(conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+#[tokio::test]
+async fn a_topology_spreads_the_nodes_over_zones_and_a_bad_one_is_refused() {
+    let client = client().await;
+    let scope = unique("zones");
+    let _op = Operator::start(&scope, &[]);
+    let pool = |topology: &str| {
+        format!(
+            "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata:\n  name: {scope}\n  labels: {{{SCOPE_LABEL}: {scope}}}\nspec:\n  nodeCount: 4\n  topology: {topology}\n"
+        )
+    };
+    wait_webhook_refuses(&format!("{scope}-probe"), &scope, T).await;
+    let refused = kubectl_stdin(&["apply", "-f", "-"], Some(&pool("{zones: [a, a]}")));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains("spec.topology.zones[1]"), "{err}");
+    apply(&pool("{region: lab, zones: [lab-a, lab-b, lab-c]}"));
+    let nodes = wait_ready_nodes(&client, &scope, 4, T).await;
+    for n in &nodes {
+        let name = n.metadata.name.as_deref().unwrap();
+        let index: usize = name.rsplit('-').next().unwrap().parse().unwrap();
+        let labels = n.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["topology.kubernetes.io/zone"], ["lab-a", "lab-b", "lab-c"][index % 3], "{name}");
+        assert_eq!(labels["topology.kubernetes.io/region"], "lab", "{name}");
+    }
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

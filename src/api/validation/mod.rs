@@ -84,7 +84,8 @@ fn qualified_name_problem(key: &str) -> Option<String> {
     })
 }
 
-fn label_value_problem(value: &str) -> Option<String> {
+/// Why `value` is no valid label value (`None`: it is one).
+pub fn label_value_problem(value: &str) -> Option<String> {
     let ok = value.is_empty()
         || (value.len() <= 63
             && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))

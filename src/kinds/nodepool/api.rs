@@ -82,6 +82,13 @@ pub struct NodePoolSpec {
     #[garde(custom(NodePoolSpec::internal_ips_rules(self.node_count)))]
     pub internal_ips: Option<String>,
 
+    /// Where the nodes are: `topology.kubernetes.io/zone` spread over `zones` by node index
+    /// (round-robin, or by `weights`) and one `topology.kubernetes.io/region`, so topology
+    /// spread constraints and zonal autoscalers see a multi-zone cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(custom(NodePoolSpec::topology_rules(&self.node_template)))]
+    pub topology: Option<Topology>,
+
     /// How the nodes (and the pods on them that no PodPool governs) behave: flapping nodes,
     /// start delays, exits, failures, crash loops. See the README's "Lifecycle" section.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,6 +128,50 @@ impl NodeTemplate {
     /// metadata the API server sets itself on a create.
     pub fn rendered_part(&self) -> NodeTemplate {
         NodeTemplate { metadata: self.metadata.as_ref().map(TemplateMetadata::rendered_part), ..self.clone() }
+    }
+}
+
+/// The zones and region of a pool's nodes.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.weights) || size(self.weights) == size(self.zones)")
+    .message("weights needs one weight per zone")
+    .field_path(".weights"))]
+pub struct Topology {
+    /// The region of every node (`topology.kubernetes.io/region`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub region: Option<String>,
+    /// The zones (`topology.kubernetes.io/zone`): node `i` is in `zones[i mod n]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 63)))]
+    pub zones: Vec<String>,
+    /// A weight per zone (1 to 1000) for uneven zones: within every run of `sum(weights)`
+    /// consecutive indexes, zone `k` gets `weights[k]` nodes, in the order of `zones`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(range(min = 1, max = 1000)))]
+    pub weights: Vec<u32>,
+}
+
+impl Topology {
+    /// The zone of node `index` (`None`: no zones).
+    pub fn zone_of(&self, index: u32) -> Option<&str> {
+        let n = self.zones.len();
+        if n == 0 {
+            return None;
+        }
+        if self.weights.len() != n || self.weights.iter().any(|w| *w == 0) {
+            return Some(&self.zones[index as usize % n]);
+        }
+        let total: u64 = self.weights.iter().map(|w| u64::from(*w)).sum();
+        let mut at = u64::from(index) % total;
+        for (zone, weight) in self.zones.iter().zip(&self.weights) {
+            if at < u64::from(*weight) {
+                return Some(zone);
+            }
+            at -= u64::from(*weight);
+        }
+        None
     }
 }
 

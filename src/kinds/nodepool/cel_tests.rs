@@ -73,3 +73,10 @@ fn api_version_and_kind_in_the_template() {
     assert!(e.contains("must be Node"), "{e}");
 }
 
+
+#[test]
+fn topology_weights_go_with_zones() {
+    let e = cel_errors(&node_pool("  nodeCount: 1\n  topology: {zones: [a, b], weights: [1]}\n"));
+    assert!(e.contains("one weight per zone"), "{e}");
+    assert_eq!(cel_errors(&node_pool("  nodeCount: 1\n  topology: {zones: [a, b], weights: [1, 2]}\n")), "");
+}

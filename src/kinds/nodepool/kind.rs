@@ -150,7 +150,12 @@ impl PoolKind for NodePool {
     }
 
     fn template_hash(&self) -> String {
-        hash::of(&(&self.spec.node_template.rendered_part(), &self.spec.pod_cidr, &self.spec.internal_ips))
+        let template = (&self.spec.node_template.rendered_part(), &self.spec.pod_cidr, &self.spec.internal_ips);
+        match &self.spec.topology {
+            // Without a topology the hash is what it was before the field existed (no roll).
+            None => hash::of(&template),
+            Some(t) => hash::of(&(template, t)),
+        }
     }
 
     fn pool_status(&self) -> Option<&PoolStatus> {
@@ -192,6 +197,14 @@ impl PoolKind for NodePool {
         labels.insert(HOSTNAME_LABEL.into(), name.clone());
         for (key, value) in crate::kubelet::node::platform_labels(template.status.as_ref()) {
             labels.entry(key.into()).or_insert(value);
+        }
+        if let Some(topology) = &self.spec.topology {
+            if let Some(zone) = topology.zone_of(index) {
+                labels.insert(super::rules::ZONE_LABEL.into(), zone.to_string());
+            }
+            if let Some(region) = &topology.region {
+                labels.insert(super::rules::REGION_LABEL.into(), region.clone());
+            }
         }
         metadata.annotations.get_or_insert_default().insert(FAKE_NODE_ANNOTATION.into(), FAKE_VALUE.into());
         let endpoint = env.kubelet.as_ref().and_then(|k| k.endpoints.lock().unwrap_or_else(|e| e.into_inner()).assign(&name, None));

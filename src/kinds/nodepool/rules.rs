@@ -3,16 +3,20 @@
 //! every other pool's and never move a live node's. Shared primitives are in
 //! [`crate::api::validation`].
 
-use super::api::{NodePool, NodePoolRules, NodePoolSpec, NodeTemplate};
+use super::api::{NodePool, NodePoolRules, NodePoolSpec, NodeTemplate, Topology};
 use crate::api::common::SubnetRange;
 use crate::api::conventions::{HOSTNAME_LABEL, RESERVED_LABELS};
 use crate::api::ranges;
-use crate::api::validation::{check, lines, metadata_problems, parse_net, quantity};
+use crate::api::validation::{check, label_value_problem, lines, metadata_problems, parse_net, quantity};
 use ipnet::IpNet;
 use kube::ResourceExt;
 use std::sync::Arc;
 
 /// Labels a node template may not set: the pool sets them itself.
+/// The well-known topology labels.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
+
 const NODE_RESERVED_LABELS: [&str; 4] = [RESERVED_LABELS[0], RESERVED_LABELS[1], RESERVED_LABELS[2], HOSTNAME_LABEL];
 
 impl NodePoolRules {
@@ -159,6 +163,12 @@ fn subnet_count(net: &IpNet, mask: u8) -> u128 {
 }
 
 impl NodePoolSpec {
+    /// garde's rule on `spec.topology`: label values, no zone twice, a weight per zone, and
+    /// no template label saying otherwise (`api.rs` names it).
+    pub fn topology_rules(template: &NodeTemplate) -> impl FnOnce(&Option<Topology>, &NodePoolRules) -> garde::Result + '_ {
+        move |topology, _| lines(topology.as_ref().map(|t| topology_problems(t, template)).unwrap_or_default())
+    }
+
     /// garde's rule on `spec.podCIDR` for `count` nodes (`api.rs` names it).
     pub fn pod_cidr_rules(count: i32) -> impl FnOnce(&Option<SubnetRange>, &NodePoolRules) -> garde::Result {
         move |range, ctx| pod_cidr_rule(range, ctx, count)
@@ -168,6 +178,36 @@ impl NodePoolSpec {
     pub fn internal_ips_rules(count: i32) -> impl FnOnce(&Option<String>, &NodePoolRules) -> garde::Result {
         move |range, ctx| internal_ips_rule(range, ctx, count)
     }
+}
+
+fn topology_problems(t: &Topology, template: &NodeTemplate) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, zone) in t.zones.iter().enumerate() {
+        if let Some(p) = label_value_problem(zone).or_else(|| zone.is_empty().then(|| "must not be empty".into())) {
+            out.push(format!(".zones[{i}]: {zone:?} {p}"));
+        } else if !seen.insert(zone) {
+            out.push(format!(".zones[{i}]: {zone:?} is listed twice; give it a weight instead"));
+        }
+    }
+    if let Some(p) = t.region.as_deref().and_then(label_value_problem) {
+        out.push(format!(".region: {p}"));
+    }
+    if !t.weights.is_empty() && t.weights.len() != t.zones.len() {
+        out.push(format!(".weights: {} weights for {} zones: give one weight per zone", t.weights.len(), t.zones.len()));
+    }
+    for (i, w) in t.weights.iter().enumerate().filter(|(_, w)| !(1..=1000).contains(*w)) {
+        out.push(format!(".weights[{i}]: {w} is not from 1 to 1000"));
+    }
+    let labels = template.metadata.as_ref().and_then(|m| m.labels.as_ref());
+    for (set, label) in [(!t.zones.is_empty(), ZONE_LABEL), (t.region.is_some(), REGION_LABEL)] {
+        if set && labels.is_some_and(|l| l.contains_key(label)) {
+            out.push(format!(
+                ": spec.nodeTemplate.metadata.labels sets {label} too; set it in one place (spec.topology spreads it by index)"
+            ));
+        }
+    }
+    out
 }
 
 /// Rules on `spec.podCIDR`: valid, big enough, not overlapping another pool, not moving the

@@ -181,3 +181,34 @@ fn range_moves_are_found_in_constant_time_whatever_the_count() {
     let errs = errors_of(&old, &few);
     assert!(errs.iter().all(|e| !e.contains("would move")), "{errs:?}");
 }
+
+#[test]
+fn topology_spreads_zones_by_index_round_robin_or_by_weight() {
+    let t = |zones: &[&str], weights: &[u32]| super::super::api::Topology {
+        region: None,
+        zones: zones.iter().map(|z| z.to_string()).collect(),
+        weights: weights.to_vec(),
+    };
+    let even = t(&["a", "b", "c"], &[]);
+    assert_eq!((0..7).map(|i| even.zone_of(i).unwrap()).collect::<String>(), "abcabca");
+    let uneven = t(&["a", "b"], &[3, 1]);
+    assert_eq!((0..8).map(|i| uneven.zone_of(i).unwrap()).collect::<String>(), "aaabaaab");
+    assert_eq!(t(&[], &[]).zone_of(5), None);
+    assert_eq!(t(&["a", "b"], &[1]).zone_of(3), Some("b"), "mismatched weights (refused at admission) fall back to round-robin");
+}
+
+#[test]
+fn topology_rules_name_the_field() {
+    let ok = nodepool_spec("  topology: {region: eu-west-1, zones: [eu-west-1a, eu-west-1b], weights: [2, 1]}\n");
+    assert_eq!(errors_of(&ok, &NodePoolRules::default()), Vec::<String>::new());
+    let bad = nodepool_spec("  topology: {zones: [a, 'no spaces', a], weights: [1, 0]}\n");
+    let errs = errors_of(&bad, &NodePoolRules::default());
+    for want in ["spec.topology.zones[1]:", "spec.topology.zones[2]:", "spec.topology.weights:", "spec.topology.weights[1]: 0"] {
+        assert!(errs.iter().any(|e| e.starts_with(want)), "no {want} in {errs:?}");
+    }
+    let both = nodepool_spec(
+        "  topology: {zones: [a]}\n  nodeTemplate:\n    metadata: {labels: {topology.kubernetes.io/zone: z}}\n",
+    );
+    let e = one_error(&both, &NodePoolRules::default(), "spec.topology");
+    assert!(e.contains("set it in one place"), "{e}");
+}
