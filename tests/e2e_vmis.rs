@@ -335,3 +335,59 @@ status:
     delete_quietly("clusterrolebinding", &format!("{scope}-handler"));
     delete_quietly("clusterrole", &format!("{scope}-handler"));
 }
+
+#[tokio::test]
+async fn vmis_boot_for_their_pools_boot_time_and_a_seeded_share_fails() {
+    let client = client().await;
+    let scope = unique("vmiboot");
+    let ns = TestNamespace::new(&client, "vmiboot").await;
+    let _op = Operator::start(&scope, &[]);
+    apply(&vmi_nodes(&scope, &scope, 2, 32, "10.233.0.0/16"));
+    wait_ready_nodes(&client, &scope, 2, T).await;
+    let knobs = "  lifecycle:\n    seed: 11\n    vmis: {bootTime: {fixed: 4s}, failPercent: 40}\n";
+    apply(&vmipool("boots", &ns.name, &scope, 8, knobs, ""));
+    // Which VMIs fail is decided by the seed and the VMI's name: the same function tells.
+    let settings: kwok_pools::api::lifecycle::VmiLifecycle =
+        serde_yaml::from_str("{bootTime: {fixed: 4s}, failPercent: 40}").unwrap();
+    let failing: Vec<String> = (0..8)
+        .map(|i| format!("boots-{i}"))
+        .filter(|n| kwok_pools::simulator::lifecycle::plan_vmi(Some(&settings), Some(11), &ns.name, n, "").fails)
+        .collect();
+    // The first outcome of each VMI, from a watch (a failed VMI is replaced, and fails again).
+    let first = {
+        use futures::StreamExt;
+        use kube::runtime::watcher::{self, Event};
+        let api: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &ns.name);
+        let mut events =
+            watcher::watcher(api, watcher::Config::default().labels("pools.kwok.x-k8s.io/pool=boots")).boxed();
+        let mut first: HashMap<String, VirtualMachineInstance> = HashMap::new();
+        let collect = async {
+            while let Some(Ok(event)) = events.next().await {
+                if let Event::Apply(v) | Event::InitApply(v) = event
+                    && matches!(v.phase(), "Running" | "Failed")
+                {
+                    first.entry(v.metadata.name.clone().unwrap()).or_insert(v);
+                    if first.len() == 8 {
+                        break;
+                    }
+                }
+            }
+        };
+        if tokio::time::timeout(T, collect).await.is_err() {
+            panic!("not every VMI booted or failed within {T:?}: {:?}", first.keys().collect::<Vec<_>>());
+        }
+        first
+    };
+    let since = |v: &VirtualMachineInstance, phase: &str| {
+        kwok_pools::kinds::vmipool::simulator::status::phase_since(v, phase)
+            .unwrap_or_else(|| panic!("no {phase} time"))
+    };
+    for (name, v) in &first {
+        let want = if failing.contains(name) { "Failed" } else { "Running" };
+        assert_eq!(v.phase(), want, "{name}: the seed says {want}");
+        let booted = (since(v, want) - since(v, "Scheduled")).total(k8s_openapi::jiff::Unit::Second).unwrap();
+        assert!((3.0..20.0).contains(&booted), "{name}: {want} {booted:.1}s after Scheduled, for a 4s boot");
+    }
+    assert!(!failing.is_empty() && failing.len() < 8, "seed 11 fails some, not all: {failing:?}");
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

@@ -127,7 +127,26 @@ pub struct Lifecycle {
     /// NodePool only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<NodeLifecycle>,
+    /// VMIPool only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmis: Option<VmiLifecycle>,
 }
+
+/// What VMIs do.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VmiLifecycle {
+    /// How long a VMI takes from Scheduled to Running (its VM "boots"; default at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_time: Option<Delay>,
+    /// Percent of VMIs whose VM fails to boot: they reach Failed instead of Running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "percent_schema")]
+    pub fail_percent: Option<u8>,
+}
+
+/// Which sections of `spec.lifecycle` a kind takes (`pods`, `nodes`, `vmis`).
+pub type Sections = &'static [&'static str];
 
 /// How long a flapping node stays away when nothing is said.
 pub const DEFAULT_NOT_READY_FOR: Duration = Duration::from_secs(60);
@@ -195,7 +214,7 @@ impl Distribution {
 }
 
 /// Problems with a lifecycle, each starting with its path below `spec.lifecycle`.
-pub fn problems(l: &Lifecycle, nodes_allowed: bool) -> Vec<String> {
+pub fn problems(l: &Lifecycle, sections: Sections) -> Vec<String> {
     let mut out = Vec::new();
     let mut delay = |path: &str, d: &Option<Delay>| {
         if let Some(d) = d
@@ -212,6 +231,9 @@ pub fn problems(l: &Lifecycle, nodes_allowed: bool) -> Vec<String> {
     }
     if let Some(n) = &l.nodes {
         delay("nodes.notReadyFor", &n.not_ready_for);
+    }
+    if let Some(v) = &l.vmis {
+        delay("vmis.bootTime", &v.boot_time);
     }
     let percent = |path: &str, v: Option<u8>| {
         v.filter(|v| *v > 100).map(|v| format!(".{path}: {v} is not a percentage from 0 to 100"))
@@ -248,8 +270,17 @@ pub fn problems(l: &Lifecycle, nodes_allowed: bool) -> Vec<String> {
                 ".nodes.every: {every:?} is not longer than notReadyFor ({away:?} at the longest): a node must come back before it goes again"
             ));
         }
-        if !nodes_allowed {
-            out.push(".nodes: only a NodePool has nodes; set lifecycle.nodes on the NodePool".into());
+    }
+    if let Some(v) = &l.vmis {
+        out.extend(percent("vmis.failPercent", v.fail_percent));
+    }
+    for (section, set) in [("pods", l.pods.is_some()), ("nodes", l.nodes.is_some()), ("vmis", l.vmis.is_some())] {
+        if set && !sections.contains(&section) {
+            out.push(match section {
+                "nodes" => ".nodes: only a NodePool has nodes; set lifecycle.nodes on the NodePool".into(),
+                "vmis" => ".vmis: only a VMIPool has VMIs; set lifecycle.vmis on the VMIPool".into(),
+                _ => format!(".{section}: this kind's children are not {section}; it takes {}", sections.join(", ")),
+            });
         }
     }
     out
@@ -297,7 +328,7 @@ mod tests {
             "pods: {failPercent: 60, crashLoopPercent: 50, startDelay: {min: 2s, max: 1s}}\nnodes: {notReadyPercent: 10, notReadyFor: {fixed: 5m}, every: 1m}\n",
         )
         .unwrap();
-        let p = problems(&l, false);
+        let p = problems(&l, &["pods"]);
         assert!(p.iter().any(|m| m.starts_with(".pods.startDelay.min:")), "{p:?}");
         assert!(p.iter().any(|m| m.starts_with(".pods: failPercent and crashLoopPercent")), "{p:?}");
         assert!(p.iter().any(|m| m.starts_with(".nodes.every: 60s is not longer")), "{p:?}");
@@ -306,7 +337,7 @@ mod tests {
             "seed: 7\npods: {exitDelay: {fixed: 1s}, ignoreSIGTERM: true, crashLoopPercent: 20}\nnodes: {notReadyPercent: 10, notReadyFor: {fixed: 40s}, every: 2m}\n",
         )
         .unwrap();
-        assert_eq!(problems(&good, true), Vec::<String>::new());
+        assert_eq!(problems(&good, &["pods", "nodes"]), Vec::<String>::new());
         // The defaults count (notReadyFor 60s), equal is not enough, and a normal
         // distribution counts with its tail.
         for bad in [
@@ -316,7 +347,21 @@ mod tests {
             "{notReadyPercent: 10, notReadyFor: {fixed: 11m}}",
         ] {
             let l = Lifecycle { nodes: Some(serde_yaml::from_str(bad).unwrap()), ..Default::default() };
-            assert!(problems(&l, true).iter().any(|m| m.starts_with(".nodes.every:")), "{bad}");
+            assert!(problems(&l, &["pods", "nodes"]).iter().any(|m| m.starts_with(".nodes.every:")), "{bad}");
         }
+    }
+
+    #[test]
+    fn vmi_knobs_are_checked_and_only_where_they_belong() {
+        let l: Lifecycle = serde_yaml::from_str("{vmis: {bootTime: {min: 20s, max: 10s}, failPercent: 101}}").unwrap();
+        let p = problems(&l, &["vmis"]);
+        assert!(p.iter().any(|m| m.starts_with(".vmis.bootTime.min:")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with(".vmis.failPercent: 101")), "{p:?}");
+        let ok: Lifecycle =
+            serde_yaml::from_str("{vmis: {bootTime: {mean: 30s, stddev: 5s}, failPercent: 3}}").unwrap();
+        assert_eq!(problems(&ok, &["vmis"]), Vec::<String>::new());
+        assert!(problems(&ok, &["pods"]).iter().any(|m| m.starts_with(".vmis: only a VMIPool")));
+        let pods: Lifecycle = serde_yaml::from_str("{pods: {failPercent: 3}}").unwrap();
+        assert!(problems(&pods, &["vmis"]).iter().any(|m| m.starts_with(".pods: this kind's children are not pods")));
     }
 }

@@ -7,7 +7,7 @@
 //! Decisions are pure functions of the settings, the seed and the object's identity.
 
 use crate::api::duration::{parse_duration, unit};
-use crate::api::lifecycle::{Delay, Distribution, Lifecycle, NodeLifecycle, PodLifecycle};
+use crate::api::lifecycle::{Delay, Distribution, Lifecycle, NodeLifecycle, PodLifecycle, VmiLifecycle};
 use crate::informer::pod::SlimPod;
 use crate::pool::PoolKind;
 use k8s_openapi::api::core::v1::Node;
@@ -109,6 +109,27 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
         },
         fate,
         job_run_time: sample(s.job_run_time.as_ref(), seed, &key, "job").unwrap_or(defaults.job_run_time),
+    }
+}
+
+/// What is decided for one VMI: how long its VM boots, and whether the boot fails.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VmiPlan {
+    pub boot_time: Duration,
+    pub fails: bool,
+}
+
+/// Decides a VMI's plan (`key`: its namespace and name with a seed, its UID without one).
+pub fn plan_vmi(settings: Option<&VmiLifecycle>, seed: Option<i64>, namespace: &str, name: &str, uid: &str) -> VmiPlan {
+    let Some(s) = settings else { return VmiPlan { boot_time: Duration::ZERO, fails: false } };
+    let (seed, key): (i64, Vec<&str>) = match seed {
+        Some(s) => (s, vec![namespace, name]),
+        None => (0, vec![uid]),
+    };
+    let roll = unit(seed, &[&key[..], &["vmi-fate"]].concat()) * 100.0;
+    VmiPlan {
+        boot_time: sample(s.boot_time.as_ref(), seed, &key, "boot").unwrap_or(Duration::ZERO),
+        fails: roll < f64::from(s.fail_percent.unwrap_or(0).min(100)),
     }
 }
 
@@ -262,6 +283,13 @@ impl Lifecycles {
         plan_pod(lifecycle.and_then(|l| l.pods.as_ref()), lifecycle.and_then(|l| l.seed), pod, &self.defaults)
     }
 
+    /// The plan of a VMI with these owner references in `namespace` (its pool's knobs).
+    pub fn vmi(&self, refs: &[OwnerReference], namespace: &str, name: &str, uid: &str) -> VmiPlan {
+        let pool = self.governing(refs, Some(namespace));
+        let lifecycle = pool.as_deref().and_then(Knobs::knobs);
+        plan_vmi(lifecycle.and_then(|l| l.vmis.as_ref()), lifecycle.and_then(|l| l.seed), namespace, name, uid)
+    }
+
     /// The flapping schedule of `node`, if its pool makes it flap.
     pub fn node(&self, node: &Node) -> Option<Flap> {
         let pool = self.governing(node.owner_references(), None)?;
@@ -364,5 +392,19 @@ mod tests {
         let until = flap.away_until(t).unwrap();
         assert!(until > t && until <= t + Duration::from_secs(40), "{t:?} {until:?}");
         assert_eq!(flap.away_until(until), None, "back at the end of the window");
+    }
+
+    #[test]
+    fn vmis_boot_as_their_pool_says_and_a_seed_repeats_which_fail() {
+        let knobs: VmiLifecycle = serde_yaml::from_str("{bootTime: {fixed: 3s}, failPercent: 30}").unwrap();
+        let plans: Vec<VmiPlan> =
+            (0..1000).map(|i| plan_vmi(Some(&knobs), Some(7), "ns", &format!("v-{i}"), "u")).collect();
+        assert!(plans.iter().all(|p| p.boot_time == Duration::from_secs(3)));
+        let failing = plans.iter().filter(|p| p.fails).count();
+        assert!((240..360).contains(&failing), "about 30%: {failing}");
+        let again: Vec<VmiPlan> =
+            (0..1000).map(|i| plan_vmi(Some(&knobs), Some(7), "ns", &format!("v-{i}"), "other")).collect();
+        assert_eq!(plans, again, "the seed decides by name, whatever the UID");
+        assert_eq!(plan_vmi(None, None, "ns", "v", "u"), VmiPlan { boot_time: Duration::ZERO, fails: false });
     }
 }

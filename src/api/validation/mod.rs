@@ -148,8 +148,8 @@ pub fn max_unavailable(value: &Option<IntOrString>, _ctx: &()) -> garde::Result 
 }
 
 /// Rules on a pool's `spec.lifecycle`; `nodes_allowed`: the kind has nodes to make flap.
-pub fn lifecycle<C>(nodes_allowed: bool) -> impl FnOnce(&Option<Lifecycle>, &C) -> garde::Result {
-    move |l, _ctx| lines(l.as_ref().map(|l| lifecycle::problems(l, nodes_allowed)).unwrap_or_default())
+pub fn lifecycle<C>(sections: lifecycle::Sections) -> impl FnOnce(&Option<Lifecycle>, &C) -> garde::Result {
+    move |l, _ctx| lines(l.as_ref().map(|l| lifecycle::problems(l, sections)).unwrap_or_default())
 }
 
 /// Checks a spec with garde in `ctx`: every problem, with its manifest path.

@@ -92,7 +92,8 @@ pub struct NodePoolSpec {
     /// How the nodes (and the pods on them that no PodPool governs) behave: flapping nodes,
     /// start delays, exits, failures, crash loops. See the README's "Lifecycle" section.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(custom(validation::lifecycle(true)))]
+    #[x_kube(validation = Rule::new("!has(self.vmis)").message("only a VMIPool has VMIs; set lifecycle.vmis on the VMIPool"))]
+    #[garde(custom(validation::lifecycle(&["pods", "nodes"])))]
     pub lifecycle: Option<Lifecycle>,
 }
 

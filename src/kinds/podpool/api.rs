@@ -80,7 +80,8 @@ pub struct PodPoolSpec {
     /// "Lifecycle" section.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("!has(self.nodes)").message("only a NodePool has nodes; set lifecycle.nodes on the NodePool"))]
-    #[garde(custom(validation::lifecycle(false)))]
+    #[x_kube(validation = Rule::new("!has(self.vmis)").message("only a VMIPool has VMIs; set lifecycle.vmis on the VMIPool"))]
+    #[garde(custom(validation::lifecycle(&["pods"])))]
     pub lifecycle: Option<Lifecycle>,
 
     /// Where the children may run: `Simulated` (default) confines them to simulated nodes

@@ -3,6 +3,7 @@
 
 use super::kubevirt::VmiSpec;
 use crate::api::common::{Placement, PoolStatus, TemplateMetadata};
+use crate::api::lifecycle::Lifecycle;
 use crate::api::schema;
 use crate::api::validation;
 use garde::Validate;
@@ -78,6 +79,13 @@ pub struct VMIPoolSpec {
     #[serde(default, skip_serializing_if = "Placement::is_default")]
     #[garde(skip)]
     pub placement: Placement,
+
+    /// How the VMIs behave: boot time (Scheduled → Running) and a share that fails to boot,
+    /// reproducible with `seed`. See docs/lifecycle.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("!has(self.nodes) && !has(self.pods)").message("a VMIPool's lifecycle takes seed and vmis"))]
+    #[garde(custom(validation::lifecycle(&["vmis"])))]
+    pub lifecycle: Option<Lifecycle>,
 }
 
 /// A VirtualMachineInstance whose metadata leaves the name to the pool. A whole VMI manifest

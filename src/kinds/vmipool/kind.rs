@@ -36,6 +36,10 @@ impl PoolKind for VMIPool {
         VmiEnv
     }
 
+    fn lifecycle(&self) -> Option<&crate::api::lifecycle::Lifecycle> {
+        self.spec.lifecycle.as_ref()
+    }
+
     fn count(&self) -> u32 {
         self.spec.vmi_count.max(0) as u32
     }

@@ -142,6 +142,7 @@ async fn run(flags: VmiFlags, sim: SimContext) {
         metrics: sim.metrics.clone(),
         writes: sim.writes.clone(),
         shard: sim.shard.clone(),
+        lifecycles: sim.lifecycles.clone(),
     };
     simulator.run(vmi_changes, pod_changes).await;
 }

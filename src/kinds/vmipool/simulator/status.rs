@@ -119,6 +119,15 @@ fn transitions(vmi: &VirtualMachineInstance, phase: &str, now: &Value) -> Value 
     list
 }
 
+/// When the VMI last entered `phase`, from its `phaseTransitionTimestamps`.
+pub fn phase_since(vmi: &VirtualMachineInstance, phase: &str) -> Option<k8s_openapi::jiff::Timestamp> {
+    let list = vmi.status.as_ref()?.rest.get("phaseTransitionTimestamps")?.as_array()?;
+    list.iter()
+        .rev()
+        .find(|t| t["phase"] == phase)
+        .and_then(|t| t["phaseTransitionTimestamp"].as_str()?.parse().ok())
+}
+
 /// Whether the VMI belongs to a VMIPool: only those get the finalizer. A VMI of nobody's pool
 /// must not hang in Terminating once the operator is gone (its launcher pod goes with it by
 /// its owner reference all the same).

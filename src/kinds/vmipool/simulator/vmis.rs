@@ -51,6 +51,8 @@ pub struct VmiSimulator {
     /// Which VMIs are this replica's: those on its nodes, and (before they have one) those
     /// whose own key is its (all, unless the simulator is sharded).
     pub shard: Shard,
+    /// The pools' knobs: boot time and failures (`spec.lifecycle.vmis`).
+    pub lifecycles: crate::simulator::lifecycle::Lifecycles,
 }
 
 struct Done {
@@ -270,7 +272,17 @@ impl VmiLoop {
         if self.expected.get_mut(&uid).is_some_and(|e| e.pending(vmi, pod.as_deref())) {
             return; // the stores do not show our last write yet; its event brings us back
         }
-        let step = vmi_status::next_step(vmi, pod.as_deref(), controller, self.managed(node.as_deref()));
+        let mut step = vmi_status::next_step(vmi, pod.as_deref(), controller, self.managed(node.as_deref()));
+        if step == Step::Running {
+            match self.boot(vmi, &uid) {
+                Boot::Done => {}
+                Boot::In(left) => {
+                    self.retries.set(ObjectRef::from_obj(vmi.as_ref()), left);
+                    return;
+                }
+                Boot::Fails => step = Step::Fail("the VM failed to boot (spec.lifecycle.vmis.failPercent)".into()),
+            }
+        }
         if step == Step::Wait || !self.attempts.entry(uid.clone()).or_default().begin() {
             return;
         }
@@ -286,6 +298,37 @@ impl VmiLoop {
             }
             .instrument(span)
         });
+    }
+}
+
+/// Where a Scheduled VMI's boot stands.
+enum Boot {
+    /// Booted: Running now.
+    Done,
+    /// Still booting for this long.
+    In(Duration),
+    /// The boot fails.
+    Fails,
+}
+
+impl VmiLoop {
+    /// A Scheduled VMI's boot, from its pool's knobs: it takes `bootTime` from Scheduled, and a
+    /// `failPercent` share of VMIs fail then.
+    fn boot(&self, vmi: &VirtualMachineInstance, uid: &str) -> Boot {
+        let (ns, name) = (vmi.namespace().unwrap_or_default(), vmi.name_any());
+        let plan = self.sim.lifecycles.vmi(vmi.owner_references(), &ns, &name, uid);
+        let since = vmi_status::phase_since(vmi, "Scheduled");
+        let booted = since.map_or(0.0, |at| {
+            (k8s_openapi::jiff::Timestamp::now() - at).total(k8s_openapi::jiff::Unit::Second).unwrap_or(0.0)
+        });
+        let left = plan.boot_time.as_secs_f64() - booted.max(0.0);
+        if left > 0.0 {
+            Boot::In(Duration::from_secs_f64(left))
+        } else if plan.fails {
+            Boot::Fails
+        } else {
+            Boot::Done
+        }
     }
 }
 
