@@ -161,7 +161,7 @@ impl Topology {
         if n == 0 {
             return None;
         }
-        if self.weights.len() != n || self.weights.iter().any(|w| *w == 0) {
+        if self.weights.len() != n || self.weights.contains(&0) {
             return Some(&self.zones[index as usize % n]);
         }
         let total: u64 = self.weights.iter().map(|w| u64::from(*w)).sum();
