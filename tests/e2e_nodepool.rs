@@ -455,7 +455,7 @@ async fn conditions_other_components_own_survive_the_heartbeat() {
     let scope = unique("conds");
     let _op = Operator::start(&scope, &["--node-status-frequency", "2s"]);
     apply(&format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata:\n  name: {scope}\n  labels: {{{SCOPE_LABEL}: {scope}}}\nspec:\n  nodeCount: 1\n"
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata:\n  name: {scope}\n  labels: {{{SCOPE_LABEL}: {scope}}}\nspec:\n  nodeCount: 1\n  nodeTemplate:\n    metadata:\n      labels: {{{SCOPE_LABEL}: {scope}}}\n"
     ));
     let node = wait_ready_nodes(&client, &scope, 1, T).await.remove(0);
     let name = node.metadata.name.clone().unwrap();
