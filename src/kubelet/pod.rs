@@ -13,6 +13,11 @@ pub fn phase(pod: &SlimPod) -> &str {
     pod.phase()
 }
 
+/// Whether the pod reached a terminal phase (Succeeded or Failed).
+pub fn is_terminal(pod: &SlimPod) -> bool {
+    matches!(pod.phase(), "Succeeded" | "Failed")
+}
+
 pub fn is_ready(pod: &SlimPod) -> bool {
     pod.condition("Ready") == Some("True")
 }

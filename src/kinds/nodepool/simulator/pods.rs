@@ -214,7 +214,7 @@ impl Loop {
         let mut conflicts = 0;
         for pod in self.sim.pods.state() {
             let Some(node) = self.managed_node(&pod) else { continue };
-            if matches!(pod_status::phase(&pod), "Succeeded" | "Failed") || pod_status::host_network(&pod) {
+            if pod_status::is_terminal(&pod) || pod_status::host_network(&pod) {
                 continue;
             }
             let ips = pod_status::pod_ips(&pod);
@@ -325,7 +325,7 @@ impl Loop {
         } else if let Some(until) = away {
             // Its node's kubelet is "gone": nothing happens to the pod until the node is back.
             self.look_again_at(pod, &uid, until);
-        } else if matches!(pod_status::phase(pod), "Succeeded" | "Failed") {
+        } else if pod_status::is_terminal(pod) {
             // A finished pod is not live: its address goes back, and may fit a waiting pod.
             if self.ipam.release(&node.name_any(), &uid) {
                 self.retry_waiting(&node.name_any());
@@ -357,7 +357,7 @@ impl Loop {
         let Some(pod) = self.sim.pods.get(key) else { return };
         if pod.metadata.uid.as_deref() != Some(uid)
             || pod.metadata.deletion_timestamp.is_some()
-            || matches!(pod_status::phase(&pod), "Succeeded" | "Failed")
+            || pod_status::is_terminal(&pod)
         {
             return;
         }
@@ -410,7 +410,7 @@ impl Loop {
             return;
         }
         let grace = Duration::from_secs(pod.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64);
-        let terminal = matches!(pod_status::phase(pod), "Succeeded" | "Failed") || t.terminal_written;
+        let terminal = pod_status::is_terminal(pod) || t.terminal_written;
         let wait = if terminal { Duration::ZERO } else { plan.exit_delay.map_or(grace, |d| d.min(grace)) };
         if !terminal {
             t.ending = Some(if !pod_status::is_running(pod) {
@@ -590,7 +590,7 @@ impl Loop {
             return;
         }
         let Some(t) = self.tracked.get_mut(uid) else { return };
-        let terminal = matches!(pod_status::phase(&pod), "Succeeded" | "Failed") || t.terminal_written;
+        let terminal = pod_status::is_terminal(&pod) || t.terminal_written;
         if !t.write.begin() {
             // Another write is on its way: again a moment later.
             self.timers.set(Timer::Remove(key.clone(), uid.to_string()), Duration::from_secs(1));
