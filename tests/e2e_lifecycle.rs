@@ -345,7 +345,10 @@ async fn flapping_nodes_go_not_ready_get_tainted_evict_their_pods_and_come_back(
         .filter_map(|n| n.metadata.name.clone())
         .filter(|n| plan_node(&settings, Some(7), n, "").is_some())
         .collect();
-    assert!((4..=18).contains(&predicted.len()), "about a tenth of 100: {predicted:?}");
+    // The share itself is the unit tests' (1,000 names); here the scope is random, so a count
+    // a few standard deviations from ten must not fail the run. More than 30 would sway the
+    // node lifecycle controller's zone judgement.
+    assert!((1..=30).contains(&predicted.len()), "about a tenth of 100: {predicted:?}");
 
     // Pods that tolerate an unreachable node for one second only, one on each flapping node
     // and a few on steady ones (bound by name: the scheduler would steer clear of tainted
