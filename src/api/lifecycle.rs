@@ -51,6 +51,8 @@ fn percent_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 /// PodPool governs (a Deployment's, a Job's, `kubectl run`'s).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("(has(self.failPercent) ? self.failPercent : 0) + (has(self.crashLoopPercent) ? self.crashLoopPercent : 0) + (has(self.oomKillPercent) ? self.oomKillPercent : 0) + (has(self.imagePullFailPercent) ? self.imagePullFailPercent : 0) + (has(self.initFailPercent) ? self.initFailPercent : 0) <= 100")
+    .message("failPercent, crashLoopPercent, oomKillPercent, imagePullFailPercent and initFailPercent add up to more than 100 (each pod has one fate)"))]
 pub struct PodLifecycle {
     /// How long a bound pod takes to become Running (default: at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,10 +77,39 @@ pub struct PodLifecycle {
     /// How long a crash-looping container runs before it crashes (default 5s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crash_after: Option<Delay>,
-    /// How long a pod owned by a Job runs before it completes (default: the operator's
-    /// `--job-run-time`).
+    /// How long a pod owned by a Job runs before it completes (default: `runTime`, else the
+    /// operator's `--job-run-time`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_run_time: Option<Delay>,
+    /// How long any pod with `restartPolicy: Never` or `OnFailure` runs before its containers
+    /// exit 0 and it is Succeeded, whoever owns it (a bare pod, Argo, Tekton, Volcano). Without
+    /// it only a Job's pods finish; a pod's `pod-complete.stage.kwok.x-k8s.io/delay`
+    /// annotation says it for that pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_time: Option<Delay>,
+    /// The exit code failing and crash-looping containers exit with (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "exit_code_schema")]
+    pub exit_code: Option<i32>,
+    /// Percent of pods whose containers are OOM-killed after `crashAfter` (exit 137, reason
+    /// OOMKilled), then restarted with back-off (Failed with `restartPolicy: Never`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "percent_schema")]
+    pub oom_kill_percent: Option<u8>,
+    /// Percent of pods whose images never pull: ErrImagePull, then ImagePullBackOff; they
+    /// stay Pending, as with a wrong image name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "percent_schema")]
+    pub image_pull_fail_percent: Option<u8>,
+    /// Percent of pods whose first init container fails (`exitCode`): Init:CrashLoopBackOff,
+    /// or Failed with `restartPolicy: Never`. Pods without init containers are not affected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "percent_schema")]
+    pub init_fail_percent: Option<u8>,
+    /// Readiness that flaps: a share of running pods fail their readiness probe now and then
+    /// (Ready=False, out of their Services' endpoints), then pass again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<ReadinessFlaps>,
     /// What each container uses (CPU, memory), as the kubelet API reports it to
     /// metrics-server, `kubectl top` and the HPA.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,6 +120,33 @@ pub struct PodLifecycle {
     /// What `kubectl exec` gets (default: the command echoed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<super::kubelet::Exec>,
+}
+
+/// Pods whose readiness flaps.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessFlaps {
+    /// Percent of running pods whose readiness flaps (pods annotated
+    /// `pools.kwok.x-k8s.io/readiness: flap` flap whatever it says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "percent_schema")]
+    pub flap_percent: Option<u8>,
+    /// How long a pod stays unready each time (default 20s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_ready_for: Option<Delay>,
+    /// How often it goes unready (default 2m; longer than notReadyFor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub every: Option<String>,
+}
+
+/// How long an unready pod stays so when nothing is said.
+pub const DEFAULT_UNREADY_FOR: Duration = Duration::from_secs(20);
+/// How often a pod with flapping readiness goes unready when nothing is said.
+pub const DEFAULT_UNREADY_EVERY: Duration = Duration::from_secs(120);
+
+fn exit_code_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "integer", "minimum": 1, "maximum": 255})
 }
 
 /// What a NodePool's nodes do.
@@ -228,6 +286,10 @@ pub fn problems(l: &Lifecycle, sections: Sections) -> Vec<String> {
         delay("pods.exitDelay", &p.exit_delay);
         delay("pods.crashAfter", &p.crash_after);
         delay("pods.jobRunTime", &p.job_run_time);
+        delay("pods.runTime", &p.run_time);
+        if let Some(r) = &p.readiness {
+            delay("pods.readiness.notReadyFor", &r.not_ready_for);
+        }
     }
     if let Some(n) = &l.nodes {
         delay("nodes.notReadyFor", &n.not_ready_for);
@@ -246,30 +308,39 @@ pub fn problems(l: &Lifecycle, sections: Sections) -> Vec<String> {
     if let Some(p) = &l.pods {
         out.extend(percent("pods.failPercent", p.fail_percent));
         out.extend(percent("pods.crashLoopPercent", p.crash_loop_percent));
-        if u16::from(p.fail_percent.unwrap_or(0)) + u16::from(p.crash_loop_percent.unwrap_or(0)) > 100 {
-            out.push(".pods: failPercent and crashLoopPercent add up to more than 100".into());
+        out.extend(percent("pods.oomKillPercent", p.oom_kill_percent));
+        out.extend(percent("pods.imagePullFailPercent", p.image_pull_fail_percent));
+        out.extend(percent("pods.initFailPercent", p.init_fail_percent));
+        let fates = [
+            p.fail_percent,
+            p.crash_loop_percent,
+            p.oom_kill_percent,
+            p.image_pull_fail_percent,
+            p.init_fail_percent,
+        ];
+        if fates.iter().map(|v| u16::from(v.unwrap_or(0))).sum::<u16>() > 100 {
+            out.push(
+                ".pods: failPercent, crashLoopPercent, oomKillPercent, imagePullFailPercent and initFailPercent add up to more than 100 (each pod has one fate)"
+                    .into(),
+            );
+        }
+        if let Some(code) = p.exit_code.filter(|c| !(1..=255).contains(c)) {
+            out.push(format!(".pods.exitCode: {code} is not an exit code from 1 to 255 (a failure exits non-zero)"));
+        }
+        if let Some(r) = &p.readiness {
+            out.extend(percent("pods.readiness.flapPercent", r.flap_percent));
+            out.extend(window_rule(
+                "pods.readiness",
+                r.every.as_deref(),
+                DEFAULT_UNREADY_EVERY,
+                r.not_ready_for.as_ref(),
+                DEFAULT_UNREADY_FOR,
+            ));
         }
     }
     if let Some(n) = &l.nodes {
         out.extend(percent("nodes.notReadyPercent", n.not_ready_percent));
-        let every = match n.every.as_deref() {
-            None => Some(DEFAULT_EVERY),
-            Some(text) => parse_duration(text).or_else(|| {
-                out.push(format!(".nodes.every: {text:?} is not a duration such as 10m (at most 24h)"));
-                None
-            }),
-        };
-        let away = match &n.not_ready_for {
-            None => Some(DEFAULT_NOT_READY_FOR),
-            Some(d) => d.distribution().ok().map(|d| d.longest()),
-        };
-        if let (Some(every), Some(away)) = (every, away)
-            && away >= every
-        {
-            out.push(format!(
-                ".nodes.every: {every:?} is not longer than notReadyFor ({away:?} at the longest): a node must come back before it goes again"
-            ));
-        }
+        out.extend(window_rule("nodes", n.every.as_deref(), DEFAULT_EVERY, n.not_ready_for.as_ref(), DEFAULT_NOT_READY_FOR));
     }
     if let Some(v) = &l.vmis {
         out.extend(percent("vmis.failPercent", v.fail_percent));
@@ -282,6 +353,31 @@ pub fn problems(l: &Lifecycle, sections: Sections) -> Vec<String> {
                 _ => format!(".{section}: this kind's children are not {section}; it takes {}", sections.join(", ")),
             });
         }
+    }
+    out
+}
+
+/// `every` must be longer than the longest `notReadyFor`: what goes away comes back before it
+/// goes again.
+fn window_rule(path: &str, every: Option<&str>, every_default: Duration, away: Option<&Delay>, away_default: Duration) -> Vec<String> {
+    let mut out = Vec::new();
+    let every = match every {
+        None => Some(every_default),
+        Some(text) => parse_duration(text).or_else(|| {
+            out.push(format!(".{path}.every: {text:?} is not a duration such as 10m (at most 24h)"));
+            None
+        }),
+    };
+    let away = match away {
+        None => Some(away_default),
+        Some(d) => d.distribution().ok().map(|d| d.longest()),
+    };
+    if let (Some(every), Some(away)) = (every, away)
+        && away >= every
+    {
+        out.push(format!(
+            ".{path}.every: {every:?} is not longer than notReadyFor ({away:?} at the longest): it must come back before it goes again"
+        ));
     }
     out
 }
@@ -330,7 +426,7 @@ mod tests {
         .unwrap();
         let p = problems(&l, &["pods"]);
         assert!(p.iter().any(|m| m.starts_with(".pods.startDelay.min:")), "{p:?}");
-        assert!(p.iter().any(|m| m.starts_with(".pods: failPercent and crashLoopPercent")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with(".pods: failPercent, crashLoopPercent")), "{p:?}");
         assert!(p.iter().any(|m| m.starts_with(".nodes.every: 60s is not longer")), "{p:?}");
         assert!(p.iter().any(|m| m.starts_with(".nodes: only a NodePool")), "{p:?}");
         let good: Lifecycle = serde_yaml::from_str(
@@ -349,6 +445,29 @@ mod tests {
             let l = Lifecycle { nodes: Some(serde_yaml::from_str(bad).unwrap()), ..Default::default() };
             assert!(problems(&l, &["pods", "nodes"]).iter().any(|m| m.starts_with(".nodes.every:")), "{bad}");
         }
+    }
+
+    #[test]
+    fn every_fate_shares_one_hundred_percent_and_exit_codes_fail() {
+        let l: Lifecycle = serde_yaml::from_str(
+            "pods: {failPercent: 30, oomKillPercent: 30, imagePullFailPercent: 30, initFailPercent: 20, exitCode: 0}",
+        )
+        .unwrap();
+        let p = problems(&l, &["pods"]);
+        assert!(p.iter().any(|m| m.starts_with(".pods: failPercent, crashLoopPercent, oomKillPercent")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with(".pods.exitCode: 0 is not an exit code")), "{p:?}");
+        let l: Lifecycle = serde_yaml::from_str(
+            "pods: {readiness: {flapPercent: 10, notReadyFor: {fixed: 3m}, every: 2m}, runTime: {min: 3s, max: 1s}}",
+        )
+        .unwrap();
+        let p = problems(&l, &["pods"]);
+        assert!(p.iter().any(|m| m.starts_with(".pods.readiness.every: 120s is not longer")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with(".pods.runTime.min:")), "{p:?}");
+        let ok: Lifecycle = serde_yaml::from_str(
+            "pods: {oomKillPercent: 10, imagePullFailPercent: 5, initFailPercent: 5, exitCode: 42, runTime: {fixed: 10s}, readiness: {flapPercent: 50}}",
+        )
+        .unwrap();
+        assert_eq!(problems(&ok, &["pods"]), Vec::<String>::new());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! and the rule primitives). Names no kind and depends on nothing else of ours; a kind's own
 //! type and rules live in its directory under `kinds/`.
 
+pub mod annotations;
 pub mod common;
 pub mod conventions;
 pub mod duration;

@@ -141,6 +141,8 @@ pub struct SlimPod {
     pub usage: Option<Box<crate::api::kubelet::Overrides>>,
     /// When its containers last started running (the latest `state.running.startedAt`).
     pub running_since: Option<Timestamp>,
+    /// Its own behaviour, from its annotations (kwok's stage annotations and ours).
+    pub overrides: Option<Box<crate::api::annotations::PodOverrides>>,
 }
 
 impl Resource for SlimPod {
@@ -188,6 +190,7 @@ impl SlimPod {
             ..Default::default()
         };
         let usage = crate::api::kubelet::Overrides::from_annotations(m.annotations.as_ref()).map(Box::new);
+        let overrides = crate::api::annotations::PodOverrides::from_annotations(m.annotations.as_ref()).map(Box::new);
         let spec = pod.spec.unwrap_or_default();
         let slim = |c: &k8s_openapi::api::core::v1::Container| SlimContainer {
             name: c.name.clone(),
@@ -238,6 +241,7 @@ impl SlimPod {
                 .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref().map(|t| t.0))
                 .max(),
             usage,
+            overrides,
             crash_looping: status.container_statuses.iter().flatten().any(|c| {
                 c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref())
                     == Some("CrashLoopBackOff")

@@ -3,7 +3,7 @@
 //! controllers own, such as readiness gates, are kept).
 
 use crate::informer::pod::{SlimContainer, SlimPod};
-pub use crate::kubelet::pod::{gates_ready, host_network, is_ready, is_running, is_terminal, phase, pod_ips};
+pub use crate::kubelet::pod::{Exit, gates_ready, host_network, is_ready, is_running, is_terminal, phase, pod_ips};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::net::IpAddr;
@@ -52,6 +52,27 @@ fn terminated(pod_uid: &str, c: &SlimContainer, exit_code: i32, now: &Value) -> 
         "exitCode": exit_code, "reason": reason, "startedAt": now, "finishedAt": now,
         "containerID": container_id(pod_uid, &c.name),
     }})
+}
+
+/// A `terminated` state as `exit` says.
+fn exited(pod_uid: &str, c: &SlimContainer, exit: &Exit, now: &Value) -> Value {
+    let mut state = terminated(pod_uid, c, exit.code, now);
+    state["terminated"]["reason"] = exit.reason.clone().into();
+    if let Some(m) = &exit.message {
+        state["terminated"]["message"] = m.clone().into();
+    }
+    state
+}
+
+fn addresses(status: &mut Value, host_ips: &[IpAddr], pod_ips: &[IpAddr]) {
+    if !host_ips.is_empty() {
+        status["hostIP"] = host_ips[0].to_string().into();
+        status["hostIPs"] = host_ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect::<Vec<_>>().into();
+    }
+    if !pod_ips.is_empty() {
+        status["podIP"] = pod_ips[0].to_string().into();
+        status["podIPs"] = pod_ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect::<Vec<_>>().into();
+    }
 }
 
 fn running_state(pod_uid: &str, c: &SlimContainer, ready: bool, now: &Value) -> Value {
@@ -141,18 +162,30 @@ pub fn pending_patch(pod: &SlimPod, host_ips: &[IpAddr], now: &Value) -> Value {
     json!({ "status": status })
 }
 
-fn crashed_state(pod_uid: &str, c: &SlimContainer, restarts: i32, now: &Value) -> Value {
+fn crashed_state(pod_uid: &str, c: &SlimContainer, restarts: i32, exit: &Exit, now: &Value) -> Value {
     let message = format!("back-off restarting failed container {} (simulated by kwok-pools)", c.name);
     let waiting = json!({"waiting": {"reason": "CrashLoopBackOff", "message": message}});
     let mut s = container_status(pod_uid, c, false, restarts, waiting);
-    s["lastState"] = terminated(pod_uid, c, 1, now);
+    s["lastState"] = exited(pod_uid, c, exit, now);
     s
 }
 
-/// The status patch of a pod whose containers crashed (exit 1) and wait in CrashLoopBackOff
-/// with `restarts` restarts: Running, not ready, as a kubelet reports it.
-pub fn crashed_patch(pod: &SlimPod, restarts: i32, now: &Value) -> Value {
-    let containers: Vec<Value> = pod.containers.iter().map(|c| crashed_state(pod.uid(), c, restarts, now)).collect();
+/// The status patch of a pod whose containers crashed (as `exit` says: all, or the one it
+/// names) and wait in CrashLoopBackOff with `restarts` restarts: Running, not ready, as a
+/// kubelet reports it. The others keep running.
+pub fn crashed_patch(pod: &SlimPod, restarts: i32, exit: &Exit, now: &Value) -> Value {
+    let uid = pod.uid();
+    let containers: Vec<Value> = pod
+        .containers
+        .iter()
+        .map(|c| {
+            if exit.hits(&c.name) {
+                crashed_state(uid, c, restarts, exit, now)
+            } else {
+                container_status(uid, c, true, 0, json!({"running": {"startedAt": since(pod, now)}}))
+            }
+        })
+        .collect();
     json!({ "status": {
         "conditions": [
             cond("ContainersReady", false, now, Some("ContainersNotReady")),
@@ -162,16 +195,25 @@ pub fn crashed_patch(pod: &SlimPod, restarts: i32, now: &Value) -> Value {
     }})
 }
 
+/// When the pod's containers started running (now, if the store does not say).
+fn since(pod: &SlimPod, now: &Value) -> Value {
+    pod.running_since.map_or_else(|| now.clone(), |t| t.to_string().into())
+}
+
 /// The status patch of a crash-looping pod whose containers run again after a back-off.
-pub fn restarted_patch(pod: &SlimPod, restarts: i32, now: &Value) -> Value {
+pub fn restarted_patch(pod: &SlimPod, restarts: i32, exit: &Exit, now: &Value) -> Value {
     let uid = pod.uid();
     let containers: Vec<Value> = pod
         .containers
         .iter()
         .map(|c| {
-            let mut s = container_status(uid, c, true, restarts, json!({"running": {"startedAt": now}}));
-            s["lastState"] = terminated(uid, c, 1, now);
-            s
+            if exit.hits(&c.name) {
+                let mut s = container_status(uid, c, true, restarts, json!({"running": {"startedAt": now}}));
+                s["lastState"] = exited(uid, c, exit, now);
+                s
+            } else {
+                container_status(uid, c, true, 0, json!({"running": {"startedAt": since(pod, now)}}))
+            }
         })
         .collect();
     let ready = gates_ready(pod);
@@ -184,12 +226,18 @@ pub fn restarted_patch(pod: &SlimPod, restarts: i32, now: &Value) -> Value {
     }})
 }
 
-/// The status patch of a pod whose containers exited 1 at start and that is not restarted
-/// (`restartPolicy: Never`): Failed.
-pub fn failed_patch(pod: &SlimPod, host_ips: &[IpAddr], now: &Value) -> Value {
+/// The status patch of a pod whose containers exited as `exit` says and that is not
+/// restarted (`restartPolicy: Never`): Failed. Its other containers are reported finished.
+pub fn failed_patch(pod: &SlimPod, host_ips: &[IpAddr], exit: &Exit, now: &Value) -> Value {
     let uid = pod.uid();
-    let containers: Vec<Value> =
-        pod.containers.iter().map(|c| container_status(uid, c, false, 0, terminated(uid, c, 1, now))).collect();
+    let containers: Vec<Value> = pod
+        .containers
+        .iter()
+        .map(|c| {
+            let state = if exit.hits(&c.name) { exited(uid, c, exit, now) } else { terminated(uid, c, 0, now) };
+            container_status(uid, c, false, 0, state)
+        })
+        .collect();
     let mut status = json!({
         "phase": "Failed",
         "conditions": [
@@ -201,12 +249,113 @@ pub fn failed_patch(pod: &SlimPod, host_ips: &[IpAddr], now: &Value) -> Value {
         "containerStatuses": containers,
     });
     // A pod that ran keeps the host addresses it has.
-    if !host_ips.is_empty() {
-        status["hostIP"] = host_ips[0].to_string().into();
-        status["hostIPs"] = host_ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect::<Vec<_>>().into();
-    }
+    addresses(&mut status, host_ips, &[]);
     acknowledged(pod, &mut status, now);
     json!({ "status": status })
+}
+
+/// The status patch of a pod whose images do not pull: Pending, its containers waiting in
+/// `ErrImagePull` (first) or `ImagePullBackOff` (after), as a kubelet shows a wrong image.
+pub fn image_pull_patch(pod: &SlimPod, host_ips: &[IpAddr], pod_ips: &[IpAddr], backing_off: bool, now: &Value) -> Value {
+    let uid = pod.uid();
+    let containers: Vec<Value> = pod
+        .containers
+        .iter()
+        .map(|c| {
+            let waiting = if backing_off {
+                json!({"reason": "ImagePullBackOff", "message": format!("Back-off pulling image {:?}", c.image)})
+            } else {
+                json!({"reason": "ErrImagePull", "message": format!(
+                    "failed to pull and unpack image {:?}: simulated by kwok-pools (the pod's pools.kwok.x-k8s.io/image-pull annotation or its pool's imagePullFailPercent)",
+                    c.image
+                )})
+            };
+            container_status(uid, c, false, 0, json!({ "waiting": waiting }))
+        })
+        .collect();
+    let mut status = json!({
+        "phase": "Pending",
+        "conditions": [
+            cond("PodReadyToStartContainers", true, now, None),
+            cond("Initialized", true, now, None),
+            cond("ContainersReady", false, now, Some("ContainersNotReady")),
+            cond("Ready", false, now, Some("ContainersNotReady")),
+        ],
+        "containerStatuses": containers,
+    });
+    addresses(&mut status, host_ips, pod_ips);
+    acknowledged(pod, &mut status, now);
+    json!({ "status": status })
+}
+
+/// The status patch of a pod whose init container (`exit.container`, else the first) failed
+/// for the `restarts`-th time: Pending with `Init:Error` the first time, then
+/// `Init:CrashLoopBackOff`; Failed when the pod is never restarted. Init containers before it
+/// finished (sidecars run); the app containers wait in `PodInitializing`.
+pub fn init_failed_patch(pod: &SlimPod, ips: (&[IpAddr], &[IpAddr]), exit: &Exit, restarts: i32, now: &Value) -> Value {
+    let uid = pod.uid();
+    let never = pod.restart_policy.as_deref() == Some("Never");
+    let failing = pod
+        .init_containers
+        .iter()
+        .position(|c| !c.sidecar && exit.hits(&c.name))
+        .unwrap_or(0);
+    let init: Vec<Value> = pod
+        .init_containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            if i < failing {
+                if c.sidecar { running_state(uid, c, true, now) } else { terminated_state(uid, c, now) }
+            } else if i == failing {
+                if never || restarts == 0 {
+                    container_status(uid, c, false, restarts, exited(uid, c, exit, now))
+                } else {
+                    crashed_state(uid, c, restarts, exit, now)
+                }
+            } else {
+                container_status(uid, c, false, 0, json!({"waiting": {"reason": "PodInitializing"}}))
+            }
+        })
+        .collect();
+    let waiting = json!({"waiting": {"reason": "PodInitializing"}});
+    let containers: Vec<Value> = pod.containers.iter().map(|c| container_status(uid, c, false, 0, waiting.clone())).collect();
+    let (phase, why) = if never { ("Failed", "PodFailed") } else { ("Pending", "ContainersNotReady") };
+    let mut status = json!({
+        "phase": phase,
+        "conditions": [
+            cond("PodReadyToStartContainers", !never, now, None),
+            cond("Initialized", false, now, Some("ContainersNotInitialized")),
+            cond("ContainersReady", false, now, Some(why)),
+            cond("Ready", false, now, Some(why)),
+        ],
+        "initContainerStatuses": init,
+        "containerStatuses": containers,
+    });
+    addresses(&mut status, ips.0, if never { &[] } else { ips.1 });
+    acknowledged(pod, &mut status, now);
+    json!({ "status": status })
+}
+
+/// The status patch of a running pod whose readiness probe starts failing (`passing`
+/// false) or passes again: its containers' `ready`, ContainersReady and Ready.
+pub fn probe_patch(pod: &SlimPod, passing: bool, now: &Value) -> Value {
+    let uid = pod.uid();
+    let started = since(pod, now);
+    let containers: Vec<Value> = pod
+        .containers
+        .iter()
+        .map(|c| container_status(uid, c, passing, pod.restart_count, json!({"running": {"startedAt": started}})))
+        .collect();
+    let ready = passing && gates_ready(pod);
+    let reason = if !passing { Some("ContainersNotReady") } else { (!ready).then_some("ReadinessGatesNotReady") };
+    json!({ "status": {
+        "conditions": [
+            cond("ContainersReady", passing, now, (!passing).then_some("ContainersNotReady")),
+            cond("Ready", ready, now, reason),
+        ],
+        "containerStatuses": containers,
+    }})
 }
 
 /// `base` with `over` laid on it: container statuses replaced, conditions replaced by type.
@@ -297,20 +446,15 @@ pub fn deadline_patch(pod: &SlimPod, now: &Value) -> Value {
 /// When readiness gates change on a running pod: the Ready condition it should show now, if
 /// it differs from what it shows.
 pub fn ready_fix(pod: &SlimPod, now: &Value) -> Option<Value> {
-    if pod.phase() != "Running" {
+    if pod.phase() != "Running" || pod.condition("ContainersReady") == Some("False") {
+        // A crash-looping pod, or one whose probe fails, is not ready whatever its gates say.
         return None;
     }
-    // A crash-looping pod is not ready whatever its gates say.
     let want = gates_ready(pod) && !pod.crash_looping;
     if is_ready(pod) == want {
         return None;
     }
     Some(json!({ "status": { "conditions": [cond("Ready", want, now, (!want).then_some("ReadinessGatesNotReady"))] } }))
-}
-
-/// Whether a Job owns the pod (its containers finish).
-pub fn owned_by_job(pod: &SlimPod) -> bool {
-    pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Job" && o.api_version.starts_with("batch/"))
 }
 
 #[cfg(test)]
@@ -396,7 +540,7 @@ mod tests {
     #[test]
     fn crash_loops_look_as_a_kubelet_shows_them() {
         let p = pod(&[], &[]);
-        let v = crashed_patch(&p, 3, &json!("t"));
+        let v = crashed_patch(&p, 3, &Exit::error(1), &json!("t"));
         let c = &v["status"]["containerStatuses"][0];
         assert_eq!(c["state"]["waiting"]["reason"], "CrashLoopBackOff");
         assert_eq!((c["restartCount"].clone(), c["ready"].clone()), (json!(3), json!(false)));
@@ -404,7 +548,7 @@ mod tests {
         let ready =
             v["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
         assert_eq!((ready["status"].clone(), ready["reason"].clone()), (json!("False"), json!("ContainersNotReady")));
-        let v = restarted_patch(&p, 3, &json!("t"));
+        let v = restarted_patch(&p, 3, &Exit::error(1), &json!("t"));
         let c = &v["status"]["containerStatuses"][0];
         assert!(c["state"]["running"].is_object());
         assert_eq!((c["restartCount"].clone(), c["ready"].clone()), (json!(3), json!(true)));
@@ -413,10 +557,61 @@ mod tests {
         crashed.phase = Some("Running".into());
         crashed.crash_looping = true;
         assert_eq!(ready_fix(&crashed, &json!("t")), None);
-        let f = failed_patch(&p, &[], &json!("t"));
+        let f = failed_patch(&p, &[], &Exit::error(1), &json!("t"));
         assert_eq!(f["status"]["phase"], "Failed");
         assert_eq!(f["status"]["startTime"], "t", "a pod that never started gets its startTime");
         assert_eq!(f["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 1);
+    }
+
+    #[test]
+    fn outcomes_show_their_exit_code_and_reason() {
+        let mut p = pod(&[], &[]);
+        p.containers.push(SlimContainer { name: "side".into(), image: "busybox".into(), sidecar: false });
+        let oom = Exit { container: Some("app".into()), ..Exit::oom_killed() };
+        let v = crashed_patch(&p, 1, &oom, &json!("t"));
+        let app = &v["status"]["containerStatuses"][0];
+        assert_eq!(app["lastState"]["terminated"]["reason"], "OOMKilled");
+        assert_eq!(app["lastState"]["terminated"]["exitCode"], 137);
+        assert!(v["status"]["containerStatuses"][1]["state"]["running"].is_object(), "the other one runs on");
+        let f = failed_patch(&p, &[], &Exit { message: Some("boom".into()), ..Exit::error(42) }, &json!("t"));
+        let t = &f["status"]["containerStatuses"][0]["state"]["terminated"];
+        assert_eq!((t["exitCode"].as_i64(), t["message"].as_str()), (Some(42), Some("boom")));
+
+        let ip: IpAddr = "10.0.0.5".parse().unwrap();
+        let pull = image_pull_patch(&p, &[], &[ip], false, &json!("t"));
+        assert_eq!(pull["status"]["phase"], "Pending");
+        assert_eq!(pull["status"]["podIP"], "10.0.0.5", "the sandbox has its address");
+        assert_eq!(pull["status"]["containerStatuses"][0]["state"]["waiting"]["reason"], "ErrImagePull");
+        let back = image_pull_patch(&p, &[], &[ip], true, &json!("t"));
+        assert_eq!(back["status"]["containerStatuses"][0]["state"]["waiting"]["reason"], "ImagePullBackOff");
+
+        // The first init container fails: Init:Error, then Init:CrashLoopBackOff.
+        let first = init_failed_patch(&p, (&[], &[ip]), &Exit::error(2), 0, &json!("t"));
+        let init = &first["status"]["initContainerStatuses"];
+        assert_eq!(init[0]["state"]["terminated"]["exitCode"], 2);
+        assert_eq!(init[1]["state"]["waiting"]["reason"], "PodInitializing");
+        assert_eq!(first["status"]["phase"], "Pending");
+        assert_eq!(first["status"]["containerStatuses"][0]["state"]["waiting"]["reason"], "PodInitializing");
+        let again = init_failed_patch(&p, (&[], &[ip]), &Exit::error(2), 2, &json!("t"));
+        assert_eq!(again["status"]["initContainerStatuses"][0]["state"]["waiting"]["reason"], "CrashLoopBackOff");
+        assert_eq!(again["status"]["initContainerStatuses"][0]["restartCount"], 2);
+        p.restart_policy = Some("Never".into());
+        assert_eq!(init_failed_patch(&p, (&[], &[ip]), &Exit::error(2), 0, &json!("t"))["status"]["phase"], "Failed");
+    }
+
+    #[test]
+    fn a_failing_probe_takes_readiness_and_a_passing_one_gives_it_back() {
+        let mut p = pod(&[], &[("Ready", "True"), ("ContainersReady", "True")]);
+        p.phase = Some("Running".into());
+        let v = probe_patch(&p, false, &json!("t"));
+        assert_eq!(v["status"]["containerStatuses"][0]["ready"], false);
+        let ready = v["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+        assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("ContainersNotReady")));
+        let v = probe_patch(&p, true, &json!("t"));
+        assert_eq!(v["status"]["containerStatuses"][0]["ready"], true);
+        // While the probe fails, readiness gates do not flip Ready back.
+        let failing = pod(&[], &[("Ready", "False"), ("ContainersReady", "False")]);
+        assert_eq!(ready_fix(&SlimPod { phase: Some("Running".into()), ..failing }, &json!("t")), None);
     }
 
     #[test]

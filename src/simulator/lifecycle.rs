@@ -7,8 +7,12 @@
 //! Decisions are pure functions of the settings, the seed and the object's identity.
 
 use crate::api::duration::{parse_duration, unit};
-use crate::api::lifecycle::{Delay, Distribution, Lifecycle, NodeLifecycle, PodLifecycle, VmiLifecycle};
+use crate::api::lifecycle::{
+    DEFAULT_UNREADY_EVERY, DEFAULT_UNREADY_FOR, Delay, Distribution, Lifecycle, NodeLifecycle, PodLifecycle,
+    VmiLifecycle,
+};
 use crate::informer::pod::SlimPod;
+pub use crate::kubelet::pod::Exit;
 use crate::pool::PoolKind;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -40,15 +44,24 @@ impl Default for Defaults {
 }
 
 /// What happens to a pod's containers.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Fate {
     Runs,
-    /// Exit 1 at start: Failed with `restartPolicy: Never`, else crash-looping from the start.
-    FailsAtStart,
-    /// Run `after`, exit 1, back off, again.
-    CrashLoops {
-        after: Duration,
-    },
+    /// Exit at start: Failed with `restartPolicy: Never`, else crash-looping from the start.
+    FailsAtStart(Exit),
+    /// Run `after`, exit, back off, again (Failed with `restartPolicy: Never`).
+    CrashLoops { after: Duration, exit: Exit },
+    /// The image never pulls: ErrImagePull, then ImagePullBackOff, Pending for good.
+    ImagePullFails,
+    /// An init container exits: Init:CrashLoopBackOff, or Failed with `restartPolicy: Never`.
+    InitFails(Exit),
+}
+
+impl Fate {
+    /// Whether the pod's containers ever run as they should.
+    pub fn runs(&self) -> bool {
+        *self == Fate::Runs
+    }
 }
 
 /// Everything decided for one pod.
@@ -58,58 +71,130 @@ pub struct PodPlan {
     /// `None`: the pod ignores SIGTERM and waits its whole grace period.
     pub exit_delay: Option<Duration>,
     pub fate: Fate,
-    pub job_run_time: Duration,
+    /// How long it runs before its containers exit 0 and it is Succeeded (`None`: until it is
+    /// deleted). Only for `restartPolicy: Never` or `OnFailure`.
+    pub run_time: Option<Duration>,
+    /// When its readiness probe fails, if it flaps.
+    pub readiness: Option<Flap>,
 }
 
 fn sample(delay: Option<&Delay>, seed: i64, key: &[&str], salt: &str) -> Option<Duration> {
     let d = delay?.distribution().ok()?;
+    let (u1, u2) = units(seed, key, salt);
+    Some(d.sample(u1, u2))
+}
+
+fn units(seed: i64, key: &[&str], salt: &str) -> (f64, f64) {
     let mut a: Vec<&str> = key.to_vec();
     a.push(salt);
     let u1 = unit(seed, &a);
     a.push("2");
-    let u2 = unit(seed, &a);
-    Some(d.sample(u1, u2))
+    (u1, unit(seed, &a))
 }
 
-/// Decides a pod's plan from the pod lifecycle that governs it. `key` identifies the pod for
-/// the seeded choices (namespace and name with a seed, so a replacement repeats its fate; the
-/// UID without one, so each pod differs).
-pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPod, defaults: &Defaults) -> PodPlan {
-    let fallback_exit = defaults.exit_delay.unwrap_or(DEFAULT_EXIT_DELAY);
-    let Some(s) = settings else {
-        return PodPlan {
-            start_delay: Duration::ZERO,
-            exit_delay: Some(fallback_exit),
-            fate: Fate::Runs,
-            job_run_time: defaults.job_run_time,
-        };
-    };
+/// The label the Job controller puts on an indexed Job's pods.
+pub const COMPLETION_INDEX_LABEL: &str = "batch.kubernetes.io/job-completion-index";
+
+/// The words a pod's seeded choices are drawn from: with a seed its namespace and name (an
+/// indexed Job's pod: its Job and index, so a retried index repeats its run time and fate),
+/// so a replacement repeats its fate; without, its UID, so each pod differs.
+fn pod_key(seed: Option<i64>, pod: &SlimPod) -> (i64, Vec<String>) {
+    let Some(seed) = seed else { return (0, vec![pod.uid().to_string()]) };
     let ns = pod.namespace().unwrap_or_default();
-    let (seed, key): (i64, Vec<&str>) = match seed {
-        Some(s) => (s, vec![ns.as_str(), pod.name()]),
-        None => (0, vec![pod.uid()]),
-    };
-    let roll = unit(seed, &[&key[..], &["fate"]].concat()) * 100.0;
-    let fail = f64::from(s.fail_percent.unwrap_or(0).min(100));
-    let crash = f64::from(s.crash_loop_percent.unwrap_or(0).min(100));
-    let fate = if roll < fail {
-        Fate::FailsAtStart
-    } else if roll < fail + crash {
-        let after = sample(s.crash_after.as_ref(), seed, &key, "crash").unwrap_or(DEFAULT_CRASH_AFTER);
-        Fate::CrashLoops { after }
-    } else {
-        Fate::Runs
-    };
-    PodPlan {
-        start_delay: sample(s.start_delay.as_ref(), seed, &key, "start").unwrap_or(Duration::ZERO),
-        exit_delay: if s.ignore_sigterm == Some(true) {
-            None
-        } else {
-            Some(sample(s.exit_delay.as_ref(), seed, &key, "exit").unwrap_or(fallback_exit))
-        },
-        fate,
-        job_run_time: sample(s.job_run_time.as_ref(), seed, &key, "job").unwrap_or(defaults.job_run_time),
+    let job = pod.metadata.owner_references.iter().flatten().find(|o| o.kind == "Job" && o.controller == Some(true));
+    match (job, pod.label(COMPLETION_INDEX_LABEL)) {
+        (Some(job), Some(index)) => (seed, vec![ns, job.name.clone(), index.to_string()]),
+        _ => (seed, vec![ns, pod.name().to_string()]),
     }
+}
+
+/// Whether a Job owns the pod.
+pub fn owned_by_job(pod: &SlimPod) -> bool {
+    pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Job" && o.api_version.starts_with("batch/"))
+}
+
+/// Decides a pod's plan from the pod lifecycle that governs it and the pod's own
+/// annotations, which win.
+pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPod, defaults: &Defaults) -> PodPlan {
+    let none = PodLifecycle::default();
+    let s = settings.unwrap_or(&none);
+    let own = pod.overrides.as_deref();
+    let (seed, key) = pod_key(seed, pod);
+    let key: Vec<&str> = key.iter().map(String::as_str).collect();
+    let draw = |salt: &str| units(seed, &key, salt).0;
+
+    let exit = Exit::error(s.exit_code.filter(|c| (1..=255).contains(c)).unwrap_or(1));
+    let crash_after = || sample(s.crash_after.as_ref(), seed, &key, "crash").unwrap_or(DEFAULT_CRASH_AFTER);
+    let has_init = pod.init_containers.iter().any(|c| !c.sidecar);
+    let fate = if let Some(f) = own.and_then(|o| o.init_failed.as_ref()).filter(|_| has_init) {
+        Fate::InitFails(Exit::from_failure(f))
+    } else if let Some(f) = own.and_then(|o| o.container_failed.as_ref()) {
+        Fate::CrashLoops { after: f.after.sample(draw("crash")), exit: Exit::from_failure(f) }
+    } else if own.is_some_and(|o| o.image_pull_fails) {
+        Fate::ImagePullFails
+    } else {
+        let roll = unit(seed, &[&key[..], &["fate"]].concat()) * 100.0;
+        let shares = [
+            s.fail_percent,
+            s.crash_loop_percent,
+            s.oom_kill_percent,
+            s.image_pull_fail_percent,
+            s.init_fail_percent,
+        ]
+        .map(|p| f64::from(p.unwrap_or(0).min(100)));
+        let mut edge = 0.0;
+        let slot = shares.iter().position(|share| {
+            edge += share;
+            roll < edge
+        });
+        match slot {
+            Some(0) => Fate::FailsAtStart(exit),
+            Some(1) => Fate::CrashLoops { after: crash_after(), exit },
+            Some(2) => Fate::CrashLoops { after: crash_after(), exit: Exit::oom_killed() },
+            Some(3) => Fate::ImagePullFails,
+            Some(4) if has_init => {
+                let first = pod.init_containers.iter().find(|c| !c.sidecar).map(|c| c.name.clone());
+                Fate::InitFails(Exit { container: first, ..exit })
+            }
+            _ => Fate::Runs,
+        }
+    };
+
+    let finishes = matches!(pod.restart_policy.as_deref(), Some("Never" | "OnFailure"));
+    let pool_run = |d: Option<&Delay>, salt| sample(d, seed, &key, salt);
+    let run_time = if !finishes {
+        None
+    } else if let Some(w) = own.and_then(|o| o.run_time) {
+        Some(w.sample(draw("run")))
+    } else if owned_by_job(pod) {
+        pool_run(s.job_run_time.as_ref(), "job").or_else(|| pool_run(s.run_time.as_ref(), "run")).or(Some(defaults.job_run_time))
+    } else {
+        pool_run(s.run_time.as_ref(), "run")
+    };
+
+    let start_delay = match own.and_then(|o| o.start) {
+        Some(w) => w.sample(draw("start")),
+        None => sample(s.start_delay.as_ref(), seed, &key, "start").unwrap_or(Duration::ZERO),
+    };
+    let fallback_exit = defaults.exit_delay.unwrap_or(DEFAULT_EXIT_DELAY);
+    let exit_delay = match own.and_then(|o| o.exit_delay) {
+        Some(w) => Some(w.sample(draw("exit"))),
+        None if s.ignore_sigterm == Some(true) => None,
+        None => Some(sample(s.exit_delay.as_ref(), seed, &key, "exit").unwrap_or(fallback_exit)),
+    };
+
+    let flaps = s.readiness.as_ref();
+    let flap_share = f64::from(flaps.and_then(|r| r.flap_percent).unwrap_or(0).min(100));
+    let readiness = (own.is_some_and(|o| o.readiness_flaps) || draw("readiness") * 100.0 < flap_share).then(|| {
+        let every = flaps.and_then(|r| r.every.as_deref()).and_then(parse_duration).unwrap_or(DEFAULT_UNREADY_EVERY);
+        let away = flaps
+            .and_then(|r| r.not_ready_for.as_ref())
+            .and_then(|d| d.distribution().ok())
+            .unwrap_or(Distribution::Fixed(DEFAULT_UNREADY_FOR));
+        Flap::new(every, away, seed, &key.join("/"))
+    });
+
+    PodPlan { start_delay, exit_delay, fate, run_time, readiness }
 }
 
 /// What is decided for one VMI: how long its VM boots, and whether the boot fails.
@@ -159,6 +244,24 @@ pub struct Flap {
 }
 
 impl Flap {
+    /// The schedule of the object `id` (its seeded offset in the cycle, its windows' lengths).
+    pub fn new(every: Duration, not_ready_for: Distribution, seed: i64, id: &str) -> Self {
+        let every = every.max(Duration::from_secs(1));
+        Flap { every, offset: every.mul_f64(unit(seed, &[id, "offset"])), seed, node: id.to_string(), not_ready_for }
+    }
+
+    /// When what is away at `now` comes back, or what is here goes next (seconds since the
+    /// epoch).
+    pub fn next_change(&self, now: Duration) -> Duration {
+        if let Some(until) = self.away_until(now) {
+            return until;
+        }
+        let every = self.every.as_secs_f64();
+        let shifted = now.as_secs_f64() - self.offset.as_secs_f64();
+        let n = if shifted < 0.0 { 0.0 } else { (shifted / every).floor() + 1.0 };
+        Duration::from_secs_f64(n * every + self.offset.as_secs_f64())
+    }
+
     /// How long the node is away in cycle `n`.
     fn away_in(&self, n: u64) -> Duration {
         let c = n.to_string();
@@ -194,13 +297,13 @@ pub fn plan_node(settings: &NodeLifecycle, seed: Option<i64>, node: &str, uid: &
     if unit(seed, &[id, "flaps"]) * 100.0 >= percent {
         return None;
     }
-    let every = settings.every.as_deref().and_then(parse_duration).unwrap_or(DEFAULT_EVERY).max(Duration::from_secs(1));
+    let every = settings.every.as_deref().and_then(parse_duration).unwrap_or(DEFAULT_EVERY);
     let not_ready_for = settings
         .not_ready_for
         .as_ref()
         .and_then(|d| d.distribution().ok())
         .unwrap_or(Distribution::Fixed(DEFAULT_NOT_READY_FOR));
-    Some(Flap { every, offset: every.mul_f64(unit(seed, &[id, "offset"])), seed, node: id.to_string(), not_ready_for })
+    Some(Flap::new(every, not_ready_for, seed, id))
 }
 
 /// A pool seen only for its lifecycle knobs.
@@ -319,6 +422,26 @@ mod tests {
         serde_yaml::from_str(yaml).unwrap()
     }
 
+    fn job_pod(ns: &str, name: &str, uid: &str) -> SlimPod {
+        let mut p = pod(ns, name, uid);
+        p.restart_policy = Some("Never".into());
+        p.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "batch/v1".into(),
+            kind: "Job".into(),
+            name: "j".into(),
+            uid: "j1".into(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        p
+    }
+
+    fn annotated(mut p: SlimPod, pairs: &[(&str, &str)]) -> SlimPod {
+        let a = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        p.overrides = crate::api::annotations::PodOverrides::from_annotations(Some(&a)).map(Box::new);
+        p
+    }
+
     #[test]
     fn pods_that_say_nothing_get_the_flags() {
         let plan = plan_pod(None, None, &pod("d", "a", "u"), &defaults());
@@ -328,13 +451,55 @@ mod tests {
                 start_delay: Duration::ZERO,
                 exit_delay: Some(DEFAULT_EXIT_DELAY),
                 fate: Fate::Runs,
-                job_run_time: Duration::from_secs(5),
+                run_time: None,
+                readiness: None,
             }
         );
+        assert_eq!(plan_pod(None, None, &job_pod("d", "a", "u"), &defaults()).run_time, Some(Duration::from_secs(5)));
         let flags = Defaults { exit_delay: Some(Duration::from_secs(7)), job_run_time: Duration::from_secs(9) };
-        let plan = plan_pod(Some(&settings("{startDelay: {fixed: 2s}}")), None, &pod("d", "a", "u"), &flags);
-        assert_eq!((plan.exit_delay, plan.job_run_time), (Some(Duration::from_secs(7)), Duration::from_secs(9)));
+        let plan = plan_pod(Some(&settings("{startDelay: {fixed: 2s}}")), None, &job_pod("d", "a", "u"), &flags);
+        assert_eq!((plan.exit_delay, plan.run_time), (Some(Duration::from_secs(7)), Some(Duration::from_secs(9))));
         assert_eq!(plan.start_delay, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn any_pod_that_may_finish_finishes_by_knob_or_annotation() {
+        let s = settings("{runTime: {fixed: 30s}, jobRunTime: {fixed: 10s}}");
+        let mut bare = pod("d", "a", "u");
+        assert_eq!(plan_pod(Some(&s), None, &bare, &defaults()).run_time, None, "restartPolicy Always never finishes");
+        bare.restart_policy = Some("OnFailure".into());
+        assert_eq!(plan_pod(Some(&s), None, &bare, &defaults()).run_time, Some(Duration::from_secs(30)));
+        assert_eq!(plan_pod(Some(&s), None, &job_pod("d", "a", "u"), &defaults()).run_time, Some(Duration::from_secs(10)));
+        // The pod's own annotation wins over every knob, even with no pool at all.
+        let own = annotated(bare.clone(), &[("pod-complete.stage.kwok.x-k8s.io/delay", "3s")]);
+        assert_eq!(plan_pod(Some(&s), None, &own, &defaults()).run_time, Some(Duration::from_secs(3)));
+        assert_eq!(plan_pod(None, None, &own, &defaults()).run_time, Some(Duration::from_secs(3)));
+        let own = annotated(
+            bare,
+            &[
+                ("pod-ready.stage.kwok.x-k8s.io/delay", "4s"),
+                ("pod-delete.stage.kwok.x-k8s.io/delay", "2s"),
+                ("pod-container-failed.stage.kwok.x-k8s.io/name", "app"),
+                ("pod-container-failed.stage.kwok.x-k8s.io/exit-code", "42"),
+            ],
+        );
+        let plan = plan_pod(Some(&settings("{ignoreSIGTERM: true}")), None, &own, &defaults());
+        assert_eq!((plan.start_delay, plan.exit_delay), (Duration::from_secs(4), Some(Duration::from_secs(2))));
+        let Fate::CrashLoops { after, exit } = plan.fate else { panic!("{:?}", plan.fate) };
+        assert_eq!((after, exit.code, exit.container.as_deref()), (Duration::from_secs(2), 42, Some("app")));
+    }
+
+    #[test]
+    fn an_indexed_jobs_retried_index_repeats_its_run_time() {
+        let s = settings("{jobRunTime: {min: 1s, max: 100s}}");
+        let index = |name: &str, uid: &str, i: &str| {
+            let mut p = job_pod("d", name, uid);
+            p.set_label(COMPLETION_INDEX_LABEL, i);
+            plan_pod(Some(&s), Some(7), &p, &defaults()).run_time
+        };
+        assert_eq!(index("j-0-abcde", "u1", "0"), index("j-0-fghij", "u2", "0"), "a retry repeats its index's time");
+        let times: std::collections::BTreeSet<_> = (0..10).map(|i| index("x", "u", &i.to_string())).collect();
+        assert!(times.len() >= 9, "each index has its own: {times:?}");
     }
 
     #[test]
@@ -356,15 +521,57 @@ mod tests {
         };
         let a = fates(Some(42), "run1-");
         let crash = a.iter().filter(|f| matches!(f, Fate::CrashLoops { .. })).count();
-        let fail = a.iter().filter(|f| **f == Fate::FailsAtStart).count();
+        let fail = a.iter().filter(|f| matches!(f, Fate::FailsAtStart(_))).count();
         assert!((150..250).contains(&crash), "{crash}");
         assert!((60..140).contains(&fail), "{fail}");
-        assert!(a.contains(&Fate::CrashLoops { after: Duration::from_secs(3) }));
+        assert!(a.contains(&Fate::CrashLoops { after: Duration::from_secs(3), exit: Exit::error(1) }));
         // The same seed and names: the same pods, whatever their UIDs.
         assert_eq!(a, fates(Some(42), "run2-"));
         assert_ne!(a, fates(Some(43), "run1-"));
         // No seed: decided by UID, so two runs differ.
         assert_ne!(fates(None, "run1-"), fates(None, "run2-"));
+    }
+
+    #[test]
+    fn each_fate_gets_its_share() {
+        let s = settings(
+            "{oomKillPercent: 20, imagePullFailPercent: 20, initFailPercent: 20, exitCode: 3, readiness: {flapPercent: 50}}",
+        );
+        let mut with_init = pod("d", "x", "u");
+        with_init.init_containers = vec![crate::informer::pod::SlimContainer { name: "setup".into(), ..Default::default() }];
+        let plans: Vec<PodPlan> = (0..1000)
+            .map(|i| {
+                let mut p = with_init.clone();
+                p.metadata.name = Some(format!("p-{i}"));
+                plan_pod(Some(&s), Some(1), &p, &defaults())
+            })
+            .collect();
+        let count = |f: &dyn Fn(&Fate) -> bool| plans.iter().filter(|p| f(&p.fate)).count();
+        let oom = count(&|f| matches!(f, Fate::CrashLoops { exit, .. } if exit.reason == "OOMKilled" && exit.code == 137));
+        let pull = count(&|f| *f == Fate::ImagePullFails);
+        let init = count(&|f| matches!(f, Fate::InitFails(e) if e.code == 3 && e.container.as_deref() == Some("setup")));
+        for (what, n) in [("oom", oom), ("pull", pull), ("init", init)] {
+            assert!((140..260).contains(&n), "{what}: {n}");
+        }
+        let flapping = plans.iter().filter(|p| p.readiness.is_some()).count();
+        assert!((400..600).contains(&flapping), "{flapping}");
+        // Without init containers the init share runs normally.
+        let plain: usize = (0..1000)
+            .filter(|i| plan_pod(Some(&s), Some(1), &pod("d", &format!("p-{i}"), "u"), &defaults()).fate == Fate::Runs)
+            .count();
+        assert!((520..680).contains(&plain), "sixty percent run: {plain}");
+    }
+
+    #[test]
+    fn a_flap_says_when_it_changes_next() {
+        let flap = Flap::new(Duration::from_secs(100), Distribution::Fixed(Duration::from_secs(10)), 1, "p");
+        let t0 = Duration::from_secs(1_000_000);
+        let start = (0..100).map(|t| t0 + Duration::from_secs(t)).find(|t| flap.away_until(*t).is_some()).unwrap();
+        let before = start - Duration::from_secs(1);
+        assert!(flap.next_change(before) <= start && flap.next_change(before) > before);
+        assert_eq!(flap.next_change(start), flap.away_until(start).unwrap());
+        let after = flap.away_until(start).unwrap();
+        assert!(flap.next_change(after) >= after + Duration::from_secs(80), "the next window is a cycle on");
     }
 
     #[test]

@@ -279,11 +279,16 @@ impl Metrics {
         ReconcileTimer { metrics: self, kind: kind.to_string(), start: Instant::now() }
     }
 
-    /// Counts one fault a lifecycle knob injected (`fail`, `crash`, `node_not_ready`).
+    /// Counts one fault a lifecycle knob injected (`fail`, `crash`, `oom-kill`, `image-pull-fail`,
+    /// `init-fail`, `unready`, `node_not_ready`).
     pub fn injected(&self, event: &str) {
         let event = match event {
             "fail" => "pod_fail",
             "crash" => "pod_crash",
+            "oom-kill" => "pod_oom_kill",
+            "image-pull-fail" => "pod_image_pull_fail",
+            "init-fail" => "pod_init_fail",
+            "unready" => "pod_unready",
             other => other,
         };
         self.injected.get_or_create(&EventLabels { event: event.into() }).inc();

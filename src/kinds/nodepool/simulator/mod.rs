@@ -19,6 +19,9 @@ use pods::{PodSimConfig, PodSimulator};
 use std::time::Duration;
 
 impl Simulate for NodePool {
+    /// An indexed Job's pods are planned by their index (a retry repeats its run time).
+    const POD_LABELS: &'static [&'static str] = &[crate::simulator::lifecycle::COMPLETION_INDEX_LABEL];
+
     fn simulations(env: &NodeEnv, flags: &NodeFlags, sim: &SimContext) -> Vec<Simulation> {
         let (nodes, pods) = (shared::nodes(&sim.informers), shared::pods(&sim.informers));
         let (node_changes, node_changes_for_pods, pod_changes) = (nodes.subscribe(), nodes.subscribe(), pods.subscribe());

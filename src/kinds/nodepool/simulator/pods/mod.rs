@@ -1,8 +1,11 @@
 //! The pod half of the simulator: every pod bound to a managed node, whoever made it, runs
-//! (one status write), gets addresses from its node's podCIDR, completes when a Job owns it,
+//! (one status write), gets addresses from its node's podCIDR, completes when it may finish
+//! (a Job's pod, or any `Never`/`OnFailure` pod its knobs or annotations give a run time),
 //! and is removed when deleted once its exit delay (at most its grace period) passes. The
-//! lifecycle knobs of its pool (see [`crate::simulator::lifecycle`]) delay its start, make it fail or
-//! crash-loop, and set how long it takes to exit.
+//! lifecycle knobs of its pool (see [`crate::simulator::lifecycle`]) and its own annotations
+//! delay its start and set its fate; what each fate does after the start is in [`outcomes`].
+
+mod outcomes;
 
 use crate::ipam::pods::{Allocation, PodIpam};
 use crate::kubelet::pod_status;
@@ -60,6 +63,12 @@ enum Timer {
     Retry(ObjectRef<SlimPod>),
     /// Its `activeDeadlineSeconds` have passed since it started.
     Deadline(ObjectRef<SlimPod>, String),
+    /// A failing image pull turns into ImagePullBackOff.
+    PullBackOff(ObjectRef<SlimPod>, String),
+    /// A failed init container's back-off is over: it fails again.
+    InitRetry(ObjectRef<SlimPod>, String),
+    /// Its readiness probe starts or stops failing.
+    Probe(ObjectRef<SlimPod>, String),
 }
 
 struct Tracked {
@@ -84,6 +93,8 @@ struct Tracked {
     ending: Option<pod_status::Ending>,
     terminal_written: bool,
     exhausted_reported: bool,
+    /// Its annotations' problems were reported (an event on the pod).
+    annotations_reported: bool,
 }
 
 impl Default for Tracked {
@@ -101,6 +112,7 @@ impl Default for Tracked {
             ending: None,
             terminal_written: false,
             exhausted_reported: false,
+            annotations_reported: false,
         }
     }
 }
@@ -318,6 +330,13 @@ impl Loop {
             t.down = pod.crash_looping;
             t.restarts = pod.restart_count;
         }
+        if !t.annotations_reported
+            && let Some(o) = pod.overrides.as_deref().filter(|o| !o.problems.is_empty())
+        {
+            t.annotations_reported = true;
+            let note = format!("{} (fix the annotation on the pod or its template)", o.problems.join("; "));
+            self.warn(pod, "BadAnnotation", "ReadAnnotations", note);
+        }
         let plan = self.sim.config.lifecycles.pod(pod, &node);
         let away = self.away_until(&node);
         if pod.metadata.deletion_timestamp.is_some() {
@@ -464,15 +483,30 @@ impl Loop {
         }
         let never_restarts = pod.restart_policy.as_deref() == Some("Never");
         let now = now_value();
-        let (patch, transition) = if plan.fate == Fate::FailsAtStart && never_restarts {
-            (pod_status::failed_patch(pod, &host_ips, &now), "fail")
-        } else {
-            let Some(pod_ips) = self.addresses(pod, node, uid) else { return };
-            let running = pod_status::running_patch(pod, &host_ips, &pod_ips, &now);
-            if plan.fate == Fate::FailsAtStart {
-                (pod_status::with(running, pod_status::crashed_patch(pod, 1, &now)), "crash")
-            } else {
-                (running, "run")
+        let (patch, transition) = match &plan.fate {
+            Fate::FailsAtStart(exit) if never_restarts => (pod_status::failed_patch(pod, &host_ips, exit, &now), "fail"),
+            Fate::InitFails(exit) if never_restarts => {
+                (pod_status::init_failed_patch(pod, (&host_ips, &[]), exit, 0, &now), "init-fail")
+            }
+            fate => {
+                // The sandbox is made: the pod has its addresses whatever its containers do.
+                let Some(pod_ips) = self.addresses(pod, node, uid) else { return };
+                match fate {
+                    Fate::FailsAtStart(exit) => {
+                        let running = pod_status::running_patch(pod, &host_ips, &pod_ips, &now);
+                        (pod_status::with(running, pod_status::crashed_patch(pod, 1, exit, &now)), "crash")
+                    }
+                    Fate::ImagePullFails => {
+                        self.timers.set(Timer::PullBackOff(key.clone(), uid.to_string()), Duration::from_secs(10));
+                        (pod_status::image_pull_patch(pod, &host_ips, &pod_ips, false, &now), "image-pull-fail")
+                    }
+                    Fate::InitFails(exit) => {
+                        let retry = Timer::InitRetry(key.clone(), uid.to_string());
+                        self.timers.set(retry, lifecycle::crash_back_off(1));
+                        (pod_status::init_failed_patch(pod, (&host_ips, &pod_ips), exit, 0, &now), "init-fail")
+                    }
+                    _ => (pod_status::running_patch(pod, &host_ips, &pod_ips, &now), "run"),
+                }
             }
         };
         let Some(t) = self.tracked.get_mut(uid) else { return };
@@ -532,18 +566,25 @@ impl Loop {
             self.spawn_status(pod.clone(), patch, "ready");
             return;
         }
+        if !t.down && self.probe(pod, uid, plan) {
+            return;
+        }
+        let Some(t) = self.tracked.get_mut(uid) else { return };
         let (crash, restart) =
             (Timer::Crash(key.clone(), uid.to_string()), Timer::Restart(key.clone(), uid.to_string()));
         if !self.timers.is_set(&crash) && !self.timers.is_set(&restart) {
             if t.down {
                 self.timers.set(restart, lifecycle::crash_back_off(t.restarts));
-            } else if let Fate::CrashLoops { after } = plan.fate {
+            } else if let Fate::CrashLoops { after, .. } = plan.fate {
                 self.timers.set(crash, after);
             }
         }
-        let looping = t.down || plan.fate != Fate::Runs;
+        let looping = t.down || !plan.fate.runs();
         let complete = Timer::Complete(key, uid.to_string());
-        if pod_status::owned_by_job(pod) && !looping && !self.timers.is_set(&complete) {
+        if let Some(run_time) = plan.run_time
+            && !looping
+            && !self.timers.is_set(&complete)
+        {
             let ran = pod
                 .start_time
                 .map(|s| {
@@ -553,7 +594,7 @@ impl Loop {
                         .clamp(0.0, 1e9)
                 })
                 .unwrap_or(0.0);
-            self.timers.set(complete, plan.job_run_time.saturating_sub(Duration::from_secs_f64(ran)));
+            self.timers.set(complete, run_time.saturating_sub(Duration::from_secs_f64(ran)));
         }
     }
 
@@ -579,6 +620,9 @@ impl Loop {
             Timer::Retry(key) => self.look_again(&key),
             Timer::Remove(key, uid) => self.remove_or_end(&key, &uid),
             Timer::Deadline(key, uid) => self.past_deadline(&key, &uid),
+            Timer::PullBackOff(key, uid) => self.pull_back_off(&key, &uid),
+            Timer::InitRetry(key, uid) => self.init_retry(&key, &uid),
+            Timer::Probe(key, _) => self.look_again(&key),
         }
     }
 
@@ -616,6 +660,9 @@ impl Loop {
             Timer::Complete(key.clone(), u()),
             Timer::Remove(key.clone(), u()),
             Timer::Deadline(key.clone(), u()),
+            Timer::PullBackOff(key.clone(), u()),
+            Timer::InitRetry(key.clone(), u()),
+            Timer::Probe(key.clone(), u()),
         ] {
             self.timers.cancel(&t);
         }
@@ -660,58 +707,21 @@ impl Loop {
         None
     }
 
-    /// A crash-looping container exits 1: CrashLoopBackOff (or Failed, if never restarted).
-    fn crash(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
-        let Some((pod, _)) = self.ready_for(Timer::Crash(key.clone(), uid.to_string()), uid) else { return };
-        let Some(t) = self.tracked.get_mut(uid) else { return };
-        let now = now_value();
-        let patch = if pod.restart_policy.as_deref() == Some("Never") {
-            pod_status::failed_patch(&pod, &[], &now)
-        } else {
-            pod_status::crashed_patch(&pod, t.restarts.saturating_add(1), &now)
-        };
-        t.down = true;
-        t.restarts = t.restarts.saturating_add(1);
-        t.write.in_flight = true;
-        self.sim.metrics.injected("crash");
-        self.spawn_status(pod, patch, "crash");
-    }
-
-    /// The back-off is over: the container runs again, or fails again if it fails at start.
-    fn restart(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
-        let Some((pod, node)) = self.ready_for(Timer::Restart(key.clone(), uid.to_string()), uid) else { return };
-        let fails_at_start = self.sim.config.lifecycles.pod(&pod, &node).fate == Fate::FailsAtStart;
-        let Some(t) = self.tracked.get_mut(uid) else { return };
-        let now = now_value();
-        let patch = if fails_at_start {
-            t.restarts = t.restarts.saturating_add(1);
-            pod_status::crashed_patch(&pod, t.restarts, &now)
-        } else {
-            t.down = false;
-            pod_status::restarted_patch(&pod, t.restarts, &now)
-        };
-        t.write.in_flight = true;
-        if fails_at_start {
-            self.sim.metrics.injected("crash");
-        }
-        self.spawn_status(pod, patch, if fails_at_start { "crash" } else { "restart" });
-    }
-
     fn report_exhausted(&self, pod: &SlimPod, node: &str, net: IpNet) {
-        let recorder = self.recorder.clone();
-        let reference = pod.object_ref(&());
         let note = format!(
             "node {node} has no free address in its podCIDR {net}: delete pods on it, or give the node a larger range (NodePool spec.podCIDR.maskSize)"
         );
         tracing::warn!(pod = %pod.name_any(), node, %net, "pod address range exhausted");
+        self.warn(pod, "PodCIDRExhausted", "AllocatePodIP", note);
+    }
+
+    /// A Warning event on the pod.
+    fn warn(&self, pod: &SlimPod, reason: &str, action: &str, note: String) {
+        let recorder = self.recorder.clone();
+        let reference = pod.object_ref(&());
+        let (reason, action) = (reason.to_string(), action.to_string());
         tokio::spawn(async move {
-            let ev = Event {
-                type_: EventType::Warning,
-                reason: "PodCIDRExhausted".into(),
-                note: Some(note),
-                action: "AllocatePodIP".into(),
-                secondary: None,
-            };
+            let ev = Event { type_: EventType::Warning, reason, note: Some(note), action, secondary: None };
             if let Err(e) = recorder.publish(&ev, &reference).await {
                 tracing::debug!(error = %e, "event not published");
             }
