@@ -1,0 +1,337 @@
+//! Per-pod behaviour and outcomes, end to end: kwok's stage annotations on a pod set its own
+//! start, run time and failures; any pod that may finish finishes; OOM kills, image pulls that
+//! back off and failing init containers look as a kubelet shows them; the real Job controller
+//! applies its failure policies to what the simulator reports; readiness flaps in and out of
+//! a Service's endpoints.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
+
+use kwok_pools_test_support as common;
+
+use common::pools::*;
+use common::*;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::Api;
+use kwok_pools::api::lifecycle::PodLifecycle;
+use kwok_pools::informer::pod::SlimPod;
+use kwok_pools::simulator::lifecycle::{COMPLETION_INDEX_LABEL, Defaults, plan_pod};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(90);
+
+/// A pod on the scope's nodes with these annotations, restart policy and extra spec.
+fn pod(name: &str, ns: &str, scope: &str, annotations: &[(&str, &str)], restart: &str, extra: &str) -> String {
+    let annotations: Vec<String> = annotations.iter().map(|(k, v)| format!("{k}: {v:?}")).collect();
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {ns}, annotations: {{{}}}}}
+spec:
+  restartPolicy: {restart}
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
+{extra}  containers: [{{name: app, image: nginx}}]
+",
+        annotations.join(", ")
+    )
+}
+
+fn phase(p: &Pod) -> String {
+    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default()
+}
+
+fn statuses(p: &Pod) -> Vec<ContainerStatus> {
+    p.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default()
+}
+
+fn init_statuses(p: &Pod) -> Vec<ContainerStatus> {
+    p.status.as_ref().and_then(|s| s.init_container_statuses.clone()).unwrap_or_default()
+}
+
+fn waiting(c: &ContainerStatus) -> Option<String> {
+    c.state.as_ref()?.waiting.as_ref()?.reason.clone()
+}
+
+/// How long the pod's first container ran before it exited (its start time to its finish).
+fn ran(p: &Pod) -> f64 {
+    let started = p.status.as_ref().unwrap().start_time.clone().unwrap().0;
+    let ended = statuses(p)[0].state.clone().unwrap().terminated.unwrap().finished_at.unwrap().0;
+    (ended - started).total(k8s_openapi::jiff::Unit::Second).unwrap()
+}
+
+async fn get(client: &kube::Client, ns: &str, name: &str) -> Pod {
+    Api::<Pod>::namespaced(client.clone(), ns).get(name).await.unwrap()
+}
+
+/// Waits until `name` satisfies `ok`, saying what it shows meanwhile.
+async fn wait_pod(client: &kube::Client, ns: &str, name: &str, what: &str, ok: impl Fn(&Pod) -> bool) -> Pod {
+    wait_for(&format!("{name}: {what}"), T, || async {
+        let p = get(client, ns, name).await;
+        if ok(&p) {
+            Ok(p)
+        } else {
+            let shown: Vec<String> = statuses(&p)
+                .iter()
+                .chain(init_statuses(&p).iter())
+                .map(|c| format!("{}: {:?}", c.name, c.state))
+                .collect();
+            Err(format!("{} {shown:?}", phase(&p)))
+        }
+    })
+    .await
+}
+
+/// What `kubectl get pod` shows in its STATUS column.
+fn kubectl_status(ns: &str, name: &str) -> String {
+    let line = kubectl_ok(&["get", "pod", name, "-n", ns, "--no-headers"]);
+    line.split_whitespace().nth(2).unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+async fn kwoks_annotations_set_a_pods_own_start_run_time_and_failures() {
+    let client = client().await;
+    let scope = unique("annot");
+    let ns = TestNamespace::new(&client, "annot").await;
+    let _op = Operator::start(&scope, &[]);
+    // The pool's run time finishes any pod that may finish; a pod's own annotation wins.
+    let knobs = "  lifecycle:\n    pods: {runTime: {fixed: 6s}}\n";
+    apply(&scoped_nodepool(&scope, &scope, 1, "10.217.0.0/16", 24, 110, knobs));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let n = &ns.name;
+    let complete = [("pod-complete.stage.kwok.x-k8s.io/delay", "1s")];
+    apply(&pod("own-run-time", n, &scope, &complete, "Never", ""));
+    apply(&pod("pool-run-time", n, &scope, &[], "OnFailure", ""));
+    apply(&pod("always", n, &scope, &complete, "Always", ""));
+    apply(&pod("slow-start", n, &scope, &[("pod-ready.stage.kwok.x-k8s.io/delay", "4s")], "Always", ""));
+    let oom = [
+        ("pod-container-failed.stage.kwok.x-k8s.io/name", "app"),
+        ("pod-container-failed.stage.kwok.x-k8s.io/exit-code", "137"),
+        ("pod-container-failed.stage.kwok.x-k8s.io/reason", "OOMKilled"),
+        ("pod-container-failed.stage.kwok.x-k8s.io/delay", "1s"),
+    ];
+    apply(&pod("oom", n, &scope, &oom, "Always", ""));
+    let fails_once = [
+        ("pod-container-failed.stage.kwok.x-k8s.io/name", "app"),
+        ("pod-container-failed.stage.kwok.x-k8s.io/exit-code", "42"),
+        ("pod-container-failed.stage.kwok.x-k8s.io/message", "simulated failure"),
+    ];
+    apply(&pod("exits-42", n, &scope, &fails_once, "Never", ""));
+    let init = "  initContainers: [{name: setup, image: busybox}]\n";
+    let init_fails = [
+        ("pod-init-container-failed.stage.kwok.x-k8s.io/name", "setup"),
+        ("pod-init-container-failed.stage.kwok.x-k8s.io/exit-code", "3"),
+    ];
+    apply(&pod("init-fails", n, &scope, &init_fails, "Always", init));
+    apply(&pod("init-fails-never", n, &scope, &init_fails, "Never", init));
+    apply(&pod("no-pull", n, &scope, &[("pools.kwok.x-k8s.io/image-pull", "fail")], "Always", ""));
+    apply(&pod("bad", n, &scope, &[("pod-complete.stage.kwok.x-k8s.io/delay", "soon")], "Always", ""));
+
+    // The pod's own run time (1s), then the pool's (6s); restartPolicy Always never finishes.
+    let own = wait_pod(&client, n, "own-run-time", "Succeeded", |p| phase(p) == "Succeeded").await;
+    let pool = wait_pod(&client, n, "pool-run-time", "Succeeded", |p| phase(p) == "Succeeded").await;
+    assert!(ran(&own) < 4.0, "the annotation's 1s, not the pool's 6s: ran {:.1}s", ran(&own));
+    assert!((4.0..12.0).contains(&ran(&pool)), "the pool's 6s: ran {:.1}s", ran(&pool));
+    let exit = statuses(&own)[0].state.clone().unwrap().terminated.unwrap();
+    assert_eq!((exit.exit_code, exit.reason.as_deref()), (0, Some("Completed")));
+
+    // A start delay: Pending while it runs (the kubelet took the pod), Running after.
+    let slow = get(&client, n, "slow-start").await;
+    let started = slow.status.as_ref().unwrap().start_time.clone().unwrap().0;
+    let slow = wait_pod(&client, n, "slow-start", "Running", |p| phase(p) == "Running").await;
+    let running_at = statuses(&slow)[0].state.clone().unwrap().running.unwrap().started_at.unwrap().0;
+    let delay = (running_at - started).total(k8s_openapi::jiff::Unit::Second).unwrap();
+    assert!((2.5..10.0).contains(&delay), "pod-ready delay 4s: it took {delay:.1}s");
+
+    // OOMKilled, restarted with back-off, as the annotation says.
+    let oom = wait_pod(&client, n, "oom", "an OOM kill", |p| {
+        statuses(p).first().is_some_and(|c| c.restart_count >= 1 && c.last_state.as_ref().and_then(|s| s.terminated.as_ref()).is_some())
+    })
+    .await;
+    let last = statuses(&oom)[0].last_state.clone().unwrap().terminated.unwrap();
+    assert_eq!((last.exit_code, last.reason.as_deref()), (137, Some("OOMKilled")));
+    assert_eq!(phase(&oom), "Running", "restartPolicy Always: it is restarted, not failed");
+
+    // restartPolicy Never: Failed with the chosen exit code and message.
+    let failed = wait_pod(&client, n, "exits-42", "Failed", |p| phase(p) == "Failed").await;
+    let t = statuses(&failed)[0].state.clone().unwrap().terminated.unwrap();
+    assert_eq!((t.exit_code, t.message.as_deref()), (42, Some("simulated failure")));
+
+    // A failing init container: Init:Error / Init:CrashLoopBackOff, or Failed when never restarted.
+    let stuck = wait_pod(&client, n, "init-fails", "the init container failed", |p| {
+        init_statuses(p).first().is_some_and(|c| {
+            c.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code == 3)
+                || c.last_state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code == 3)
+        })
+    })
+    .await;
+    assert_eq!(phase(&stuck), "Pending");
+    assert_eq!(waiting(&statuses(&stuck)[0]).as_deref(), Some("PodInitializing"));
+    let shown = kubectl_status(n, "init-fails");
+    assert!(shown == "Init:Error" || shown == "Init:CrashLoopBackOff", "kubectl shows {shown}");
+    wait_pod(&client, n, "init-fails", "Init:CrashLoopBackOff after the back-off", |p| {
+        init_statuses(p).first().is_some_and(|c| c.restart_count >= 1 && waiting(c).as_deref() == Some("CrashLoopBackOff"))
+    })
+    .await;
+    wait_pod(&client, n, "init-fails-never", "Failed", |p| phase(p) == "Failed").await;
+
+    // An image that never pulls: ErrImagePull, then ImagePullBackOff; Pending for good.
+    wait_pod(&client, n, "no-pull", "ImagePullBackOff", |p| {
+        statuses(p).first().and_then(waiting).as_deref() == Some("ImagePullBackOff")
+    })
+    .await;
+    assert_eq!(kubectl_status(n, "no-pull"), "ImagePullBackOff");
+    assert_eq!(phase(&get(&client, n, "no-pull").await), "Pending");
+
+    // A bad value: an event names the annotation; the pod runs as if it were not there.
+    wait_pod(&client, n, "bad", "Running", |p| phase(p) == "Running").await;
+    wait_for("the BadAnnotation event", T, || async {
+        let events = kubectl_ok(&["get", "events", "-n", n, "--field-selector", "involvedObject.name=bad,reason=BadAnnotation", "-o", "jsonpath={.items[*].message}"]);
+        if events.contains("pod-complete.stage.kwok.x-k8s.io/delay") && events.contains("\"soon\"") { Ok(()) } else { Err(events) }
+    })
+    .await;
+    assert_eq!(phase(&get(&client, n, "always").await), "Running", "restartPolicy Always never completes");
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}
+
+/// The plan of an indexed Job's pod at `index`, as the simulator makes it.
+fn index_run_time(settings: &PodLifecycle, seed: i64, ns: &str, job: &str, index: usize) -> Duration {
+    let mut p = SlimPod::default();
+    p.metadata.namespace = Some(ns.into());
+    p.metadata.name = Some(format!("{job}-{index}-x"));
+    p.restart_policy = Some("Never".into());
+    p.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "batch/v1".into(),
+        kind: "Job".into(),
+        name: job.into(),
+        controller: Some(true),
+        ..Default::default()
+    }]);
+    p.set_label(COMPLETION_INDEX_LABEL, &index.to_string());
+    plan_pod(Some(settings), Some(seed), &p, &Defaults::default()).run_time.unwrap()
+}
+
+fn job(name: &str, ns: &str, scope: &str, spec: &str, annotations: &str) -> String {
+    format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+{spec}  template:
+    metadata: {{annotations: {{{annotations}}}}}
+    spec:
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 1
+      nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+      tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
+      containers: [{{name: work, image: busybox}}]
+"
+    )
+}
+
+/// The Job's condition of `type_` that is True: its reason.
+fn job_condition(ns: &str, name: &str, type_: &str) -> Option<String> {
+    let path = format!("jsonpath={{.status.conditions[?(@.type==\"{type_}\")].status}}/{{.status.conditions[?(@.type==\"{type_}\")].reason}}");
+    let out = kubectl_ok(&["get", "job", name, "-n", ns, "-o", &path]);
+    out.strip_prefix("True/").map(str::to_string)
+}
+
+#[tokio::test]
+async fn the_job_controller_applies_its_policies_to_what_simulated_pods_report() {
+    let client = client().await;
+    let scope = unique("jobpol");
+    let ns = TestNamespace::new(&client, "jobpol").await;
+    let _op = Operator::start(&scope, &[]);
+    let knobs = "  lifecycle:\n    seed: 11\n    pods: {jobRunTime: {min: 2s, max: 14s}}\n";
+    apply(&scoped_nodepool(&scope, &scope, 2, "10.218.0.0/16", 24, 110, knobs));
+    wait_ready_nodes(&client, &scope, 2, T).await;
+    let n = &ns.name;
+    let fails = |code: &str| {
+        format!(
+            "pod-container-failed.stage.kwok.x-k8s.io/name: work, pod-container-failed.stage.kwok.x-k8s.io/exit-code: \"{code}\", pod-container-failed.stage.kwok.x-k8s.io/delay: 1s"
+        )
+    };
+    // podFailurePolicy: exit code 42 fails the Job at once, whatever its backoffLimit.
+    let policy = "  backoffLimit: 6\n  podFailurePolicy:\n    rules: [{action: FailJob, onExitCodes: {operator: In, values: [42]}}]\n";
+    apply(&job("policy", n, &scope, policy, &fails("42")));
+    // backoffLimit: exit 1 twice, and the Job is done trying.
+    apply(&job("backoff", n, &scope, "  backoffLimit: 1\n", &fails("1")));
+    // An indexed Job: each index runs the time the seed gives it.
+    apply(&job("indexed", n, &scope, "  completionMode: Indexed\n  completions: 4\n  parallelism: 4\n", ""));
+
+    let reason = wait_for("the policy Job to fail", T, || async {
+        job_condition(n, "policy", "Failed").ok_or_else(|| kubectl_ok(&["get", "job", "policy", "-n", n, "-o", "jsonpath={.status}"]))
+    })
+    .await;
+    assert_eq!(reason, "PodFailurePolicy");
+    let reason = wait_for("the backoff Job to fail", T, || async {
+        job_condition(n, "backoff", "Failed").ok_or_else(|| kubectl_ok(&["get", "job", "backoff", "-n", n, "-o", "jsonpath={.status}"]))
+    })
+    .await;
+    assert_eq!(reason, "BackoffLimitExceeded");
+    assert_eq!(kubectl_ok(&["get", "job", "backoff", "-n", n, "-o", "jsonpath={.status.failed}"]), "2");
+
+    wait_for("the indexed Job to complete", T, || async {
+        job_condition(n, "indexed", "Complete").ok_or_else(|| kubectl_ok(&["get", "job", "indexed", "-n", n, "-o", "jsonpath={.status.succeeded}"]))
+    })
+    .await;
+    let settings: PodLifecycle = serde_yaml::from_str("{jobRunTime: {min: 2s, max: 14s}}").unwrap();
+    let pods = list_pods(&client, n, "batch.kubernetes.io/job-name=indexed").await;
+    let mut by_index: BTreeMap<usize, (f64, f64)> = BTreeMap::new();
+    for p in &pods {
+        let index: usize = p.metadata.labels.as_ref().unwrap()[COMPLETION_INDEX_LABEL].parse().unwrap();
+        let want = index_run_time(&settings, 11, n, "indexed", index).as_secs_f64();
+        by_index.insert(index, (ran(p), want));
+    }
+    assert_eq!(by_index.len(), 4, "{by_index:?}");
+    for (index, (ran, want)) in &by_index {
+        assert!((ran - want).abs() <= 2.5, "index {index} ran {ran:.1}s; its seeded run time is {want:.1}s ({by_index:?})");
+    }
+    let distinct: std::collections::BTreeSet<u64> = by_index.values().map(|(_, w)| (*w * 10.0) as u64).collect();
+    assert!(distinct.len() >= 3, "indexes differ: {by_index:?}");
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}
+
+#[tokio::test]
+async fn flapping_readiness_takes_a_pod_out_of_its_services_endpoints_and_back() {
+    let client = client().await;
+    let scope = unique("probe");
+    let ns = TestNamespace::new(&client, "probe").await;
+    let _op = Operator::start(&scope, &[]);
+    let knobs = "  lifecycle:\n    pods: {readiness: {every: 20s, notReadyFor: {fixed: 8s}}}\n";
+    apply(&scoped_nodepool(&scope, &scope, 1, "10.219.0.0/16", 24, 110, knobs));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let n = &ns.name;
+    // Labelled for the Service.
+    let flappy = pod("flappy", n, &scope, &[("pools.kwok.x-k8s.io/readiness", "flap")], "Always", "")
+        .replace("metadata: {name: flappy,", "metadata: {labels: {app: flappy}, name: flappy,");
+    apply(&flappy);
+    apply(&pod("steady", n, &scope, &[], "Always", ""));
+    apply(&format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: flappy, namespace: {n}}}\nspec:\n  selector: {{app: flappy}}\n  ports: [{{port: 80}}]\n"
+    ));
+    wait_pod(&client, n, "flappy", "Running", |p| phase(p) == "Running").await;
+    // Over two cycles: Ready goes False (and the endpoint with it) and comes back.
+    let (mut went, mut back, mut endpoint_unready, mut endpoint_ready) = (false, false, false, false);
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(50) && !(went && back && endpoint_unready && endpoint_ready) {
+        let ready = pod_ready(&get(&client, n, "flappy").await);
+        went |= !ready;
+        back |= went && ready;
+        let endpoints = kubectl_ok(&[
+            "get", "endpointslices", "-n", n, "-l", "kubernetes.io/service-name=flappy",
+            "-o", "jsonpath={.items[*].endpoints[*].conditions.ready}",
+        ]);
+        endpoint_unready |= endpoints.contains("false");
+        endpoint_ready |= endpoint_unready && endpoints.contains("true");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(went && back, "Ready went False ({went}) and came back ({back})");
+    assert!(endpoint_unready && endpoint_ready, "the endpoint went unready ({endpoint_unready}) and back ({endpoint_ready})");
+    let steady = get(&client, n, "steady").await;
+    assert!(pod_ready(&steady), "a pod without the annotation (and no flapPercent) stays Ready");
+    let restarts: i32 = statuses(&steady).iter().map(|c| c.restart_count).sum();
+    assert_eq!(restarts, 0);
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}
