@@ -170,6 +170,48 @@ pub struct NodeLifecycle {
     /// What each node uses beside its pods (its own daemons).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<super::kubelet::NodeUsage>,
+    /// Conditions the kubelet reports on a share of the nodes (memory, disk or PID pressure, a
+    /// network that is down, Ready=False), for good or in windows: the node lifecycle
+    /// controller taints those nodes and the scheduler steers clear, as on a real cluster.
+    /// Other components' conditions are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.all(x, self.exists_one(y, y.type == x.type))").message("each condition type at most once"))]
+    #[schemars(length(max = 5))]
+    pub conditions: Option<Vec<NodeConditionKnob>>,
+}
+
+/// A condition a kubelet reports when something is wrong with its node.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BadCondition {
+    /// MemoryPressure=True (the `node.kubernetes.io/memory-pressure` taint).
+    MemoryPressure,
+    /// DiskPressure=True.
+    DiskPressure,
+    /// PIDPressure=True.
+    PIDPressure,
+    /// NetworkUnavailable=True.
+    NetworkUnavailable,
+    /// Ready=False with the kubelet's reason (as kwok's `node-not-ready` stage): the node still
+    /// heartbeats, unlike `notReadyPercent`, whose nodes go silent (Ready=Unknown).
+    NotReady,
+}
+
+/// Which share of the nodes reports a bad condition, and when.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeConditionKnob {
+    #[serde(rename = "type")]
+    pub type_: BadCondition,
+    /// Percent of the pool's nodes that report it.
+    #[schemars(schema_with = "percent_schema")]
+    pub percent: u8,
+    /// How long it lasts each time; without it, the chosen nodes report it for good.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lasts: Option<Delay>,
+    /// How often it comes back when it `lasts` a while (default 10m; longer than lasts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub every: Option<String>,
 }
 
 /// `spec.lifecycle` of a pool.
@@ -293,6 +335,9 @@ pub fn problems(l: &Lifecycle, sections: Sections) -> Vec<String> {
     }
     if let Some(n) = &l.nodes {
         delay("nodes.notReadyFor", &n.not_ready_for);
+        for (i, c) in n.conditions.iter().flatten().enumerate() {
+            delay(&format!("nodes.conditions[{i}].lasts"), &c.lasts);
+        }
     }
     if let Some(v) = &l.vmis {
         delay("vmis.bootTime", &v.boot_time);
@@ -341,6 +386,22 @@ pub fn problems(l: &Lifecycle, sections: Sections) -> Vec<String> {
     if let Some(n) = &l.nodes {
         out.extend(percent("nodes.notReadyPercent", n.not_ready_percent));
         out.extend(window_rule("nodes", n.every.as_deref(), DEFAULT_EVERY, n.not_ready_for.as_ref(), DEFAULT_NOT_READY_FOR));
+        let conditions = n.conditions.as_deref().unwrap_or_default();
+        for (i, c) in conditions.iter().enumerate() {
+            let path = format!("nodes.conditions[{i}]");
+            out.extend(percent(&format!("{path}.percent"), Some(c.percent)));
+            if conditions[..i].iter().any(|o| o.type_ == c.type_) {
+                out.push(format!(".{path}.type: {:?} is listed twice; list each condition type once", c.type_));
+            }
+            if c.lasts.is_some() {
+                out.extend(window_rule(&path, c.every.as_deref(), DEFAULT_EVERY, c.lasts.as_ref(), DEFAULT_EVERY));
+            } else if c.every.is_some() {
+                out.push(format!(".{path}.every: only with lasts (without it the condition is for good)"));
+            }
+        }
+        if conditions.len() > 5 {
+            out.push(format!(".nodes.conditions: {} entries; there are 5 condition types", conditions.len()));
+        }
     }
     if let Some(v) = &l.vmis {
         out.extend(percent("vmis.failPercent", v.fail_percent));
@@ -468,6 +529,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(problems(&ok, &["pods"]), Vec::<String>::new());
+    }
+
+    #[test]
+    fn node_conditions_are_checked() {
+        let l: Lifecycle = serde_yaml::from_str(
+            "nodes: {conditions: [{type: MemoryPressure, percent: 101}, {type: MemoryPressure, percent: 5, every: 1m}, {type: NotReady, percent: 10, lasts: {fixed: 2m}, every: 1m}]}",
+        )
+        .unwrap();
+        let p = problems(&l, &["nodes"]);
+        assert!(p.iter().any(|m| m.starts_with(".nodes.conditions[0].percent: 101")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with(".nodes.conditions[1].type: MemoryPressure is listed twice")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with(".nodes.conditions[1].every: only with lasts")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with(".nodes.conditions[2].every: 60s is not longer")), "{p:?}");
+        let ok: Lifecycle = serde_yaml::from_str(
+            "nodes: {conditions: [{type: DiskPressure, percent: 20}, {type: NotReady, percent: 5, lasts: {fixed: 30s}, every: 2m}]}",
+        )
+        .unwrap();
+        assert_eq!(problems(&ok, &["nodes"]), Vec::<String>::new());
+        assert!(serde_yaml::from_str::<Lifecycle>("nodes: {conditions: [{type: Hungry, percent: 1}]}").is_err());
     }
 
     #[test]

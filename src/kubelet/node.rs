@@ -1,6 +1,7 @@
 //! What a kubelet reports about its node, built without a kubelet: conditions, addresses,
 //! daemon endpoints, node info, capacity and allocatable. Pure.
 
+use crate::api::lifecycle::BadCondition;
 use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus, NodeSystemInfo,
 };
@@ -35,10 +36,45 @@ const HEALTHY: [(&str, &str, &str, &str); 5] = [
     ("NetworkUnavailable", "False", "RouteCreated", "RouteController created a route"),
 ];
 
+/// (type, status, reason, message) a kubelet reports for a bad condition.
+fn bad(condition: BadCondition) -> (&'static str, &'static str, &'static str, &'static str) {
+    match condition {
+        BadCondition::MemoryPressure => {
+            ("MemoryPressure", "True", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available")
+        }
+        BadCondition::DiskPressure => ("DiskPressure", "True", "KubeletHasDiskPressure", "kubelet has disk pressure"),
+        BadCondition::PIDPressure => ("PIDPressure", "True", "KubeletHasInsufficientPID", "kubelet has insufficient PID available"),
+        BadCondition::NetworkUnavailable => {
+            ("NetworkUnavailable", "True", "NoRouteCreated", "simulated by kwok-pools: the node's network is down")
+        }
+        BadCondition::NotReady => (
+            "Ready",
+            "False",
+            "KubeletNotReady",
+            "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady (simulated by kwok-pools)",
+        ),
+    }
+}
+
+/// What the kubelet reports with `bad` conditions: each condition's (type, status, reason,
+/// message).
+fn expected(bad_now: &[BadCondition]) -> Vec<(&'static str, &'static str, &'static str, &'static str)> {
+    HEALTHY
+        .iter()
+        .map(|h| bad_now.iter().map(|b| bad(*b)).find(|b| b.0 == h.0).unwrap_or(*h))
+        .collect()
+}
+
 /// The healthy conditions at `now`, keeping a previous transition time where the status is
 /// unchanged.
 pub fn healthy_conditions(previous: Option<&[NodeCondition]>, now: &Time) -> Vec<NodeCondition> {
-    HEALTHY
+    reported_conditions(previous, now, &[])
+}
+
+/// The conditions at `now` with `bad_now` bad and the rest healthy, keeping a previous
+/// transition time where the status is unchanged.
+pub fn reported_conditions(previous: Option<&[NodeCondition]>, now: &Time, bad_now: &[BadCondition]) -> Vec<NodeCondition> {
+    expected(bad_now)
         .iter()
         .map(|(type_, status, reason, message)| {
             let old = previous.and_then(|cs| cs.iter().find(|c| c.type_ == *type_));
@@ -177,15 +213,15 @@ pub fn internal_ips(node: &Node) -> Vec<IpAddr> {
         .unwrap_or_default()
 }
 
-/// Whether the node's status is not what a healthy kubelet would report, so the simulator
-/// must write it: Ready is not True (a controller marked it Unknown, or nobody ever set it),
+/// Whether the node's status is not what its kubelet would report (healthy but for `bad_now`),
+/// so the simulator must write it: a condition is not as expected (Ready is not True (a controller marked it Unknown, or nobody ever set it),
 /// a condition, the Hostname address, the daemon endpoint or the resources are missing, or
 /// the kubelet API is not where `endpoint` says. (A missing InternalIP is the caller's call:
 /// it depends on whether an address is free.)
-pub fn needs_write(node: &Node, endpoint: Option<&Endpoint>) -> bool {
+pub fn needs_write(node: &Node, endpoint: Option<&Endpoint>, bad_now: &[BadCondition]) -> bool {
     let Some(s) = node.status.as_ref() else { return true };
     let conditions = s.conditions.as_deref().unwrap_or_default();
-    let healthy = HEALTHY.iter().all(|(type_, status, reason, _)| {
+    let healthy = expected(bad_now).iter().all(|(type_, status, reason, _)| {
         conditions.iter().any(|c| c.type_ == *type_ && c.status == *status && c.reason.as_deref() == Some(*reason))
     });
     let addresses = s.addresses.as_deref().unwrap_or_default();
@@ -226,7 +262,7 @@ mod tests {
         let s = simulated("n-0", None, &[ip], None, &now(), &NodeDefaults::default());
         let node = Node { status: Some(s.clone()), ..Default::default() };
         assert!(is_ready(&node));
-        assert!(!needs_write(&node, None));
+        assert!(!needs_write(&node, None, &[]));
         assert_eq!(internal_ips(&node), vec![ip]);
         assert_eq!(s.allocatable.unwrap()["pods"], Quantity("110".into()));
         assert_eq!(s.node_info.unwrap().kubelet_version, "fake");
@@ -273,14 +309,14 @@ mod tests {
         let before = simulated("n", None, &[ip], None, &now(), &NodeDefaults::default());
         let s = simulated("n", Some(&before), &[ip], Some(&e), &now(), &NodeDefaults::default());
         let node = Node { status: Some(s.clone()), ..Default::default() };
-        assert!(!needs_write(&node, Some(&e)));
+        assert!(!needs_write(&node, Some(&e), &[]));
         let hosts: Vec<_> = s.addresses.as_ref().unwrap().iter().filter(|a| a.type_ == "Hostname").collect();
         assert_eq!((hosts.len(), hosts[0].address.as_str()), (1, "127.128.0.9"));
         assert_eq!(internal_ips(&node), vec![ip], "the InternalIP stays the pool's");
         assert_eq!(s.daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port, 31000);
         let moved = Endpoint { address: "127.128.0.10".parse().unwrap(), port: 31000 };
-        assert!(needs_write(&node, Some(&moved)));
-        assert!(needs_write(&Node { status: Some(before), ..Default::default() }, Some(&e)));
+        assert!(needs_write(&node, Some(&moved), &[]));
+        assert!(needs_write(&Node { status: Some(before), ..Default::default() }, Some(&e), &[]));
     }
 
     #[test]
@@ -294,13 +330,32 @@ mod tests {
             }
         }
         let node = Node { status: Some(s.clone()), ..Default::default() };
-        assert!(needs_write(&node, None));
+        assert!(needs_write(&node, None, &[]));
         let later = Time(k8s_openapi::jiff::Timestamp::from_second(2_000_000).unwrap());
         let fixed = healthy_conditions(s.conditions.as_deref(), &later);
         let ready = fixed.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(ready.last_transition_time, Some(later.clone()));
         let mem = fixed.iter().find(|c| c.type_ == "MemoryPressure").unwrap();
         assert_eq!(mem.last_transition_time, Some(now()));
+    }
+
+    #[test]
+    fn bad_conditions_are_reported_with_the_kubelets_reasons_and_the_rest_stay_healthy() {
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let s = simulated("n", None, &[ip], None, &now(), &NodeDefaults::default());
+        let node = Node { status: Some(s.clone()), ..Default::default() };
+        let bad_now = [BadCondition::MemoryPressure, BadCondition::NotReady];
+        assert!(needs_write(&node, None, &bad_now), "healthy, but the knobs say otherwise");
+        let later = Time(k8s_openapi::jiff::Timestamp::from_second(2_000_000).unwrap());
+        let reported = reported_conditions(s.conditions.as_deref(), &later, &bad_now);
+        let get = |t: &str| reported.iter().find(|c| c.type_ == t).unwrap().clone();
+        assert_eq!((get("MemoryPressure").status.as_str(), get("MemoryPressure").reason.as_deref()), ("True", Some("KubeletHasInsufficientMemory")));
+        assert_eq!((get("Ready").status.as_str(), get("Ready").reason.as_deref()), ("False", Some("KubeletNotReady")));
+        assert_eq!(get("Ready").last_transition_time, Some(later.clone()), "a change moves the transition time");
+        assert_eq!(get("DiskPressure").last_transition_time, Some(now()), "an unchanged one keeps it");
+        let written = Node { status: Some(NodeStatus { conditions: Some(reported), ..s }), ..Default::default() };
+        assert!(!needs_write(&written, None, &bad_now));
+        assert!(needs_write(&written, None, &[]), "and back to healthy when the window ends");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use crate::api::duration::{parse_duration, unit};
 use crate::api::lifecycle::{
-    DEFAULT_UNREADY_EVERY, DEFAULT_UNREADY_FOR, Delay, Distribution, Lifecycle, NodeLifecycle, PodLifecycle,
+    BadCondition, DEFAULT_UNREADY_EVERY, DEFAULT_UNREADY_FOR, Delay, Distribution, Lifecycle, NodeLifecycle, PodLifecycle,
     VmiLifecycle,
 };
 use crate::informer::pod::SlimPod;
@@ -306,6 +306,57 @@ pub fn plan_node(settings: &NodeLifecycle, seed: Option<i64>, node: &str, uid: &
     Some(Flap::new(every, not_ready_for, seed, id))
 }
 
+/// A bad condition a node reports, and when (`windows: None`: for good).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConditionPlan {
+    pub condition: BadCondition,
+    pub windows: Option<Flap>,
+}
+
+/// The bad conditions `node` reports under `settings` (with a seed, chosen by name).
+pub fn plan_conditions(settings: &NodeLifecycle, seed: Option<i64>, node: &str, uid: &str) -> Vec<ConditionPlan> {
+    let (seed, id) = match seed {
+        Some(s) => (s, node),
+        None => (0, uid),
+    };
+    settings
+        .conditions
+        .iter()
+        .flatten()
+        .filter_map(|c| {
+            let salt = format!("{:?}", c.type_);
+            if unit(seed, &[id, &salt, "condition"]) * 100.0 >= f64::from(c.percent.min(100)) {
+                return None;
+            }
+            let windows = c.lasts.as_ref().and_then(|d| d.distribution().ok()).map(|lasts| {
+                let every = c.every.as_deref().and_then(parse_duration).unwrap_or(DEFAULT_EVERY);
+                Flap::new(every, lasts, seed, &format!("{id}/{salt}"))
+            });
+            Some(ConditionPlan { condition: c.type_, windows })
+        })
+        .collect()
+}
+
+/// Which of the planned conditions are bad at `now` (seconds since the epoch), and when that
+/// next changes (`None`: never).
+pub fn bad_at(plans: &[ConditionPlan], now: Duration) -> (Vec<BadCondition>, Option<Duration>) {
+    let mut bad = Vec::new();
+    let mut next: Option<Duration> = None;
+    for p in plans {
+        match &p.windows {
+            None => bad.push(p.condition),
+            Some(w) => {
+                if w.away_until(now).is_some() {
+                    bad.push(p.condition);
+                }
+                let change = w.next_change(now);
+                next = Some(next.map_or(change, |n| n.min(change)));
+            }
+        }
+    }
+    (bad, next)
+}
+
 /// A pool seen only for its lifecycle knobs.
 pub trait Knobs: Send + Sync {
     fn knobs(&self) -> Option<&Lifecycle>;
@@ -391,6 +442,14 @@ impl Lifecycles {
         let pool = self.governing(refs, Some(namespace));
         let lifecycle = pool.as_deref().and_then(Knobs::knobs);
         plan_vmi(lifecycle.and_then(|l| l.vmis.as_ref()), lifecycle.and_then(|l| l.seed), namespace, name, uid)
+    }
+
+    /// The bad conditions `node` reports, from its pool's knobs.
+    pub fn node_conditions(&self, node: &Node) -> Vec<ConditionPlan> {
+        let Some(pool) = self.governing(node.owner_references(), None) else { return Vec::new() };
+        let Some(lifecycle) = pool.knobs() else { return Vec::new() };
+        let Some(settings) = lifecycle.nodes.as_ref() else { return Vec::new() };
+        plan_conditions(settings, lifecycle.seed, &node.name_any(), node.metadata.uid.as_deref().unwrap_or_default())
     }
 
     /// The flapping schedule of `node`, if its pool makes it flap.
@@ -572,6 +631,28 @@ mod tests {
         assert_eq!(flap.next_change(start), flap.away_until(start).unwrap());
         let after = flap.away_until(start).unwrap();
         assert!(flap.next_change(after) >= after + Duration::from_secs(80), "the next window is a cycle on");
+    }
+
+    #[test]
+    fn a_share_of_nodes_reports_bad_conditions_for_good_or_in_windows() {
+        let s: NodeLifecycle = serde_yaml::from_str(
+            "{conditions: [{type: MemoryPressure, percent: 30}, {type: NotReady, percent: 50, lasts: {fixed: 10s}, every: 100s}]}",
+        )
+        .unwrap();
+        let plans: Vec<Vec<ConditionPlan>> = (0..1000).map(|i| plan_conditions(&s, Some(3), &format!("n-{i}"), "u")).collect();
+        let memory = plans.iter().filter(|p| p.iter().any(|c| c.condition == BadCondition::MemoryPressure)).count();
+        let not_ready = plans.iter().filter(|p| p.iter().any(|c| c.condition == BadCondition::NotReady)).count();
+        assert!((240..360).contains(&memory), "{memory}");
+        assert!((440..560).contains(&not_ready), "{not_ready}");
+        let both = plans.iter().find(|p| p.len() == 2).unwrap();
+        let t0 = Duration::from_secs(2_000_000);
+        let seen: Vec<(Vec<BadCondition>, Option<Duration>)> =
+            (0..100).map(|t| bad_at(both, t0 + Duration::from_secs(t))).collect();
+        assert!(seen.iter().all(|(bad, next)| bad.contains(&BadCondition::MemoryPressure) && next.is_some()));
+        let not_ready_secs = seen.iter().filter(|(bad, _)| bad.contains(&BadCondition::NotReady)).count();
+        assert!((9..=11).contains(&not_ready_secs), "10s of every 100s: {not_ready_secs}");
+        let only_memory = plans.iter().find(|p| p.len() == 1 && p[0].windows.is_none()).unwrap();
+        assert_eq!(bad_at(only_memory, t0), (vec![BadCondition::MemoryPressure], None), "for good: no change ever");
     }
 
     #[test]

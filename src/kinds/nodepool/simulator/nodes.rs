@@ -5,7 +5,8 @@
 //! lease, no status, as if its kubelet were gone.
 
 use super::leases;
-use crate::simulator::lifecycle::{Lifecycles, epoch_now};
+use crate::api::lifecycle::BadCondition;
+use crate::simulator::lifecycle::{self, Lifecycles, epoch_now};
 use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
 use crate::simulator::manage::Manage;
 use crate::api::conventions::FIELD_MANAGER;
@@ -61,6 +62,8 @@ pub struct NodeSimulator {
 enum Timer {
     Lease(String),
     Status(String),
+    /// A bad condition of its knobs starts or ends.
+    Conditions(String),
 }
 
 struct Tracked {
@@ -283,12 +286,13 @@ impl NodeLoop {
         // would trigger the next).
         let wants_ip = node_status::internal_ips(node).is_empty() && !range_full;
         let endpoint = self.endpoint(node, &name);
+        let bad = self.bad_now(node, &name);
         let Some(t) = self.tracked.get_mut(&name) else { return };
-        if (node_status::needs_write(node, endpoint.as_ref()) || wants_ip || clash) && t.status.begin() {
+        if (node_status::needs_write(node, endpoint.as_ref(), &bad) || wants_ip || clash) && t.status.begin() {
             if clash {
                 tracing::warn!(node = %name, "InternalIP already held by another node; giving this one a new address");
             }
-            spawn_status(&self.writes, &self.sim, node.clone(), true);
+            spawn_status(&self.writes, &self.sim, node.clone(), true, bad);
         }
     }
 
@@ -311,11 +315,35 @@ impl NodeLoop {
                     return;
                 }
                 let Some(node) = self.sim.nodes.get(&ObjectRef::new(&name)) else { return };
+                let bad = self.bad_now(&node, &name);
+                let Some(t) = self.tracked.get_mut(&name) else { return };
                 if t.status.begin() {
-                    spawn_status(&self.writes, &self.sim, node, false);
+                    spawn_status(&self.writes, &self.sim, node, false, bad);
+                }
+            }
+            Timer::Conditions(name) => {
+                if let Some(node) = self.sim.nodes.get(&ObjectRef::new(&name)) {
+                    self.on_node(&node);
                 }
             }
         }
+    }
+
+    /// The bad conditions `node` reports now (its pool's knobs), with a timer for when that
+    /// changes next.
+    fn bad_now(&mut self, node: &Node, name: &str) -> Vec<BadCondition> {
+        let plans = self.sim.lifecycles.node_conditions(node);
+        if plans.is_empty() {
+            return Vec::new();
+        }
+        let now = epoch_now();
+        let (bad, next) = lifecycle::bad_at(&plans, now);
+        if let Some(next) = next {
+            // A moment past the change, so the window has surely turned when it is looked at.
+            let wait = crate::simulator::timer_delay(next.saturating_sub(now)) + Duration::from_millis(100);
+            self.timers.set(Timer::Conditions(name.to_string()), wait);
+        }
+        bad
     }
 
     fn on_lease_timer(&mut self, name: String) {
@@ -341,10 +369,13 @@ impl NodeLoop {
         if std::mem::take(&mut t.away) {
             tracing::info!(node = %name, "flapping node comes back");
             let endpoint = self.sim.kubelet.as_ref().and_then(|k| k.lock().unwrap_or_else(|e| e.into_inner()).get(&name));
-            if node_status::needs_write(&node, endpoint.as_ref()) && t.status.begin() {
-                spawn_status(&self.writes, &self.sim, node.clone(), true);
+            let bad = self.bad_now(&node, &name);
+            let Some(t) = self.tracked.get_mut(&name) else { return };
+            if node_status::needs_write(&node, endpoint.as_ref(), &bad) && t.status.begin() {
+                spawn_status(&self.writes, &self.sim, node.clone(), true, bad);
             }
         }
+        let Some(t) = self.tracked.get_mut(&name) else { return };
         // The last renewal has not come back: not a second one beside it.
         if t.lease.begin() {
             let (sim, first, expect) = (self.sim.clone(), !t.lease_written, t.lease_version.clone());
@@ -418,15 +449,16 @@ fn note_conflict(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, name: &str, ot
 /// heartbeat.
 /// A status write of `node` (`full`: the whole kubelet status, else a heartbeat), made once
 /// the budget has room.
-fn spawn_status(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, node: Arc<Node>, full: bool) {
+fn spawn_status(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad: Vec<BadCondition>) {
     let sim = sim.clone();
     writes.spawn(move || {
         let span = tracing::debug_span!("node_status", node = %node.name_any(), full);
-        status_write(sim, node, full).instrument(span)
+        status_write(sim, node, full, bad).instrument(span)
     });
 }
 
-async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool) -> Done {
+/// Writes the node's status; `bad`: the conditions its knobs make bad now.
+async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad: Vec<BadCondition>) -> Done {
     let name = node.name_any();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let patch = if full {
@@ -451,7 +483,12 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool) -> 
             }
         }
         let endpoint = this.kubelet.as_ref().and_then(|k| k.lock().unwrap_or_else(|e| e.into_inner()).get(&name));
-        let status = node_status::simulated(&name, Some(&base), &ips, endpoint.as_ref(), &now, &this.config.defaults);
+        let mut status =
+            node_status::simulated(&name, Some(&base), &ips, endpoint.as_ref(), &now, &this.config.defaults);
+        if !bad.is_empty() {
+            let previous = node.status.as_ref().and_then(|s| s.conditions.as_deref());
+            status.conditions = Some(node_status::reported_conditions(previous, &now, &bad));
+        }
         let mut patch = serde_json::json!({ "status": status });
         // The addresses are the whole list (a strategic merge would merge them by type).
         if let Some(list) = patch["status"]["addresses"].as_array_mut() {
@@ -460,7 +497,7 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool) -> 
         patch
     } else {
         let conditions =
-            node_status::healthy_conditions(node.status.as_ref().and_then(|s| s.conditions.as_deref()), &now);
+            node_status::reported_conditions(node.status.as_ref().and_then(|s| s.conditions.as_deref()), &now, &bad);
         serde_json::json!({ "status": { "conditions": conditions } })
     };
     let api: Api<Node> = Api::all(this.client.clone());
