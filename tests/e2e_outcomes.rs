@@ -146,7 +146,9 @@ async fn kwoks_annotations_set_a_pods_own_start_run_time_and_failures() {
 
     // OOMKilled, restarted with back-off, as the annotation says.
     let oom = wait_pod(&client, n, "oom", "an OOM kill", |p| {
-        statuses(p).first().is_some_and(|c| c.restart_count >= 1 && c.last_state.as_ref().and_then(|s| s.terminated.as_ref()).is_some())
+        statuses(p).first().is_some_and(|c| {
+            c.restart_count >= 1 && c.last_state.as_ref().and_then(|s| s.terminated.as_ref()).is_some()
+        })
     })
     .await;
     let last = statuses(&oom)[0].last_state.clone().unwrap().terminated.unwrap();
@@ -171,7 +173,9 @@ async fn kwoks_annotations_set_a_pods_own_start_run_time_and_failures() {
     let shown = kubectl_status(n, "init-fails");
     assert!(shown == "Init:Error" || shown == "Init:CrashLoopBackOff", "kubectl shows {shown}");
     wait_pod(&client, n, "init-fails", "Init:CrashLoopBackOff after the back-off", |p| {
-        init_statuses(p).first().is_some_and(|c| c.restart_count >= 1 && waiting(c).as_deref() == Some("CrashLoopBackOff"))
+        init_statuses(p)
+            .first()
+            .is_some_and(|c| c.restart_count >= 1 && waiting(c).as_deref() == Some("CrashLoopBackOff"))
     })
     .await;
     wait_pod(&client, n, "init-fails-never", "Failed", |p| phase(p) == "Failed").await;
@@ -187,8 +191,21 @@ async fn kwoks_annotations_set_a_pods_own_start_run_time_and_failures() {
     // A bad value: an event names the annotation; the pod runs as if it were not there.
     wait_pod(&client, n, "bad", "Running", |p| phase(p) == "Running").await;
     wait_for("the BadAnnotation event", T, || async {
-        let events = kubectl_ok(&["get", "events", "-n", n, "--field-selector", "involvedObject.name=bad,reason=BadAnnotation", "-o", "jsonpath={.items[*].message}"]);
-        if events.contains("pod-complete.stage.kwok.x-k8s.io/delay") && events.contains("\"soon\"") { Ok(()) } else { Err(events) }
+        let events = kubectl_ok(&[
+            "get",
+            "events",
+            "-n",
+            n,
+            "--field-selector",
+            "involvedObject.name=bad,reason=BadAnnotation",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ]);
+        if events.contains("pod-complete.stage.kwok.x-k8s.io/delay") && events.contains("\"soon\"") {
+            Ok(())
+        } else {
+            Err(events)
+        }
     })
     .await;
     assert_eq!(phase(&get(&client, n, "always").await), "Running", "restartPolicy Always never completes");
@@ -232,7 +249,9 @@ spec:
 
 /// The Job's condition of `type_` that is True: its reason.
 fn job_condition(ns: &str, name: &str, type_: &str) -> Option<String> {
-    let path = format!("jsonpath={{.status.conditions[?(@.type==\"{type_}\")].status}}/{{.status.conditions[?(@.type==\"{type_}\")].reason}}");
+    let path = format!(
+        "jsonpath={{.status.conditions[?(@.type==\"{type_}\")].status}}/{{.status.conditions[?(@.type==\"{type_}\")].reason}}"
+    );
     let out = kubectl_ok(&["get", "job", name, "-n", ns, "-o", &path]);
     out.strip_prefix("True/").map(str::to_string)
 }
@@ -261,19 +280,22 @@ async fn the_job_controller_applies_its_policies_to_what_simulated_pods_report()
     apply(&job("indexed", n, &scope, "  completionMode: Indexed\n  completions: 4\n  parallelism: 4\n", ""));
 
     let reason = wait_for("the policy Job to fail", T, || async {
-        job_condition(n, "policy", "Failed").ok_or_else(|| kubectl_ok(&["get", "job", "policy", "-n", n, "-o", "jsonpath={.status}"]))
+        job_condition(n, "policy", "Failed")
+            .ok_or_else(|| kubectl_ok(&["get", "job", "policy", "-n", n, "-o", "jsonpath={.status}"]))
     })
     .await;
     assert_eq!(reason, "PodFailurePolicy");
     let reason = wait_for("the backoff Job to fail", T, || async {
-        job_condition(n, "backoff", "Failed").ok_or_else(|| kubectl_ok(&["get", "job", "backoff", "-n", n, "-o", "jsonpath={.status}"]))
+        job_condition(n, "backoff", "Failed")
+            .ok_or_else(|| kubectl_ok(&["get", "job", "backoff", "-n", n, "-o", "jsonpath={.status}"]))
     })
     .await;
     assert_eq!(reason, "BackoffLimitExceeded");
     assert_eq!(kubectl_ok(&["get", "job", "backoff", "-n", n, "-o", "jsonpath={.status.failed}"]), "2");
 
     wait_for("the indexed Job to complete", T, || async {
-        job_condition(n, "indexed", "Complete").ok_or_else(|| kubectl_ok(&["get", "job", "indexed", "-n", n, "-o", "jsonpath={.status.succeeded}"]))
+        job_condition(n, "indexed", "Complete")
+            .ok_or_else(|| kubectl_ok(&["get", "job", "indexed", "-n", n, "-o", "jsonpath={.status.succeeded}"]))
     })
     .await;
     let settings: PodLifecycle = serde_yaml::from_str("{jobRunTime: {min: 2s, max: 14s}}").unwrap();
@@ -286,7 +308,10 @@ async fn the_job_controller_applies_its_policies_to_what_simulated_pods_report()
     }
     assert_eq!(by_index.len(), 4, "{by_index:?}");
     for (index, (ran, want)) in &by_index {
-        assert!((ran - want).abs() <= 2.5, "index {index} ran {ran:.1}s; its seeded run time is {want:.1}s ({by_index:?})");
+        assert!(
+            (ran - want).abs() <= 2.5,
+            "index {index} ran {ran:.1}s; its seeded run time is {want:.1}s ({by_index:?})"
+        );
     }
     let distinct: std::collections::BTreeSet<u64> = by_index.values().map(|(_, w)| (*w * 10.0) as u64).collect();
     assert!(distinct.len() >= 3, "indexes differ: {by_index:?}");
@@ -320,15 +345,24 @@ async fn flapping_readiness_takes_a_pod_out_of_its_services_endpoints_and_back()
         went |= !ready;
         back |= went && ready;
         let endpoints = kubectl_ok(&[
-            "get", "endpointslices", "-n", n, "-l", "kubernetes.io/service-name=flappy",
-            "-o", "jsonpath={.items[*].endpoints[*].conditions.ready}",
+            "get",
+            "endpointslices",
+            "-n",
+            n,
+            "-l",
+            "kubernetes.io/service-name=flappy",
+            "-o",
+            "jsonpath={.items[*].endpoints[*].conditions.ready}",
         ]);
         endpoint_unready |= endpoints.contains("false");
         endpoint_ready |= endpoint_unready && endpoints.contains("true");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(went && back, "Ready went False ({went}) and came back ({back})");
-    assert!(endpoint_unready && endpoint_ready, "the endpoint went unready ({endpoint_unready}) and back ({endpoint_ready})");
+    assert!(
+        endpoint_unready && endpoint_ready,
+        "the endpoint went unready ({endpoint_unready}) and back ({endpoint_ready})"
+    );
     let steady = get(&client, n, "steady").await;
     assert!(pod_ready(&steady), "a pod without the annotation (and no flapPercent) stays Ready");
     let restarts: i32 = statuses(&steady).iter().map(|c| c.restart_count).sum();

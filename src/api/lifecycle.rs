@@ -356,13 +356,8 @@ pub fn problems(l: &Lifecycle, sections: Sections) -> Vec<String> {
         out.extend(percent("pods.oomKillPercent", p.oom_kill_percent));
         out.extend(percent("pods.imagePullFailPercent", p.image_pull_fail_percent));
         out.extend(percent("pods.initFailPercent", p.init_fail_percent));
-        let fates = [
-            p.fail_percent,
-            p.crash_loop_percent,
-            p.oom_kill_percent,
-            p.image_pull_fail_percent,
-            p.init_fail_percent,
-        ];
+        let fates =
+            [p.fail_percent, p.crash_loop_percent, p.oom_kill_percent, p.image_pull_fail_percent, p.init_fail_percent];
         if fates.iter().map(|v| u16::from(v.unwrap_or(0))).sum::<u16>() > 100 {
             out.push(
                 ".pods: failPercent, crashLoopPercent, oomKillPercent, imagePullFailPercent and initFailPercent add up to more than 100 (each pod has one fate)"
@@ -385,7 +380,13 @@ pub fn problems(l: &Lifecycle, sections: Sections) -> Vec<String> {
     }
     if let Some(n) = &l.nodes {
         out.extend(percent("nodes.notReadyPercent", n.not_ready_percent));
-        out.extend(window_rule("nodes", n.every.as_deref(), DEFAULT_EVERY, n.not_ready_for.as_ref(), DEFAULT_NOT_READY_FOR));
+        out.extend(window_rule(
+            "nodes",
+            n.every.as_deref(),
+            DEFAULT_EVERY,
+            n.not_ready_for.as_ref(),
+            DEFAULT_NOT_READY_FOR,
+        ));
         let conditions = n.conditions.as_deref().unwrap_or_default();
         for (i, c) in conditions.iter().enumerate() {
             let path = format!("nodes.conditions[{i}]");
@@ -420,7 +421,13 @@ pub fn problems(l: &Lifecycle, sections: Sections) -> Vec<String> {
 
 /// `every` must be longer than the longest `notReadyFor`: what goes away comes back before it
 /// goes again.
-fn window_rule(path: &str, every: Option<&str>, every_default: Duration, away: Option<&Delay>, away_default: Duration) -> Vec<String> {
+fn window_rule(
+    path: &str,
+    every: Option<&str>,
+    every_default: Duration,
+    away: Option<&Delay>,
+    away_default: Duration,
+) -> Vec<String> {
     let mut out = Vec::new();
     let every = match every {
         None => Some(every_default),

@@ -43,7 +43,9 @@ fn bad(condition: BadCondition) -> (&'static str, &'static str, &'static str, &'
             ("MemoryPressure", "True", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available")
         }
         BadCondition::DiskPressure => ("DiskPressure", "True", "KubeletHasDiskPressure", "kubelet has disk pressure"),
-        BadCondition::PIDPressure => ("PIDPressure", "True", "KubeletHasInsufficientPID", "kubelet has insufficient PID available"),
+        BadCondition::PIDPressure => {
+            ("PIDPressure", "True", "KubeletHasInsufficientPID", "kubelet has insufficient PID available")
+        }
         BadCondition::NetworkUnavailable => {
             ("NetworkUnavailable", "True", "NoRouteCreated", "simulated by kwok-pools: the node's network is down")
         }
@@ -59,10 +61,7 @@ fn bad(condition: BadCondition) -> (&'static str, &'static str, &'static str, &'
 /// What the kubelet reports with `bad` conditions: each condition's (type, status, reason,
 /// message).
 fn expected(bad_now: &[BadCondition]) -> Vec<(&'static str, &'static str, &'static str, &'static str)> {
-    HEALTHY
-        .iter()
-        .map(|h| bad_now.iter().map(|b| bad(*b)).find(|b| b.0 == h.0).unwrap_or(*h))
-        .collect()
+    HEALTHY.iter().map(|h| bad_now.iter().map(|b| bad(*b)).find(|b| b.0 == h.0).unwrap_or(*h)).collect()
 }
 
 /// The healthy conditions at `now`, keeping a previous transition time where the status is
@@ -73,7 +72,11 @@ pub fn healthy_conditions(previous: Option<&[NodeCondition]>, now: &Time) -> Vec
 
 /// The conditions at `now` with `bad_now` bad and the rest healthy, keeping a previous
 /// transition time where the status is unchanged.
-pub fn reported_conditions(previous: Option<&[NodeCondition]>, now: &Time, bad_now: &[BadCondition]) -> Vec<NodeCondition> {
+pub fn reported_conditions(
+    previous: Option<&[NodeCondition]>,
+    now: &Time,
+    bad_now: &[BadCondition],
+) -> Vec<NodeCondition> {
     expected(bad_now)
         .iter()
         .map(|(type_, status, reason, message)| {
@@ -349,7 +352,10 @@ mod tests {
         let later = Time(k8s_openapi::jiff::Timestamp::from_second(2_000_000).unwrap());
         let reported = reported_conditions(s.conditions.as_deref(), &later, &bad_now);
         let get = |t: &str| reported.iter().find(|c| c.type_ == t).unwrap().clone();
-        assert_eq!((get("MemoryPressure").status.as_str(), get("MemoryPressure").reason.as_deref()), ("True", Some("KubeletHasInsufficientMemory")));
+        assert_eq!(
+            (get("MemoryPressure").status.as_str(), get("MemoryPressure").reason.as_deref()),
+            ("True", Some("KubeletHasInsufficientMemory"))
+        );
         assert_eq!((get("Ready").status.as_str(), get("Ready").reason.as_deref()), ("False", Some("KubeletNotReady")));
         assert_eq!(get("Ready").last_transition_time, Some(later.clone()), "a change moves the transition time");
         assert_eq!(get("DiskPressure").last_transition_time, Some(now()), "an unchanged one keeps it");

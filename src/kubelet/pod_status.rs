@@ -256,7 +256,13 @@ pub fn failed_patch(pod: &SlimPod, host_ips: &[IpAddr], exit: &Exit, now: &Value
 
 /// The status patch of a pod whose images do not pull: Pending, its containers waiting in
 /// `ErrImagePull` (first) or `ImagePullBackOff` (after), as a kubelet shows a wrong image.
-pub fn image_pull_patch(pod: &SlimPod, host_ips: &[IpAddr], pod_ips: &[IpAddr], backing_off: bool, now: &Value) -> Value {
+pub fn image_pull_patch(
+    pod: &SlimPod,
+    host_ips: &[IpAddr],
+    pod_ips: &[IpAddr],
+    backing_off: bool,
+    now: &Value,
+) -> Value {
     let uid = pod.uid();
     let containers: Vec<Value> = pod
         .containers
@@ -295,11 +301,7 @@ pub fn image_pull_patch(pod: &SlimPod, host_ips: &[IpAddr], pod_ips: &[IpAddr], 
 pub fn init_failed_patch(pod: &SlimPod, ips: (&[IpAddr], &[IpAddr]), exit: &Exit, restarts: i32, now: &Value) -> Value {
     let uid = pod.uid();
     let never = pod.restart_policy.as_deref() == Some("Never");
-    let failing = pod
-        .init_containers
-        .iter()
-        .position(|c| !c.sidecar && exit.hits(&c.name))
-        .unwrap_or(0);
+    let failing = pod.init_containers.iter().position(|c| !c.sidecar && exit.hits(&c.name)).unwrap_or(0);
     let init: Vec<Value> = pod
         .init_containers
         .iter()
@@ -319,7 +321,8 @@ pub fn init_failed_patch(pod: &SlimPod, ips: (&[IpAddr], &[IpAddr]), exit: &Exit
         })
         .collect();
     let waiting = json!({"waiting": {"reason": "PodInitializing"}});
-    let containers: Vec<Value> = pod.containers.iter().map(|c| container_status(uid, c, false, 0, waiting.clone())).collect();
+    let containers: Vec<Value> =
+        pod.containers.iter().map(|c| container_status(uid, c, false, 0, waiting.clone())).collect();
     let (phase, why) = if never { ("Failed", "PodFailed") } else { ("Pending", "ContainersNotReady") };
     let mut status = json!({
         "phase": phase,

@@ -8,8 +8,8 @@
 
 use crate::api::duration::{parse_duration, unit};
 use crate::api::lifecycle::{
-    BadCondition, DEFAULT_UNREADY_EVERY, DEFAULT_UNREADY_FOR, Delay, Distribution, Lifecycle, NodeLifecycle, PodLifecycle,
-    VmiLifecycle,
+    BadCondition, DEFAULT_UNREADY_EVERY, DEFAULT_UNREADY_FOR, Delay, Distribution, Lifecycle, NodeLifecycle,
+    PodLifecycle, VmiLifecycle,
 };
 use crate::informer::pod::SlimPod;
 pub use crate::kubelet::pod::Exit;
@@ -50,7 +50,10 @@ pub enum Fate {
     /// Exit at start: Failed with `restartPolicy: Never`, else crash-looping from the start.
     FailsAtStart(Exit),
     /// Run `after`, exit, back off, again (Failed with `restartPolicy: Never`).
-    CrashLoops { after: Duration, exit: Exit },
+    CrashLoops {
+        after: Duration,
+        exit: Exit,
+    },
     /// The image never pulls: ErrImagePull, then ImagePullBackOff, Pending for good.
     ImagePullFails,
     /// An init container exits: Init:CrashLoopBackOff, or Failed with `restartPolicy: Never`.
@@ -134,14 +137,9 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
         Fate::ImagePullFails
     } else {
         let roll = unit(seed, &[&key[..], &["fate"]].concat()) * 100.0;
-        let shares = [
-            s.fail_percent,
-            s.crash_loop_percent,
-            s.oom_kill_percent,
-            s.image_pull_fail_percent,
-            s.init_fail_percent,
-        ]
-        .map(|p| f64::from(p.unwrap_or(0).min(100)));
+        let shares =
+            [s.fail_percent, s.crash_loop_percent, s.oom_kill_percent, s.image_pull_fail_percent, s.init_fail_percent]
+                .map(|p| f64::from(p.unwrap_or(0).min(100)));
         let mut edge = 0.0;
         let slot = shares.iter().position(|share| {
             edge += share;
@@ -167,7 +165,9 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
     } else if let Some(w) = own.and_then(|o| o.run_time) {
         Some(w.sample(draw("run")))
     } else if owned_by_job(pod) {
-        pool_run(s.job_run_time.as_ref(), "job").or_else(|| pool_run(s.run_time.as_ref(), "run")).or(Some(defaults.job_run_time))
+        pool_run(s.job_run_time.as_ref(), "job")
+            .or_else(|| pool_run(s.run_time.as_ref(), "run"))
+            .or(Some(defaults.job_run_time))
     } else {
         pool_run(s.run_time.as_ref(), "run")
     };
@@ -528,7 +528,10 @@ mod tests {
         assert_eq!(plan_pod(Some(&s), None, &bare, &defaults()).run_time, None, "restartPolicy Always never finishes");
         bare.restart_policy = Some("OnFailure".into());
         assert_eq!(plan_pod(Some(&s), None, &bare, &defaults()).run_time, Some(Duration::from_secs(30)));
-        assert_eq!(plan_pod(Some(&s), None, &job_pod("d", "a", "u"), &defaults()).run_time, Some(Duration::from_secs(10)));
+        assert_eq!(
+            plan_pod(Some(&s), None, &job_pod("d", "a", "u"), &defaults()).run_time,
+            Some(Duration::from_secs(10))
+        );
         // The pod's own annotation wins over every knob, even with no pool at all.
         let own = annotated(bare.clone(), &[("pod-complete.stage.kwok.x-k8s.io/delay", "3s")]);
         assert_eq!(plan_pod(Some(&s), None, &own, &defaults()).run_time, Some(Duration::from_secs(3)));
@@ -597,7 +600,8 @@ mod tests {
             "{oomKillPercent: 20, imagePullFailPercent: 20, initFailPercent: 20, exitCode: 3, readiness: {flapPercent: 50}}",
         );
         let mut with_init = pod("d", "x", "u");
-        with_init.init_containers = vec![crate::informer::pod::SlimContainer { name: "setup".into(), ..Default::default() }];
+        with_init.init_containers =
+            vec![crate::informer::pod::SlimContainer { name: "setup".into(), ..Default::default() }];
         let plans: Vec<PodPlan> = (0..1000)
             .map(|i| {
                 let mut p = with_init.clone();
@@ -606,9 +610,11 @@ mod tests {
             })
             .collect();
         let count = |f: &dyn Fn(&Fate) -> bool| plans.iter().filter(|p| f(&p.fate)).count();
-        let oom = count(&|f| matches!(f, Fate::CrashLoops { exit, .. } if exit.reason == "OOMKilled" && exit.code == 137));
+        let oom =
+            count(&|f| matches!(f, Fate::CrashLoops { exit, .. } if exit.reason == "OOMKilled" && exit.code == 137));
         let pull = count(&|f| *f == Fate::ImagePullFails);
-        let init = count(&|f| matches!(f, Fate::InitFails(e) if e.code == 3 && e.container.as_deref() == Some("setup")));
+        let init =
+            count(&|f| matches!(f, Fate::InitFails(e) if e.code == 3 && e.container.as_deref() == Some("setup")));
         for (what, n) in [("oom", oom), ("pull", pull), ("init", init)] {
             assert!((140..260).contains(&n), "{what}: {n}");
         }
@@ -639,7 +645,8 @@ mod tests {
             "{conditions: [{type: MemoryPressure, percent: 30}, {type: NotReady, percent: 50, lasts: {fixed: 10s}, every: 100s}]}",
         )
         .unwrap();
-        let plans: Vec<Vec<ConditionPlan>> = (0..1000).map(|i| plan_conditions(&s, Some(3), &format!("n-{i}"), "u")).collect();
+        let plans: Vec<Vec<ConditionPlan>> =
+            (0..1000).map(|i| plan_conditions(&s, Some(3), &format!("n-{i}"), "u")).collect();
         let memory = plans.iter().filter(|p| p.iter().any(|c| c.condition == BadCondition::MemoryPressure)).count();
         let not_ready = plans.iter().filter(|p| p.iter().any(|c| c.condition == BadCondition::NotReady)).count();
         assert!((240..360).contains(&memory), "{memory}");
