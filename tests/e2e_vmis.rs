@@ -391,3 +391,134 @@ async fn vmis_boot_for_their_pools_boot_time_and_a_seeded_share_fails() {
     assert!(!failing.is_empty() && failing.len() < 8, "seed 11 fails some, not all: {failing:?}");
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+/// Every version of the VMI `name` until one is deleted.
+fn record_vmi_versions(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> tokio::task::JoinHandle<Vec<VirtualMachineInstance>> {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let api: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let mut events = watcher::watcher(api, config).boxed();
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                Event::Apply(v) | Event::InitApply(v) => seen.push(v),
+                Event::Delete(v) => {
+                    seen.push(v);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        seen
+    })
+}
+
+#[tokio::test]
+async fn handler_ready_nodes_agents_as_a_knob_and_deleted_vmis_end_before_they_go() {
+    let client = client().await;
+    let scope = unique("vmiend");
+    let ns = TestNamespace::new(&client, "vmiend").await;
+    let _op = Operator::start(&scope, &[]);
+    // No device capacity in the template: `kubevirt` brings what virt-handler would.
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
+kind: NodePool
+metadata:
+  name: {scope}
+  labels: {{{SCOPE_LABEL}: {scope}}}
+spec:
+  nodeCount: 2
+  podCIDR: {{cidr: 10.234.0.0/16, maskSize: 24}}
+  kubevirt: {{devices: 50}}
+  nodeTemplate:
+    metadata:
+      labels: {{{SCOPE_LABEL}: {scope}}}
+"
+    ));
+    wait_ready_nodes(&client, &scope, 2, T).await;
+    for node in pool_nodes(&client, &scope).await {
+        let labels = node.metadata.labels.clone().unwrap();
+        assert_eq!(labels.get("kubevirt.io/schedulable").map(String::as_str), Some("true"));
+        let status = node.status.unwrap();
+        for device in ["devices.kubevirt.io/kvm", "devices.kubevirt.io/tun", "devices.kubevirt.io/vhost-net"] {
+            assert_eq!(status.capacity.as_ref().unwrap()[device].0, "50", "{device}");
+            assert_eq!(status.allocatable.as_ref().unwrap()[device].0, "50", "{device}");
+        }
+        assert_eq!(status.capacity.unwrap()["cpu"].0, "32", "the default node's resources stay");
+    }
+    // A pod shaped like a real KubeVirt launcher (its node selector, its devices) lands and runs.
+    apply(&format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: real-launcher, namespace: {ns}}}
+spec:
+  nodeSelector: {{{SCOPE_LABEL}: {scope}, kubevirt.io/schedulable: 'true'}}
+  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
+  containers:
+  - name: compute
+    image: quay.io/kubevirt/virt-launcher:v1.9.0
+    resources:
+      limits: {{devices.kubevirt.io/kvm: 1, devices.kubevirt.io/tun: 1, devices.kubevirt.io/vhost-net: 1}}
+",
+        ns = ns.name
+    ));
+    wait_for("the launcher-shaped pod Running", T, || async {
+        let pods = list_pods(&client, &ns.name, "").await;
+        let p = pods.iter().find(|p| p.metadata.name.as_deref() == Some("real-launcher"));
+        match p.and_then(|p| p.status.as_ref()?.phase.clone()) {
+            Some(phase) if phase == "Running" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // A pool with a guest agent, and one without (the default).
+    apply(&vmipool("agent", &ns.name, &scope, 2, "  lifecycle: {vmis: {guestAgent: true}}\n", ""));
+    apply(&vmipool("plain", &ns.name, &scope, 1, "", ""));
+    for v in wait_running(&client, &ns.name, "agent", 2).await {
+        assert!(v.condition("AgentConnected").is_some_and(|c| c.status == "True"), "{:?}", v.status);
+        let status = v.status.unwrap();
+        assert_eq!(status.rest["guestOSInfo"]["id"], "fedora");
+        assert_eq!(status.rest["interfaces"][0]["infoSource"], "domain, guest-agent");
+    }
+    for v in wait_running(&client, &ns.name, "plain", 1).await {
+        assert!(v.condition("AgentConnected").is_none(), "no agent, no AgentConnected");
+        let status = v.status.unwrap();
+        assert_eq!(status.rest["guestOSInfo"], serde_json::json!({}));
+        assert_eq!(status.rest["interfaces"][0]["infoSource"], "domain");
+        assert!(status.rest["interfaces"][0]["ipAddress"].is_string(), "the pod network's address all the same");
+    }
+
+    // A deleted VMI that ran: Succeeded (its guest shut down) while its finalizer still holds it.
+    let versions = record_vmi_versions(&client, &ns.name, "agent-0");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let uid = vmis(&client, &ns.name, "agent")
+        .await
+        .into_iter()
+        .find(|v| v.metadata.name.as_deref() == Some("agent-0"))
+        .unwrap()
+        .metadata
+        .uid;
+    kubectl_ok(&["delete", "vmi", "agent-0", "-n", &ns.name, "--wait=false"]);
+    let seen = tokio::time::timeout(T, versions).await.expect("the VMI goes within the timeout").unwrap();
+    let mine: Vec<&VirtualMachineInstance> = seen.iter().filter(|v| v.metadata.uid == uid).collect();
+    let ended = mine
+        .iter()
+        .find(|v| v.phase() == "Succeeded")
+        .unwrap_or_else(|| panic!("never Succeeded: {:?}", mine.iter().map(|v| v.phase()).collect::<Vec<_>>()));
+    assert!(ended.metadata.deletion_timestamp.is_some(), "the terminal phase is written on the deleted VMI");
+    assert!(
+        ended.metadata.finalizers.iter().flatten().any(|f| f == "kubevirt.io/foregroundDeleteVirtualMachine"),
+        "before its finalizer goes"
+    );
+    assert!(ended.condition("Ready").is_some_and(|c| c.status == "False"));
+    // The pool replaces it.
+    wait_running(&client, &ns.name, "agent", 2).await;
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

@@ -243,6 +243,11 @@ pub struct VmiLifecycle {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "percent_schema")]
     pub fail_percent: Option<u8>,
+    /// Whether a guest agent runs in the VMs (default false, as in KubeVirt's cirros example):
+    /// with one, a Running VMI has the `AgentConnected` condition, a filled `guestOSInfo` and
+    /// interfaces reported by `domain, guest-agent`; without one, only what the domain shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_agent: Option<bool>,
 }
 
 /// Which sections of `spec.lifecycle` a kind takes (`pods`, `nodes`, `vmis`).

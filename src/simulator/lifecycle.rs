@@ -202,11 +202,13 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
 pub struct VmiPlan {
     pub boot_time: Duration,
     pub fails: bool,
+    /// A guest agent runs in the VM (`vmis.guestAgent`).
+    pub guest_agent: bool,
 }
 
 /// Decides a VMI's plan (`key`: its namespace and name with a seed, its UID without one).
 pub fn plan_vmi(settings: Option<&VmiLifecycle>, seed: Option<i64>, namespace: &str, name: &str, uid: &str) -> VmiPlan {
-    let Some(s) = settings else { return VmiPlan { boot_time: Duration::ZERO, fails: false } };
+    let Some(s) = settings else { return VmiPlan { boot_time: Duration::ZERO, fails: false, guest_agent: false } };
     let (seed, key): (i64, Vec<&str>) = match seed {
         Some(s) => (s, vec![namespace, name]),
         None => (0, vec![uid]),
@@ -215,6 +217,7 @@ pub fn plan_vmi(settings: Option<&VmiLifecycle>, seed: Option<i64>, namespace: &
     VmiPlan {
         boot_time: sample(s.boot_time.as_ref(), seed, &key, "boot").unwrap_or(Duration::ZERO),
         fails: roll < f64::from(s.fail_percent.unwrap_or(0).min(100)),
+        guest_agent: s.guest_agent.unwrap_or(false),
     }
 }
 
@@ -700,6 +703,9 @@ mod tests {
         let again: Vec<VmiPlan> =
             (0..1000).map(|i| plan_vmi(Some(&knobs), Some(7), "ns", &format!("v-{i}"), "other")).collect();
         assert_eq!(plans, again, "the seed decides by name, whatever the UID");
-        assert_eq!(plan_vmi(None, None, "ns", "v", "u"), VmiPlan { boot_time: Duration::ZERO, fails: false });
+        assert_eq!(
+            plan_vmi(None, None, "ns", "v", "u"),
+            VmiPlan { boot_time: Duration::ZERO, fails: false, guest_agent: false }
+        );
     }
 }

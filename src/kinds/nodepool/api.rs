@@ -89,6 +89,14 @@ pub struct NodePoolSpec {
     #[garde(custom(NodePoolSpec::topology_rules(&self.node_template)))]
     pub topology: Option<Topology>,
 
+    /// Nodes as KubeVirt's virt-handler prepares them, for running beside a real KubeVirt: the
+    /// `kubevirt.io/schedulable=true` label and the `devices.kubevirt.io/kvm`, `tun` and
+    /// `vhost-net` capacity its device plugins advertise, so KubeVirt's own launcher pods
+    /// (which select the label and ask for the devices) can be scheduled here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(custom(NodePoolSpec::kubevirt_rules))]
+    pub kubevirt: Option<KubevirtNodes>,
+
     /// How the nodes (and the pods on them that no PodPool governs) behave: flapping nodes,
     /// start delays, exits, failures, crash loops. See the README's "Lifecycle" section.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -173,6 +181,29 @@ impl Topology {
             at -= u64::from(*weight);
         }
         None
+    }
+}
+
+/// What virt-handler gives a node it runs on.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KubevirtNodes {
+    /// How many of each device a node advertises (virt-handler's default: 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub devices: Option<u32>,
+}
+
+impl KubevirtNodes {
+    /// virt-handler's label on the nodes it can run VMs on.
+    pub const SCHEDULABLE_LABEL: &'static str = "kubevirt.io/schedulable";
+    /// The device plugins' resources.
+    pub const DEVICES: [&'static str; 3] =
+        ["devices.kubevirt.io/kvm", "devices.kubevirt.io/tun", "devices.kubevirt.io/vhost-net"];
+
+    /// How many of each device a node advertises.
+    pub fn device_count(&self) -> u32 {
+        self.devices.unwrap_or(1000)
     }
 }
 

@@ -1,7 +1,7 @@
 //! NodePool on the pool core: how a Node child is rendered, judged ready and updated in place,
 //! and the flags of the kubelet the simulator plays for its nodes.
 
-use super::api::NodePool;
+use super::api::{KubevirtNodes, NodePool};
 use super::rules::node_template_warnings;
 use crate::api::PoolStatus;
 use crate::api::conventions::{FAKE_NODE_ANNOTATION, FAKE_TAINT_KEY, FAKE_VALUE, HOSTNAME_LABEL, TYPE_LABEL, TYPE_VALUE};
@@ -19,6 +19,7 @@ use crate::pool::status::{Problem, Reason};
 use crate::pool::{ChildId, PoolKind, Shared, Write, hash};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Api, Client};
 use std::sync::{Arc, Mutex};
@@ -151,10 +152,12 @@ impl PoolKind for NodePool {
 
     fn template_hash(&self) -> String {
         let template = (&self.spec.node_template.rendered_part(), &self.spec.pod_cidr, &self.spec.internal_ips);
-        match &self.spec.topology {
-            // Without a topology the hash is what it was before the field existed (no roll).
-            None => hash::of(&template),
-            Some(t) => hash::of(&(template, t)),
+        // Without a topology or kubevirt the hash is what it was before those fields existed
+        // (no roll).
+        match (&self.spec.topology, &self.spec.kubevirt) {
+            (None, None) => hash::of(&template),
+            (Some(t), None) => hash::of(&(template, t)),
+            (t, Some(k)) => hash::of(&(template, t, k)),
         }
     }
 
@@ -206,6 +209,9 @@ impl PoolKind for NodePool {
                 labels.insert(super::rules::REGION_LABEL.into(), region.clone());
             }
         }
+        if self.spec.kubevirt.is_some() {
+            labels.insert(KubevirtNodes::SCHEDULABLE_LABEL.into(), "true".into());
+        }
         metadata.annotations.get_or_insert_default().insert(FAKE_NODE_ANNOTATION.into(), FAKE_VALUE.into());
         let endpoint = env.kubelet.as_ref().and_then(|k| k.endpoints.lock().unwrap_or_else(|e| e.into_inner()).assign(&name, None));
         if endpoint.is_some() {
@@ -236,7 +242,7 @@ impl PoolKind for NodePool {
         }
 
         let ips = self.internal_ips(index, &name, env)?;
-        let status = if env.simulate {
+        let mut status = if env.simulate {
             let now = Time(k8s_openapi::jiff::Timestamp::now());
             Some(node_status::simulated(&name, template.status.as_ref(), &ips, endpoint.as_ref(), &now, &env.defaults))
         } else {
@@ -251,6 +257,9 @@ impl PoolKind for NodePool {
             }
             Some(s)
         };
+        if let (Some(k), Some(s)) = (&self.spec.kubevirt, status.as_mut()) {
+            add_kubevirt_devices(s, k);
+        }
 
         Ok(Node { metadata, spec: Some(spec), status })
     }
@@ -301,5 +310,17 @@ impl PoolKind for NodePool {
 
     fn pool_api(client: Client, _pool: &Self) -> Api<Self> {
         Api::all(client)
+    }
+}
+
+/// virt-handler's device plugins on a node: each device in capacity and allocatable, unless the
+/// template names it already.
+fn add_kubevirt_devices(status: &mut NodeStatus, k: &KubevirtNodes) {
+    let count = Quantity(k.device_count().to_string());
+    for map in [&mut status.capacity, &mut status.allocatable] {
+        let map = map.get_or_insert_default();
+        for device in KubevirtNodes::DEVICES {
+            map.entry(device.to_string()).or_insert_with(|| count.clone());
+        }
     }
 }

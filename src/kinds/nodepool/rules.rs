@@ -3,7 +3,7 @@
 //! every other pool's and never move a live node's. Shared primitives are in
 //! [`crate::api::validation`].
 
-use super::api::{NodePool, NodePoolRules, NodePoolSpec, NodeTemplate, Topology};
+use super::api::{KubevirtNodes, NodePool, NodePoolRules, NodePoolSpec, NodeTemplate, Topology};
 use crate::api::common::SubnetRange;
 use crate::api::conventions::{HOSTNAME_LABEL, RESERVED_LABELS};
 use crate::api::ranges;
@@ -167,6 +167,16 @@ impl NodePoolSpec {
     /// no template label saying otherwise (`api.rs` names it).
     pub fn topology_rules(template: &NodeTemplate) -> impl FnOnce(&Option<Topology>, &NodePoolRules) -> garde::Result + '_ {
         move |topology, _| lines(topology.as_ref().map(|t| topology_problems(t, template)).unwrap_or_default())
+    }
+
+    /// garde's rule on `spec.kubevirt`.
+    pub fn kubevirt_rules(k: &Option<KubevirtNodes>, _: &NodePoolRules) -> garde::Result {
+        match k.as_ref().and_then(|k| k.devices) {
+            Some(n) if !(1..=1_000_000).contains(&n) => lines(vec![format!(
+                ".devices: {n} is not a device count from 1 to 1000000 (virt-handler advertises 1000)"
+            )]),
+            _ => Ok(()),
+        }
     }
 
     /// garde's rule on `spec.podCIDR` for `count` nodes (`api.rs` names it).

@@ -212,3 +212,13 @@ fn topology_rules_name_the_field() {
     let e = one_error(&both, &NodePoolRules::default(), "spec.topology");
     assert!(e.contains("set it in one place"), "{e}");
 }
+
+#[test]
+fn kubevirt_device_counts_are_checked() {
+    let ok = nodepool_spec("  kubevirt: {devices: 110}\n");
+    assert_eq!(errors_of(&ok, &NodePoolRules::default()), Vec::<String>::new());
+    assert_eq!(errors_of(&nodepool_spec("  kubevirt: {}\n"), &NodePoolRules::default()), Vec::<String>::new());
+    let e = one_error(&nodepool_spec("  kubevirt: {devices: 0}\n"), &NodePoolRules::default(), "spec.kubevirt.devices");
+    assert!(e.contains("from 1 to 1000000"), "{e}");
+    assert_eq!(super::super::api::KubevirtNodes::default().device_count(), 1000, "virt-handler's default");
+}

@@ -52,6 +52,9 @@ pub enum Step {
     Running,
     /// The launcher pod is gone or failed: Failed.
     Fail(String),
+    /// Deleted while not yet ended: its terminal phase first, as virt-handler's shutdown
+    /// writes it (Succeeded for a VM that ran, Failed for one that never started).
+    Stop { ran: bool },
     /// Deleting: delete the launcher pod first.
     DeleteLauncher,
     /// Deleting and the pod is gone: drop the finalizer.
@@ -71,6 +74,10 @@ pub fn next_step(vmi: &VirtualMachineInstance, pod: Option<&SlimPod>, controller
         };
     }
     if vmi.metadata.deletion_timestamp.is_some() {
+        let holds = vmi.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER);
+        if holds && !matches!(phase, "" | "Succeeded" | "Failed") {
+            return Step::Stop { ran: matches!(phase, "Scheduled" | "Running") };
+        }
         return match pod {
             Some(p) if p.metadata.deletion_timestamp.is_none() => Step::DeleteLauncher,
             Some(_) => Step::Wait,
@@ -383,8 +390,24 @@ fn migration_method(spec: &VmiSpec) -> &'static str {
     if local { "BlockMigration" } else { "LiveMigration" }
 }
 
-/// Running: the guest is up; its interfaces report the launcher pod's addresses.
-pub fn running_patch(vmi: &VirtualMachineInstance, pod_ips: &[std::net::IpAddr], now: &Value) -> Value {
+/// What a guest agent reports about the guest OS (a Fedora cloud image's agent).
+fn guest_os_info() -> Value {
+    json!({
+        "id": "fedora",
+        "name": "Fedora Linux",
+        "prettyName": "Fedora Linux 41 (Cloud Edition)",
+        "version": "41 (Cloud Edition)",
+        "versionId": "41",
+        "kernelRelease": "6.11.4-301.fc41.x86_64",
+        "kernelVersion": "#1 SMP PREEMPT_DYNAMIC Sun Oct 20 15:02:33 UTC 2024",
+        "machine": "x86_64",
+    })
+}
+
+/// Running: the guest is up; its interfaces report the launcher pod's addresses. `agent`: a
+/// guest agent is connected (else nothing only an agent reports: no OS info, no
+/// `AgentConnected`, interfaces from the domain alone).
+pub fn running_patch(vmi: &VirtualMachineInstance, pod_ips: &[std::net::IpAddr], agent: bool, now: &Value) -> Value {
     let uid = vmi.metadata.uid.clone().unwrap_or_default();
     let pod_net = vmi.spec.networks.iter().find(|n| n.pod.is_some()).map(|n| n.name.clone());
     let interfaces: Vec<Value> = vmi
@@ -398,7 +421,7 @@ pub fn running_patch(vmi: &VirtualMachineInstance, pod_ips: &[std::net::IpAddr],
             let mut v = json!({
                 "name": iface.name,
                 "mac": iface.mac_address.clone().unwrap_or_else(|| mac(&uid, &iface.name)),
-                "infoSource": "domain, guest-agent",
+                "infoSource": if agent { "domain, guest-agent" } else { "domain" },
                 "queueCount": 1,
                 "linkState": "up",
                 "interfaceName": format!("eth{i}"),
@@ -420,9 +443,12 @@ pub fn running_patch(vmi: &VirtualMachineInstance, pod_ips: &[std::net::IpAddr],
         lm["reason"] = json!(reason);
         lm["message"] = json!(message);
     }
-    let mut conditions = other_conditions(vmi, &["Ready", "LiveMigratable", "PodScheduled"]);
+    let mut conditions = other_conditions(vmi, &["Ready", "LiveMigratable", "PodScheduled", "AgentConnected"]);
     conditions.push(json!({"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
     conditions.push(lm);
+    if agent {
+        conditions.push(json!({"type": "AgentConnected", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
+    }
     json!({
         "metadata": {"uid": vmi.metadata.uid},
         "status": {
@@ -431,18 +457,32 @@ pub fn running_patch(vmi: &VirtualMachineInstance, pod_ips: &[std::net::IpAddr],
             "interfaces": interfaces,
             "conditions": conditions,
             "migrationMethod": migration_method(&vmi.spec),
-            "guestOSInfo": {},
+            "guestOSInfo": if agent { guest_os_info() } else { json!({}) },
         }
     })
 }
 
 /// Failed, with the reason in a condition.
 pub fn failed_patch(vmi: &VirtualMachineInstance, why: &str, now: &Value) -> Value {
-    let mut conditions = other_conditions(vmi, &["Ready"]);
+    ended_patch(vmi, "Failed", why, now)
+}
+
+/// A deleted VMI's terminal phase, written before its finalizer goes: Succeeded when its VM
+/// ran (the guest was shut down), Failed when it never started.
+pub fn stopped_patch(vmi: &VirtualMachineInstance, ran: bool, now: &Value) -> Value {
+    if ran {
+        ended_patch(vmi, "Succeeded", "the VMI was deleted: its guest was shut down", now)
+    } else {
+        ended_patch(vmi, "Failed", "the VMI was deleted before its guest started", now)
+    }
+}
+
+fn ended_patch(vmi: &VirtualMachineInstance, phase: &str, why: &str, now: &Value) -> Value {
+    let mut conditions = other_conditions(vmi, &["Ready", "AgentConnected"]);
     conditions.push(json!({"type": "Ready", "status": "False", "reason": "PodTerminating", "message": why, "lastProbeTime": null, "lastTransitionTime": now}));
     json!({
         "metadata": {"uid": vmi.metadata.uid},
-        "status": {"phase": "Failed", "phaseTransitionTimestamps": transitions(vmi, "Failed", now), "conditions": conditions}
+        "status": {"phase": phase, "phaseTransitionTimestamps": transitions(vmi, phase, now), "conditions": conditions}
     })
 }
 
@@ -531,12 +571,25 @@ mod tests {
     }
 
     #[test]
-    fn deletion_deletes_the_launcher_then_drops_the_finalizer() {
-        let mut v = vmi("Running", plain());
-        v.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
-        v.metadata.finalizers = Some(vec![FINALIZER.into(), "other".into()]);
-        assert_eq!(next_step(&v, Some(&pod("Running", &[])), true, true), Step::DeleteLauncher);
+    fn deletion_ends_the_vmi_deletes_the_launcher_then_drops_the_finalizer() {
+        let deleted = |phase: &str| {
+            let mut v = vmi(phase, plain());
+            v.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+            v.metadata.finalizers = Some(vec![FINALIZER.into(), "other".into()]);
+            v
+        };
+        let running = pod("Running", &[]);
+        assert_eq!(next_step(&deleted("Running"), Some(&running), true, true), Step::Stop { ran: true });
+        assert_eq!(next_step(&deleted("Scheduled"), Some(&running), true, true), Step::Stop { ran: true });
+        assert_eq!(next_step(&deleted("Scheduling"), Some(&running), true, true), Step::Stop { ran: false });
+        assert_eq!(next_step(&deleted("Pending"), None, true, true), Step::Stop { ran: false });
+        let stopped = stopped_patch(&deleted("Running"), true, &json!("t"));
+        assert_eq!(stopped["status"]["phase"], "Succeeded");
+        assert_eq!(stopped["status"]["phaseTransitionTimestamps"].as_array().unwrap().last().unwrap()["phase"], "Succeeded");
+        assert_eq!(stopped_patch(&deleted("Scheduling"), false, &json!("t"))["status"]["phase"], "Failed");
+        let mut v = deleted("Succeeded");
+        assert_eq!(next_step(&v, Some(&running), true, true), Step::DeleteLauncher);
         let mut going = pod("Running", &[]);
         going.metadata.deletion_timestamp = v.metadata.deletion_timestamp.clone();
         assert_eq!(next_step(&v, Some(&going), true, true), Step::Wait);
@@ -545,6 +598,24 @@ mod tests {
         let released = release_patch(&v);
         assert_eq!(released["metadata"]["finalizers"], json!(["other"]), "only ours goes");
         assert_eq!(released["metadata"]["resourceVersion"], "41", "a conflict, not a lost finalizer, if it changed");
+    }
+
+    #[test]
+    fn only_a_connected_guest_agent_reports_the_os_and_its_condition() {
+        let ips = ["10.244.0.5".parse().unwrap()];
+        let net = json!({"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}}]}}, "networks": [{"name": "default", "pod": {}}]});
+        let without = running_patch(&vmi("Scheduled", net.clone()), &ips, false, &json!("t"));
+        assert_eq!(without["status"]["guestOSInfo"], json!({}));
+        assert_eq!(without["status"]["interfaces"][0]["infoSource"], "domain");
+        assert_eq!(without["status"]["interfaces"][0]["ipAddress"], "10.244.0.5", "the pod network's address all the same");
+        let types = |p: &Value| -> Vec<String> {
+            p["status"]["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap().to_string()).collect()
+        };
+        assert!(!types(&without).contains(&"AgentConnected".to_string()));
+        let with = running_patch(&vmi("Scheduled", net), &ips, true, &json!("t"));
+        assert_eq!(with["status"]["guestOSInfo"]["id"], "fedora");
+        assert_eq!(with["status"]["interfaces"][0]["infoSource"], "domain, guest-agent");
+        assert!(types(&with).contains(&"AgentConnected".to_string()));
     }
 
     #[test]
@@ -616,7 +687,7 @@ mod tests {
     fn running_reports_the_pods_addresses_a_stable_mac_and_live_migratability() {
         let bridged = json!({"domain": {"devices": {"interfaces": [{"name": "default", "bridge": {}}]}}, "networks": [{"name": "default", "pod": {}}]});
         let ips: Vec<std::net::IpAddr> = vec!["10.1.2.3".parse().unwrap()];
-        let patch = running_patch(&vmi("Scheduled", bridged), &ips, &json!("t"));
+        let patch = running_patch(&vmi("Scheduled", bridged), &ips, false, &json!("t"));
         let iface = &patch["status"]["interfaces"][0];
         assert_eq!((iface["ipAddress"].as_str(), iface["podInterfaceName"].as_str()), (Some("10.1.2.3"), Some("eth0")));
         assert_eq!(iface["mac"], json!(mac("u-vm", "default")));
@@ -631,11 +702,11 @@ mod tests {
             .clone();
         assert_eq!((lm["status"].as_str(), lm["reason"].as_str()), (Some("False"), Some("InterfaceNotLiveMigratable")));
         let masq = json!({"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}}]}}, "networks": [{"name": "default", "pod": {}}]});
-        let patch = running_patch(&vmi("Scheduled", masq.clone()), &ips, &json!("t"));
+        let patch = running_patch(&vmi("Scheduled", masq.clone()), &ips, false, &json!("t"));
         assert_eq!(patch["status"]["migrationMethod"], "LiveMigration");
         let mut with_disk = masq;
         with_disk["volumes"] = json!([{"name": "root", "containerDisk": {"image": "cirros"}}]);
-        let patch = running_patch(&vmi("Scheduled", with_disk), &ips, &json!("t"));
+        let patch = running_patch(&vmi("Scheduled", with_disk), &ips, false, &json!("t"));
         assert_eq!(patch["status"]["migrationMethod"], "BlockMigration", "a containerDisk is copied");
     }
 

@@ -228,7 +228,8 @@ impl VmiLoop {
                 Step::Scheduled => e.phase = Some(("Scheduled", now)),
                 Step::Unpause => e.unpaused = Some(now),
                 Step::Running => e.phase = Some(("Running", now)),
-                Step::Fail(_) => e.phase = Some(("Failed", now)),
+                Step::Fail(_) | Step::Stop { ran: false } => e.phase = Some(("Failed", now)),
+                Step::Stop { ran: true } => e.phase = Some(("Succeeded", now)),
                 _ => {}
             }
         }
@@ -360,16 +361,19 @@ async fn act(
         },
         Step::Running => {
             let ips = pod.map(|p| p.pod_ips.clone()).unwrap_or_default();
-            patch_vmi(sim, vmi, vmi_status::running_patch(vmi, &ips, &now)).await
+            let uid = vmi.metadata.uid.as_deref().unwrap_or_default();
+            let agent = sim.lifecycles.vmi(vmi.owner_references(), &ns, &name, uid).guest_agent;
+            patch_vmi(sim, vmi, vmi_status::running_patch(vmi, &ips, agent, &now)).await
         }
         Step::Fail(why) => patch_vmi(sim, vmi, vmi_status::failed_patch(vmi, why, &now)).await,
+        Step::Stop { ran } => patch_vmi(sim, vmi, vmi_status::stopped_patch(vmi, *ran, &now)).await,
         Step::DeleteLauncher => match pod {
             Some(p) => delete_pod(sim, p).await,
             None => Ok(()),
         },
         Step::Release => patch_vmi(sim, vmi, vmi_status::release_patch(vmi)).await,
     };
-    let transition = format!("{step:?}").split('(').next().unwrap_or_default().to_lowercase();
+    let transition = format!("{step:?}").split(['(', ' ']).next().unwrap_or_default().to_lowercase();
     sim.metrics.vmi_transitions.get_or_create(&ResultLabels { result: transition }).inc();
     match result {
         Ok(()) => true,
