@@ -369,3 +369,36 @@ async fn flapping_readiness_takes_a_pod_out_of_its_services_endpoints_and_back()
     assert_eq!(restarts, 0);
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+#[tokio::test]
+async fn kubectl_debug_gets_a_running_ephemeral_container() {
+    let client = client().await;
+    let scope = unique("debug");
+    let ns = TestNamespace::new(&client, "debug").await;
+    let _op = Operator::start(&scope, &[]);
+    apply(&scoped_nodepool(&scope, &scope, 1, "10.219.0.0/16", 24, 110, ""));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let n = &ns.name;
+    apply(&pod("target", n, &scope, &[], "Always", ""));
+    wait_pod(&client, n, "target", "Running", |p| phase(p) == "Running").await;
+    let ephemeral =
+        |p: &Pod| p.status.as_ref().and_then(|s| s.ephemeral_container_statuses.clone()).unwrap_or_default();
+    let running_since = |p: &Pod, name: &str| {
+        ephemeral(p).into_iter().find(|c| c.name == name)?.state?.running?.started_at.map(|t| t.0)
+    };
+    kubectl_ok(&["debug", "target", "-n", n, "--image=busybox", "--container=dbg", "--", "sleep", "1d"]);
+    let p = wait_pod(&client, n, "target", "the debug container running", |p| running_since(p, "dbg").is_some()).await;
+    let first = running_since(&p, "dbg").unwrap();
+    let dbg = ephemeral(&p).into_iter().find(|c| c.name == "dbg").unwrap();
+    assert!(!dbg.ready, "an ephemeral container is never ready");
+    assert_eq!(dbg.image, "busybox");
+    assert!(dbg.container_id.unwrap_or_default().starts_with("containerd://"));
+    assert_eq!(phase(&p), "Running");
+    assert!(statuses(&p)[0].ready, "the pod's own container stays ready");
+    // A second one: both run, the first keeps its start.
+    kubectl_ok(&["debug", "target", "-n", n, "--image=busybox", "--container=dbg2", "--", "sleep", "1d"]);
+    let p =
+        wait_pod(&client, n, "target", "both debug containers running", |p| running_since(p, "dbg2").is_some()).await;
+    assert_eq!(running_since(&p, "dbg"), Some(first), "the first debug container keeps its start");
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

@@ -107,6 +107,14 @@ pub struct SlimContainer {
     pub sidecar: bool,
 }
 
+/// An ephemeral container (`kubectl debug`) and when its status says it started.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SlimEphemeral {
+    pub container: SlimContainer,
+    /// `state.running.startedAt` of its status (`None`: no running status yet).
+    pub started_at: Option<Timestamp>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SlimPod {
     /// name, namespace, uid, owner references, deletion timestamp and grace period (no
@@ -143,6 +151,8 @@ pub struct SlimPod {
     pub running_since: Option<Timestamp>,
     /// Its own behaviour, from its annotations (kwok's stage annotations and ours).
     pub overrides: Option<Box<crate::api::annotations::PodOverrides>>,
+    /// Its ephemeral containers (rare: boxed, nothing for most pods).
+    pub ephemeral: Option<Box<[SlimEphemeral]>>,
 }
 
 impl Resource for SlimPod {
@@ -198,6 +208,24 @@ impl SlimPod {
             sidecar: c.restart_policy.as_deref() == Some("Always"),
         };
         let status = pod.status.unwrap_or_default();
+        let ephemeral: Vec<SlimEphemeral> = spec
+            .ephemeral_containers
+            .iter()
+            .flatten()
+            .map(|c| SlimEphemeral {
+                container: SlimContainer {
+                    name: c.name.clone(),
+                    image: c.image.clone().unwrap_or_default(),
+                    sidecar: false,
+                },
+                started_at: status
+                    .ephemeral_container_statuses
+                    .iter()
+                    .flatten()
+                    .find(|s| s.name == c.name)
+                    .and_then(|s| s.state.as_ref()?.running.as_ref()?.started_at.as_ref().map(|t| t.0)),
+            })
+            .collect();
         let mut pod_ips: Vec<IpAddr> = status.pod_ips.iter().flatten().filter_map(|p| p.ip.parse().ok()).collect();
         if pod_ips.is_empty()
             && let Some(ip) = status.pod_ip.as_ref().and_then(|ip| ip.parse().ok())
@@ -242,6 +270,7 @@ impl SlimPod {
                 .max(),
             usage,
             overrides,
+            ephemeral: (!ephemeral.is_empty()).then(|| ephemeral.into_boxed_slice()),
             crash_looping: status.container_statuses.iter().flatten().any(|c| {
                 c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref())
                     == Some("CrashLoopBackOff")

@@ -448,6 +448,24 @@ pub fn deadline_patch(pod: &SlimPod, now: &Value) -> Value {
 
 /// When readiness gates change on a running pod: the Ready condition it should show now, if
 /// it differs from what it shows.
+/// The statuses of a running pod's ephemeral containers (`kubectl debug`), when one has none
+/// yet: each running (since it first was), never ready, as the kubelet reports them. The list
+/// is written whole (it has no merge key).
+pub fn ephemeral_patch(pod: &SlimPod, now: &Value) -> Option<Value> {
+    let list = pod.ephemeral.as_deref()?;
+    if pod.phase() != "Running" || list.iter().all(|e| e.started_at.is_some()) {
+        return None;
+    }
+    let statuses: Vec<Value> = list
+        .iter()
+        .map(|e| {
+            let since = e.started_at.map_or_else(|| now.clone(), |t| json!(t.to_string()));
+            container_status(pod.uid(), &e.container, false, 0, json!({"running": {"startedAt": since}}))
+        })
+        .collect();
+    Some(json!({"status": {"ephemeralContainerStatuses": statuses}}))
+}
+
 pub fn ready_fix(pod: &SlimPod, now: &Value) -> Option<Value> {
     if pod.phase() != "Running" || pod.condition("ContainersReady") == Some("False") {
         // A crash-looping pod, or one whose probe fails, is not ready whatever its gates say.
@@ -458,6 +476,56 @@ pub fn ready_fix(pod: &SlimPod, now: &Value) -> Option<Value> {
         return None;
     }
     Some(json!({ "status": { "conditions": [cond("Ready", want, now, (!want).then_some("ReadinessGatesNotReady"))] } }))
+}
+
+#[cfg(test)]
+mod ephemeral_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStatus, EphemeralContainer, Pod, PodSpec, PodStatus,
+    };
+
+    fn debugged(phase: &str, started: &[&str]) -> SlimPod {
+        let debug =
+            |name: &str| EphemeralContainer { name: name.into(), image: Some("busybox".into()), ..Default::default() };
+        let status = |name: &str| ContainerStatus {
+            name: name.into(),
+            state: Some(ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        "2026-01-02T03:04:05Z".parse().unwrap(),
+                    )),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        SlimPod::from(Pod {
+            metadata: kube::api::ObjectMeta { uid: Some("u1".into()), ..Default::default() },
+            spec: Some(PodSpec {
+                ephemeral_containers: Some(vec![debug("dbg-1"), debug("dbg-2")]),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                ephemeral_container_statuses: Some(started.iter().map(|n| status(n)).collect()),
+                ..Default::default()
+            }),
+        })
+    }
+
+    #[test]
+    fn a_new_ephemeral_container_runs_and_the_others_keep_their_start() {
+        let patch = ephemeral_patch(&debugged("Running", &["dbg-1"]), &json!("now")).expect("dbg-2 has no status");
+        let list = patch["status"]["ephemeralContainerStatuses"].as_array().unwrap();
+        assert_eq!(list.len(), 2, "the whole list");
+        assert_eq!(list[0]["state"]["running"]["startedAt"], "2026-01-02T03:04:05Z", "dbg-1 keeps its start");
+        assert_eq!(list[1]["state"]["running"]["startedAt"], "now");
+        assert_eq!((list[1]["name"].as_str(), list[1]["ready"].as_bool()), (Some("dbg-2"), Some(false)));
+        assert!(list[1]["containerID"].as_str().unwrap().starts_with("containerd://"));
+        assert_eq!(ephemeral_patch(&debugged("Running", &["dbg-1", "dbg-2"]), &json!("now")), None, "all reported");
+        assert_eq!(ephemeral_patch(&debugged("Pending", &[]), &json!("now")), None, "not before the pod runs");
+    }
 }
 
 #[cfg(test)]

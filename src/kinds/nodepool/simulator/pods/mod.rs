@@ -566,6 +566,11 @@ impl Loop {
             self.spawn_status(pod.clone(), patch, "ready");
             return;
         }
+        if let Some(patch) = pod_status::ephemeral_patch(pod, &now_value()) {
+            t.write.in_flight = true;
+            self.spawn_status(pod.clone(), patch, "ephemeral");
+            return;
+        }
         if !t.down && self.probe(pod, uid, plan) {
             return;
         }
