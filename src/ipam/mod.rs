@@ -1,6 +1,7 @@
 //! Address allocators: hand out host addresses of a range by key (node name, pod UID),
 //! recycle them, and rebuild from what already exists; pod addresses per node ([`pods`]).
 
+pub mod fallback;
 pub mod pods;
 
 use crate::api::ranges::{from_u128, host_count, host_range, to_u128};

@@ -10,6 +10,7 @@ use crate::api::ranges::{nth_host, nth_subnet};
 use crate::cli::duration::parse_duration;
 use crate::informer::{Informer, Informers};
 use crate::ipam::HostAllocator;
+use crate::ipam::fallback::FallbackRange;
 use crate::kubelet::endpoint::{RESOURCE_METRICS_PATH_ANNOTATION, resource_metrics_path};
 use crate::kubelet::node::{self as node_status, NodeDefaults};
 use super::simulator::kubelet_api::{KubeletApiFlags, KubeletEnv};
@@ -47,8 +48,43 @@ pub struct NodeFlags {
     /// pools say nothing (`spec.lifecycle.pods.jobRunTime`).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub job_run_time: Duration,
+    /// Pods on a node without a podCIDR (a cluster whose controller manager does not allocate
+    /// node CIDRs) get addresses from a block of this range, one block per node, claimed
+    /// cluster-wide by a Lease in kube-node-lease that the node owns. `none`: such pods wait
+    /// without an address. The default holds kwok's default `--cidr` (10.0.0.1/24).
+    // (Spelled out so clap takes the parser's `Option` as the value, not as "may be absent".)
+    #[arg(long, default_value = "10.0.0.0/12", value_parser = parse_fallback)]
+    pub pod_cidr_fallback: std::option::Option<IpNet>,
+    /// The size of each node's block of `--pod-cidr-fallback` (as the controller manager's
+    /// `--node-cidr-mask-size`).
+    #[arg(long, default_value_t = 24)]
+    pub pod_cidr_fallback_mask: u8,
+    /// How long a node goes without a podCIDR before its pods fall back (a controller manager
+    /// that allocates node CIDRs gives one within moments).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub pod_cidr_fallback_after: Duration,
     #[command(flatten)]
     pub kubelet: KubeletApiFlags,
+}
+
+impl NodeFlags {
+    /// The fallback range as the pod simulator takes it (`None`: off).
+    pub fn fallback(&self) -> Result<Option<(FallbackRange, Duration)>, crate::pool::setup::SetupError> {
+        let Some(net) = self.pod_cidr_fallback else { return Ok(None) };
+        let range = FallbackRange::new(net, self.pod_cidr_fallback_mask)
+            .map_err(|problem| crate::pool::setup::SetupError::Flag { flag: "--pod-cidr-fallback-mask", problem })?;
+        Ok(Some((range, self.pod_cidr_fallback_after)))
+    }
+}
+
+/// `--pod-cidr-fallback`: a CIDR, or `none`.
+fn parse_fallback(text: &str) -> Result<Option<IpNet>, String> {
+    if text.eq_ignore_ascii_case("none") || text.is_empty() {
+        return Ok(None);
+    }
+    text.parse::<IpNet>()
+        .map(|n| Some(n.trunc()))
+        .map_err(|e| format!("{text:?} is not a CIDR such as 10.0.0.0/12 ({e}); or none to turn the fallback off"))
 }
 
 /// What rendering a node needs beyond its pool (shared with the node simulator).
@@ -179,6 +215,7 @@ impl PoolKind for NodePool {
         let addresses =
             if shared.instance == "kwok-pools" { HostAllocator::new(range) } else { HostAllocator::seeded(range, &shared.instance) };
         let kubelet = if shared.simulate { KubeletEnv::new(&flags.kubelet)? } else { None };
+        flags.fallback()?;
         Ok(NodeEnv {
             simulate: shared.simulate,
             defaults: NodeDefaults { kubelet_version: flags.node_kubelet_version.clone() },
@@ -322,5 +359,34 @@ fn add_kubevirt_devices(status: &mut NodeStatus, k: &KubevirtNodes) {
         for device in KubevirtNodes::DEVICES {
             map.entry(device.to_string()).or_insert_with(|| count.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod flag_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: NodeFlags,
+    }
+
+    fn flags(args: &[&str]) -> Result<NodeFlags, clap::Error> {
+        Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied())).map(|c| c.flags)
+    }
+
+    #[test]
+    fn the_fallback_range_defaults_on_and_can_be_turned_off() {
+        let (range, after) = flags(&[]).unwrap().fallback().unwrap().unwrap();
+        assert_eq!((range.net.to_string(), range.mask, after), ("10.0.0.0/12".into(), 24, Duration::from_secs(10)));
+        assert_eq!(flags(&["--pod-cidr-fallback", "none"]).unwrap().fallback().unwrap(), None);
+        let kwok = flags(&["--pod-cidr-fallback", "10.0.0.1/16", "--pod-cidr-fallback-mask", "26"]).unwrap();
+        assert_eq!(kwok.fallback().unwrap().unwrap().0.net.to_string(), "10.0.0.0/16");
+        let bad = flags(&["--pod-cidr-fallback", "10.0.0/8"]).err().unwrap().to_string();
+        assert!(bad.contains("not a CIDR") && bad.contains("none"), "{bad}");
+        let e = flags(&["--pod-cidr-fallback-mask", "8"]).unwrap().fallback().unwrap_err().to_string();
+        assert!(e.starts_with("--pod-cidr-fallback-mask:") && e.contains("from 12 to 30"), "{e}");
     }
 }

@@ -46,7 +46,8 @@ impl Simulate for NodePool {
         };
         let pod_sim = PodSimulator {
             client: sim.client.clone(),
-            config: PodSimConfig { manage: sim.manage.clone(), lifecycles },
+            // Checked when the operator set up (env): a bad mask never gets here.
+            config: PodSimConfig { manage: sim.manage.clone(), lifecycles, fallback: flags.fallback().ok().flatten() },
             nodes: nodes.store(),
             pods: pods.store(),
             metrics: sim.metrics.clone(),
@@ -96,8 +97,8 @@ impl Simulate for NodePool {
                 crate::informer::shared::LEASE_NAMESPACE,
                 "coordination.k8s.io",
                 &["leases"],
-                &["get", "create", "patch"],
-                "node heartbeats: one Lease per simulated node",
+                &["get", "list", "create", "patch"],
+                "node heartbeats (one Lease per simulated node) and claims of fallback pod ranges (one per block, owned by its node)",
             ),
             Rule::cluster("events.k8s.io", &["events"], &["create", "patch"], "events about pods and nodes (an exhausted pod range)"),
             Rule::cluster(

@@ -5,6 +5,7 @@
 //! lifecycle knobs of its pool (see [`crate::simulator::lifecycle`]) and its own annotations
 //! delay its start and set its fate; what each fate does after the start is in [`outcomes`].
 
+mod fallback;
 mod outcomes;
 
 use crate::ipam::pods::{Allocation, PodIpam};
@@ -36,6 +37,9 @@ pub struct PodSimConfig {
     pub manage: Manage,
     /// The lifecycle knobs of the pools, with the operator's flags as defaults.
     pub lifecycles: Lifecycles,
+    /// Where pods on nodes without a podCIDR get addresses (`--pod-cidr-fallback`), and how
+    /// long a node goes without one first.
+    pub fallback: Option<(crate::ipam::fallback::FallbackRange, Duration)>,
 }
 
 pub struct PodSimulator {
@@ -69,6 +73,8 @@ enum Timer {
     InitRetry(ObjectRef<SlimPod>, String),
     /// Its readiness probe starts or stops failing.
     Probe(ObjectRef<SlimPod>, String),
+    /// The node (by name) may fall back to a block of the fallback range now.
+    NodeRange(String),
 }
 
 struct Tracked {
@@ -157,6 +163,9 @@ struct Loop {
     timers: Timers<Timer>,
     writes: Writes<Done>,
     recorder: Recorder,
+    /// Blocks of the fallback range for nodes without a podCIDR (`None`: off).
+    fallback: Option<fallback::Fallback>,
+    claims: tokio::sync::mpsc::UnboundedSender<fallback::Claim>,
 }
 
 impl PodSimulator {
@@ -166,6 +175,15 @@ impl PodSimulator {
         let recorder = Recorder::new(self.client.clone(), Reporter { controller: "kwok-pools".into(), instance: None });
         let (done_tx, mut done_rx) = unbounded_channel();
         let writes = self.writes.writes(Class::Other, done_tx);
+        let (claims_tx, mut claims_rx) = unbounded_channel();
+        let mut fallback = self.config.fallback.clone().map(|(range, after)| fallback::Fallback::new(range, after));
+        if let Some(f) = fallback.as_mut() {
+            // The blocks claimed before (a restart): their pods' addresses are rebuilt below.
+            match f.load(&self.client).await {
+                Ok(n) => tracing::info!(range = %f.range.net, claims = n, "fallback pod ranges read"),
+                Err(e) => tracing::warn!(error = %e, "cannot list the fallback pod range claims (Leases in kube-node-lease); nodes without a podCIDR may get a new block: check the operator's RBAC"),
+            }
+        }
         let mut l = Loop {
             sim: Arc::new(self),
             ipam: PodIpam::default(),
@@ -174,6 +192,8 @@ impl PodSimulator {
             timers: Timers::default(),
             writes,
             recorder,
+            fallback,
+            claims: claims_tx,
         };
         l.rebuild();
         let mut shard = l.sim.shard.clone();
@@ -188,12 +208,18 @@ impl PodSimulator {
                 },
                 change = nodes.recv() => match change {
                     Some(Change::Applied(node)) => l.on_node(&node),
-                    Some(Change::Deleted(node)) => l.ipam.forget_node(&node.name_any()),
+                    Some(Change::Deleted(node)) => {
+                        l.ipam.forget_node(&node.name_any());
+                        if let Some(f) = l.fallback.as_mut() {
+                            f.forget(node.metadata.uid.as_deref().unwrap_or_default());
+                        }
+                    }
                     Some(Change::Synced) => {}
                     None => return,
                 },
                 Some(timer) = l.timers.next(), if !l.timers.is_empty() => l.on_timer(timer),
                 Some(done) = done_rx.recv() => l.on_done(done),
+                Some(claim) = claims_rx.recv() => l.on_claim(claim),
             }
             l.sim.metrics.managed_pods.set(l.tracked.len() as i64);
         }
@@ -234,7 +260,8 @@ impl Loop {
                 continue;
             }
             let uid = pod.metadata.uid.clone().unwrap_or_default();
-            if !self.ipam.observe(&node.name_any(), &node_cidrs(&node), &uid, &ips) {
+            self.adopt_block(&node, &ips);
+            if !self.ipam.observe(&node.name_any(), &self.cidrs(&node), &uid, &ips) {
                 conflicts += 1;
                 tracing::warn!(pod = %pod.name_any(), ?ips, "pod address outside its node's podCIDR or held by another pod");
             }
@@ -530,10 +557,11 @@ impl Loop {
         }
         let node_name = node.name_any();
         let key = ObjectRef::from_obj(pod.as_ref());
-        match self.ipam.allocate(&node_name, &node_cidrs(node), uid) {
+        match self.ipam.allocate(&node_name, &self.cidrs(node), uid) {
             Allocation::Ips(ips) => Some(ips),
             Allocation::NoRange => {
                 self.waiting.entry(node_name).or_default().insert(key);
+                self.fall_back(node);
                 None
             }
             Allocation::Exhausted(net) => {
@@ -556,7 +584,9 @@ impl Loop {
         let node_name = node.name_any();
         let ips = pod_status::pod_ips(pod);
         if !pod_status::host_network(pod) && !ips.is_empty() {
-            self.ipam.observe(&node_name, &node_cidrs(node), uid, &ips);
+            self.adopt_block(node, &ips);
+            let cidrs = self.cidrs(node);
+            self.ipam.observe(&node_name, &cidrs, uid, &ips);
         }
         let key = ObjectRef::from_obj(pod.as_ref());
         let Some(t) = self.tracked.get_mut(uid) else { return };
@@ -628,7 +658,100 @@ impl Loop {
             Timer::PullBackOff(key, uid) => self.pull_back_off(&key, &uid),
             Timer::InitRetry(key, uid) => self.init_retry(&key, &uid),
             Timer::Probe(key, _) => self.look_again(&key),
+            Timer::NodeRange(node) => self.retry_waiting(&node),
         }
+    }
+
+    /// The ranges a node's pods get addresses from: its podCIDRs, else its fallback block.
+    fn cidrs(&self, node: &Node) -> Vec<IpNet> {
+        let own = node_cidrs(node);
+        if !own.is_empty() {
+            return own;
+        }
+        let block = self.fallback.as_ref().and_then(|f| f.block_of(node.metadata.uid.as_deref().unwrap_or_default()));
+        block.into_iter().collect()
+    }
+
+    /// A pod with addresses on a node without a podCIDR: the node's fallback block is the one
+    /// holding them, if this replica does not know its claim yet (it took the node over).
+    fn adopt_block(&mut self, node: &Node, ips: &[std::net::IpAddr]) {
+        if let (Some(f), Some(ip)) = (self.fallback.as_mut(), ips.first())
+            && node_cidrs(node).is_empty()
+        {
+            f.adopt(node.metadata.uid.as_deref().unwrap_or_default(), *ip);
+        }
+    }
+
+    /// A node without a podCIDR whose pods wait: once it has gone without one for a while, it
+    /// claims a block of the fallback range.
+    fn fall_back(&mut self, node: &Node) {
+        let Some(f) = self.fallback.as_mut() else { return };
+        let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let age = created.map_or(Duration::MAX, |t| {
+            let secs = (k8s_openapi::jiff::Timestamp::now() - t).total(k8s_openapi::jiff::Unit::Second).unwrap_or(0.0);
+            Duration::from_secs_f64(secs.clamp(0.0, 1e9))
+        });
+        match f.next(node, age) {
+            fallback::Next::Nothing | fallback::Next::Full(false) => {}
+            fallback::Next::Wait(left) => self.timers.set(Timer::NodeRange(node.name_any()), left),
+            fallback::Next::Claim(block) => {
+                let (client, claims, node) = (self.sim.client.clone(), self.claims.clone(), node.clone());
+                tokio::spawn(async move {
+                    let _ = claims.send(fallback::claim(client, &node, block).await);
+                });
+            }
+            fallback::Next::Full(true) => {
+                let note = format!(
+                    "node {} has no podCIDR and every /{} block of the fallback range {} is claimed: its pods wait for an address; give the operator a larger --pod-cidr-fallback (or a longer --pod-cidr-fallback-mask)",
+                    node.name_any(),
+                    f.range.mask,
+                    f.range.net
+                );
+                tracing::warn!(node = %node.name_any(), "fallback pod range full");
+                self.node_event(node, EventType::Warning, "PodCIDRFallbackFull", note);
+            }
+        }
+    }
+
+    /// How a fallback claim went: the node's pods get addresses, or it tries again.
+    fn on_claim(&mut self, claim: fallback::Claim) {
+        let Some(f) = self.fallback.as_mut() else { return };
+        f.on_claim(&claim);
+        let node = self.sim.nodes.get(&ObjectRef::new(&claim.node)).filter(|n| n.metadata.uid.as_deref() == Some(&claim.uid));
+        let Some(node) = node else { return };
+        match &claim.outcome {
+            fallback::Outcome::Claimed { new } => {
+                if *new {
+                    let note = format!(
+                        "node {} has no spec.podCIDR (the controller manager does not allocate node CIDRs here): its pods get addresses from {}, a block of the simulator's --pod-cidr-fallback {}",
+                        claim.node,
+                        claim.block,
+                        f.range.net
+                    );
+                    tracing::info!(node = %claim.node, block = %claim.block, "node without a podCIDR: fallback block claimed");
+                    self.node_event(&node, EventType::Normal, "NodeHasNoPodCIDR", note);
+                }
+                self.retry_waiting(&claim.node);
+            }
+            fallback::Outcome::Taken => self.fall_back(&node),
+            fallback::Outcome::Failed(e) => {
+                tracing::warn!(node = %claim.node, block = %claim.block, error = %e, "claiming a fallback pod range failed; retrying in 5s");
+                self.timers.set(Timer::NodeRange(claim.node), Duration::from_secs(5));
+            }
+        }
+    }
+
+    /// An event on a node.
+    fn node_event(&self, node: &Node, type_: EventType, reason: &str, note: String) {
+        let recorder = self.recorder.clone();
+        let reference = node.object_ref(&());
+        let reason = reason.to_string();
+        tokio::spawn(async move {
+            let ev = Event { type_, reason, note: Some(note), action: "AllocatePodIP".into(), secondary: None };
+            if let Err(e) = recorder.publish(&ev, &reference).await {
+                tracing::debug!(error = %e, "event not published");
+            }
+        });
     }
 
     /// A deleted pod whose exit delay has passed: first its terminal status, as the kubelet
