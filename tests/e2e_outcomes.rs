@@ -402,3 +402,111 @@ async fn kubectl_debug_gets_a_running_ephemeral_container() {
     assert_eq!(running_since(&p, "dbg"), Some(first), "the first debug container keeps its start");
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+#[tokio::test]
+async fn an_in_place_resize_is_answered_as_the_kubelet_answers_it() {
+    let client = client().await;
+    let scope = unique("resize");
+    let ns = TestNamespace::new(&client, "resize").await;
+    let _op = Operator::start(&scope, &[]);
+    // One node of 4 CPUs.
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
+kind: NodePool
+metadata:
+  name: {scope}
+  labels: {{{SCOPE_LABEL}: {scope}}}
+spec:
+  nodeCount: 1
+  podCIDR: {{cidr: 10.221.0.0/16, maskSize: 24}}
+  nodeTemplate:
+    metadata:
+      labels: {{{SCOPE_LABEL}: {scope}}}
+    status:
+      capacity: {{cpu: 4, memory: 16Gi, pods: 110}}
+"
+    ));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let n = &ns.name;
+    let with_cpu = |name: &str, cpu: &str| {
+        format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {n}}}
+spec:
+  nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
+  containers:
+  - name: app
+    image: nginx
+    resources: {{requests: {{cpu: {cpu}, memory: 64Mi}}}}
+"
+        )
+    };
+    apply(&with_cpu("grows", "1"));
+    apply(&with_cpu("neighbour", "2"));
+    for name in ["grows", "neighbour"] {
+        wait_pod(&client, n, name, "Running", |p| phase(p) == "Running").await;
+    }
+    let resize = |cpu: &str| {
+        let patch =
+            format!(r#"{{"spec":{{"containers":[{{"name":"app","resources":{{"requests":{{"cpu":"{cpu}"}}}}}}]}}}}"#);
+        kubectl_ok(&["patch", "pod", "grows", "-n", n, "--subresource", "resize", "--patch", &patch]);
+    };
+    let given = |p: &Pod| -> Option<String> {
+        let c = statuses(p).into_iter().next()?;
+        let allocated = c.allocated_resources?.get("cpu")?.0.clone();
+        let actual = c.resources?.requests?.get("cpu")?.0.clone();
+        (allocated == actual).then_some(allocated)
+    };
+    let pending = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodResizePending")
+    };
+    let observed = |p: &Pod| p.status.as_ref().and_then(|s| s.observed_generation) == p.metadata.generation;
+
+    // Room for it: done, and the status says so.
+    resize("1500m");
+    let p = wait_pod(&client, n, "grows", "the resize to 1500m done", |p| {
+        given(p).as_deref() == Some("1500m") && observed(p)
+    })
+    .await;
+    assert!(pending(&p).is_none());
+    assert_eq!(phase(&p), "Running");
+    assert!(statuses(&p)[0].ready, "still ready");
+
+    // No room beside the neighbour's 2 CPUs: Deferred with the kubelet's message, nothing given.
+    resize("3");
+    let p = wait_pod(&client, n, "grows", "the resize to 3 Deferred", |p| pending(p).is_some() && observed(p)).await;
+    let c = pending(&p).unwrap();
+    assert_eq!((c.status.as_str(), c.reason.as_deref()), ("True", Some("Deferred")));
+    assert_eq!(
+        c.message.as_deref(),
+        Some("Node didn't have enough resource: cpu, requested: 3000, used: 2000, capacity: 4000")
+    );
+    assert_eq!(given(&p).as_deref(), Some("1500m"), "it keeps what it was given");
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        n,
+        "--field-selector",
+        "involvedObject.name=grows",
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ]);
+    assert!(events.contains("ResizeDeferred") && events.contains("ResizeCompleted"), "{events}");
+
+    // Room comes free: the deferred resize goes through.
+    kubectl_ok(&["delete", "pod", "neighbour", "-n", n, "--wait=false"]);
+    let p = wait_pod(&client, n, "grows", "the deferred resize done once the neighbour left", |p| {
+        given(p).as_deref() == Some("3") && pending(p).is_none()
+    })
+    .await;
+    assert_eq!(phase(&p), "Running");
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

@@ -105,6 +105,34 @@ pub struct SlimContainer {
     pub image: String,
     /// An init container with `restartPolicy: Always` (a sidecar).
     pub sidecar: bool,
+    /// Its `resources` (requests and limits) as JSON, shared by every container asking the
+    /// same (a pool's pods share one string); `None` when it asks for nothing.
+    pub resources: Option<std::sync::Arc<str>>,
+}
+
+/// One shared copy of each container resources JSON seen (few distinct shapes in a cluster).
+fn interned(json: String) -> std::sync::Arc<str> {
+    static SEEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<std::sync::Arc<str>>>> =
+        std::sync::LazyLock::new(Default::default);
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(hit) = seen.get(json.as_str()) {
+        return hit.clone();
+    }
+    let shared: std::sync::Arc<str> = json.into();
+    seen.insert(shared.clone());
+    shared
+}
+
+/// The JSON of a container's requests and limits, when it has any.
+fn resources_json(r: Option<&k8s_openapi::api::core::v1::ResourceRequirements>) -> Option<std::sync::Arc<str>> {
+    let r = r?;
+    let mut out = serde_json::Map::new();
+    for (key, map) in [("requests", &r.requests), ("limits", &r.limits)] {
+        if let Some(m) = map.as_ref().filter(|m| !m.is_empty()) {
+            out.insert(key.into(), serde_json::to_value(m).ok()?);
+        }
+    }
+    (!out.is_empty()).then(|| interned(serde_json::Value::Object(out).to_string()))
 }
 
 /// An ephemeral container (`kubectl debug`) and when its status says it started.
@@ -151,6 +179,10 @@ pub struct SlimPod {
     pub running_since: Option<Timestamp>,
     /// Its own behaviour, from its annotations (kwok's stage annotations and ours).
     pub overrides: Option<Box<crate::api::annotations::PodOverrides>>,
+    /// `metadata.generation` (bumped by a spec change such as a resize) and the
+    /// `status.observedGeneration` the kubelet last reported.
+    pub generation: i64,
+    pub observed_generation: i64,
     /// Its ephemeral containers (rare: boxed, nothing for most pods).
     pub ephemeral: Option<Box<[SlimEphemeral]>>,
 }
@@ -206,6 +238,7 @@ impl SlimPod {
             name: c.name.clone(),
             image: c.image.clone().unwrap_or_default(),
             sidecar: c.restart_policy.as_deref() == Some("Always"),
+            resources: resources_json(c.resources.as_ref()),
         };
         let status = pod.status.unwrap_or_default();
         let ephemeral: Vec<SlimEphemeral> = spec
@@ -216,7 +249,7 @@ impl SlimPod {
                 container: SlimContainer {
                     name: c.name.clone(),
                     image: c.image.clone().unwrap_or_default(),
-                    sidecar: false,
+                    ..Default::default()
                 },
                 started_at: status
                     .ephemeral_container_statuses
@@ -271,6 +304,8 @@ impl SlimPod {
             usage,
             overrides,
             ephemeral: (!ephemeral.is_empty()).then(|| ephemeral.into_boxed_slice()),
+            generation: m.generation.unwrap_or(1),
+            observed_generation: status.observed_generation.unwrap_or(0),
             crash_looping: status.container_statuses.iter().flatten().any(|c| {
                 c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref())
                     == Some("CrashLoopBackOff")
@@ -338,7 +373,7 @@ mod tests {
         let s = SlimPod::from(pod);
         assert_eq!((s.name(), s.uid(), s.phase()), ("p", "u", "Running"));
         assert_eq!(s.node_name.as_deref(), Some("node-1"));
-        assert_eq!(s.containers, vec![SlimContainer { name: "c".into(), image: "i".into(), sidecar: false }]);
+        assert_eq!(s.containers, vec![SlimContainer { name: "c".into(), image: "i".into(), ..Default::default() }]);
         assert!(s.init_containers[0].sidecar);
         assert_eq!(s.readiness_gates, vec!["x/ready"]);
         assert_eq!(s.condition("Ready"), Some("True"));

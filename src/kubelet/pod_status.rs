@@ -31,9 +31,12 @@ fn container_id(pod_uid: &str, name: &str) -> String {
 }
 
 /// A container's status: `state` is the JSON of its state (`{"running": …}`, …).
+/// What a kubelet with in-place resize (v1.37) reports of a container's resources: those it
+/// gave (`allocatedResources`, the requests) and those in force (`resources`). The API server
+/// allows a resize only of pods whose running containers report `resources`.
 fn container_status(pod_uid: &str, c: &SlimContainer, ready: bool, restarts: i32, state: Value) -> Value {
     let started = state.get("running").is_some();
-    json!({
+    let mut status = json!({
         "name": c.name,
         "image": c.image,
         "imageID": image_id(&c.image),
@@ -42,7 +45,14 @@ fn container_status(pod_uid: &str, c: &SlimContainer, ready: bool, restarts: i32
         "started": started,
         "restartCount": restarts,
         "state": state,
-    })
+    });
+    if let Some(resources) = c.resources.as_deref().and_then(|r| serde_json::from_str::<Value>(r).ok()) {
+        if let Some(requests) = resources.get("requests") {
+            status["allocatedResources"] = requests.clone();
+        }
+        status["resources"] = resources;
+    }
+    status
 }
 
 /// A `terminated` state with `exit_code`.
@@ -637,7 +647,7 @@ mod tests {
     #[test]
     fn outcomes_show_their_exit_code_and_reason() {
         let mut p = pod(&[], &[]);
-        p.containers.push(SlimContainer { name: "side".into(), image: "busybox".into(), sidecar: false });
+        p.containers.push(SlimContainer { name: "side".into(), image: "busybox".into(), ..Default::default() });
         let oom = Exit { container: Some("app".into()), ..Exit::oom_killed() };
         let v = crashed_patch(&p, 1, &oom, &json!("t"));
         let app = &v["status"]["containerStatuses"][0];

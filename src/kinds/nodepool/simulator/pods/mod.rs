@@ -75,6 +75,8 @@ enum Timer {
     Probe(ObjectRef<SlimPod>, String),
     /// The node (by name) may fall back to a block of the fallback range now.
     NodeRange(String),
+    /// A deferred resize is tried again.
+    Resize(ObjectRef<SlimPod>, String),
 }
 
 struct Tracked {
@@ -596,6 +598,18 @@ impl Loop {
             self.spawn_status(pod.clone(), patch, "ready");
             return;
         }
+        // A spec change the kubelet has not answered (an in-place resize).
+        if pod.generation > pod.observed_generation.max(1) {
+            t.write.in_flight = true;
+            self.spawn_resize(pod.clone(), Arc::new(node.clone()));
+            return;
+        }
+        let again = Timer::Resize(key.clone(), uid.to_string());
+        if pod.condition("PodResizePending") == Some("True") && !self.timers.is_set(&again) {
+            // Deferred: tried again now and then, as the kubelet does, until room comes free.
+            self.timers.set(again, RESIZE_RETRY);
+        }
+        let Some(t) = self.tracked.get_mut(uid) else { return };
         if let Some(patch) = pod_status::ephemeral_patch(pod, &now_value()) {
             t.write.in_flight = true;
             self.spawn_status(pod.clone(), patch, "ephemeral");
@@ -659,6 +673,18 @@ impl Loop {
             Timer::InitRetry(key, uid) => self.init_retry(&key, &uid),
             Timer::Probe(key, _) => self.look_again(&key),
             Timer::NodeRange(node) => self.retry_waiting(&node),
+            Timer::Resize(key, uid) => {
+                let Some((pod, node)) = self.live(&key, &uid) else { return };
+                if pod.condition("PodResizePending") != Some("True") {
+                    return;
+                }
+                let Some(t) = self.tracked.get_mut(&uid) else { return };
+                if !t.write.begin() {
+                    self.timers.set(Timer::Resize(key, uid), Duration::from_secs(1));
+                    return;
+                }
+                self.spawn_resize(pod, node);
+            }
         }
     }
 
@@ -791,6 +817,7 @@ impl Loop {
             Timer::PullBackOff(key.clone(), u()),
             Timer::InitRetry(key.clone(), u()),
             Timer::Probe(key.clone(), u()),
+            Timer::Resize(key.clone(), u()),
         ] {
             self.timers.cancel(&t);
         }
@@ -866,6 +893,15 @@ impl Loop {
         });
     }
 
+    fn spawn_resize(&self, pod: Arc<SlimPod>, node: Arc<Node>) {
+        let (sim, recorder) = (self.sim.clone(), self.recorder.clone());
+        self.writes.spawn(move || {
+            let ns = pod.metadata.namespace.clone().unwrap_or_default();
+            let span = tracing::debug_span!("pod_resize", namespace = %ns, pod = pod.name());
+            resize(sim, pod, node, recorder).instrument(span)
+        });
+    }
+
     fn spawn_remove(&self, pod: Arc<SlimPod>) {
         let sim = self.sim.clone();
         self.writes.spawn(move || {
@@ -895,6 +931,55 @@ async fn status_write(sim: Arc<PodSimulator>, pod: Arc<SlimPod>, mut patch: serd
         tracing::warn!(pod = %pod.name_any(), namespace = %ns, error = %e, "pod status write failed; will retry");
     }
     Done::after(&pod, ok || gone, false)
+}
+
+/// How often a deferred resize is tried again.
+const RESIZE_RETRY: Duration = Duration::from_secs(5);
+
+/// Answers a pod's in-place resize as the kubelet does: it fits beside the node's other pods
+/// (done at once) or it is Deferred until room comes free.
+async fn resize(sim: Arc<PodSimulator>, pod: Arc<SlimPod>, node: Arc<Node>, recorder: Recorder) -> Done {
+    let ns = pod.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
+    let full = match api.get_opt(pod.name()).await {
+        Ok(Some(p)) if p.metadata.uid.as_deref() == Some(pod.uid()) => p,
+        Ok(_) => return Done::after(&pod, true, false),
+        Err(e) => {
+            tracing::warn!(pod = %pod.name_any(), namespace = %ns, error = %e, "reading a resized pod failed; will retry");
+            return Done::after(&pod, false, false);
+        }
+    };
+    let on_node = kube::api::ListParams::default().fields(&format!("spec.nodeName={}", node.name_any()));
+    let others = match Api::<Pod>::all(sim.client.clone()).list(&on_node).await {
+        Ok(list) => list.items,
+        Err(e) => {
+            tracing::warn!(node = %node.name_any(), error = %e, "listing a node's pods for a resize failed; will retry");
+            return Done::after(&pod, false, false);
+        }
+    };
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
+    let (patch, event) = match kubelet::resize::decide(&full, &allocatable, &others, &now_value()) {
+        kubelet::resize::Decision::Fits(patch) => {
+            let note = format!("Pod resize completed (generation {})", full.metadata.generation.unwrap_or(1));
+            (patch, Some((EventType::Normal, "ResizeCompleted", note)))
+        }
+        kubelet::resize::Decision::Deferred(patch, message) => {
+            let shown = full.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| {
+                c.iter().find(|c| c.type_ == "PodResizePending").and_then(|c| c.message.clone())
+            });
+            let event = (shown.as_deref() != Some(message.as_str()))
+                .then(|| (EventType::Warning, "ResizeDeferred", format!("Pod resize Deferred: {message}")));
+            (patch, event)
+        }
+    };
+    let done = status_write(sim, pod.clone(), patch, "resize").await;
+    if let (Done::Write { ok: true, .. }, Some((type_, reason, note))) = (&done, event) {
+        let ev = Event { type_, reason: reason.into(), note: Some(note), action: "Resize".into(), secondary: None };
+        if let Err(e) = recorder.publish(&ev, &pod.object_ref(&())).await {
+            tracing::debug!(error = %e, "event not published");
+        }
+    }
+    done
 }
 
 /// Removes a terminated pod (grace 0, on its UID), as the kubelet's final delete does.
