@@ -63,7 +63,11 @@ async fn assert_created(client: &kube::Client, ns: &str, name: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod = wait_for(&format!("pod {name} Ready"), T, || async {
         let p = pods.get(name).await.map_err(|e| e.to_string())?;
-        if condition(&p, "Ready").as_deref() == Some("True") { Ok(p) } else { Err(format!("{:?}", condition(&p, "Ready"))) }
+        if condition(&p, "Ready").as_deref() == Some("True") {
+            Ok(p)
+        } else {
+            Err(format!("{:?}", condition(&p, "Ready")))
+        }
     })
     .await;
     let spec = pod.spec.as_ref().unwrap();

@@ -510,3 +510,45 @@ spec:
     assert_eq!(phase(&p), "Running");
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+#[tokio::test]
+async fn a_container_over_its_memory_limit_is_oom_killed_and_restarted() {
+    let client = client().await;
+    let scope = unique("oomuse");
+    let ns = TestNamespace::new(&client, "oomuse").await;
+    let _op = Operator::start(&scope, &[]);
+    // The pool says each container uses 96Mi and is OOM-killed 2s after it starts running.
+    let knobs = "  lifecycle:\n    pods: {usage: {memory: {fixed: 96Mi}}, crashAfter: {fixed: 2s}}\n";
+    apply(&scoped_nodepool(&scope, &scope, 1, "10.223.0.0/16", 24, 110, knobs));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let n = &ns.name;
+    let limited = |limit: &str| {
+        format!("  containers: [{{name: app, image: nginx, resources: {{limits: {{memory: {limit}}}}}}}]\n")
+    };
+    let with_limit = |name: &str, limit: &str, annotations: &[(&str, &str)]| {
+        pod(name, n, &scope, annotations, "Always", "")
+            .replace("  containers: [{name: app, image: nginx}]\n", &limited(limit))
+    };
+    apply(&with_limit("over", "64Mi", &[]));
+    apply(&with_limit("under", "128Mi", &[]));
+    // kwok's usage annotation on the pod counts as well.
+    apply(&with_limit("own-use", "128Mi", &[("kwok.x-k8s.io/usage-memory", "200Mi")]));
+    for name in ["over", "own-use"] {
+        let p = wait_pod(&client, n, name, "OOM-killed and restarted", |p| {
+            statuses(p).first().is_some_and(|c| {
+                c.restart_count >= 1
+                    && c.last_state
+                        .as_ref()
+                        .and_then(|s| s.terminated.as_ref())
+                        .is_some_and(|t| t.reason.as_deref() == Some("OOMKilled"))
+            })
+        })
+        .await;
+        let last = statuses(&p)[0].last_state.clone().unwrap().terminated.unwrap();
+        assert_eq!(last.exit_code, 137, "{name}");
+    }
+    let under = get(&client, n, "under").await;
+    assert_eq!(phase(&under), "Running");
+    assert_eq!(statuses(&under)[0].restart_count, 0, "under its limit it runs on");
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

@@ -111,6 +111,32 @@ fn pod_key(seed: Option<i64>, pod: &SlimPod) -> (i64, Vec<String>) {
     }
 }
 
+/// The first container whose memory use — the pool's `usage.memory`, or the pod's
+/// `kwok.x-k8s.io/usage-memory` annotation, as the kubelet API reports it — is over its memory
+/// limit.
+fn over_memory_limit(usage: Option<&crate::api::kubelet::Usage>, seed: Option<i64>, pod: &SlimPod) -> Option<String> {
+    use crate::kubelet::usage::{self, Identity, Model, Overrides};
+    let limit = |c: &crate::informer::pod::SlimContainer| {
+        let resources: serde_json::Value = serde_json::from_str(c.resources.as_deref()?).ok()?;
+        crate::api::kubelet::quantity(resources.get("limits")?.get("memory")?.as_str()?)
+    };
+    let overrides = pod.usage.as_deref().copied().unwrap_or(Overrides::default());
+    if usage.and_then(|u| u.memory.as_ref()).is_none() && overrides.memory.is_none() {
+        return None; // 1Mi, the default use, is over no limit a pod can have
+    }
+    let sidecars = pod.init_containers.iter().filter(|c| c.sidecar);
+    let limited: Vec<_> = pod.containers.iter().chain(sidecars).filter_map(|c| Some((c, limit(c)?))).collect();
+    let model = Model::new(usage, seed, 0.0);
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    limited
+        .into_iter()
+        .find(|(c, limit)| {
+            let id = Identity { namespace: ns, pod: pod.name(), uid: pod.uid(), container: &c.name };
+            usage::container(&model, &id, overrides, 0.0, 0.0).memory > *limit
+        })
+        .map(|(c, _)| c.name.clone())
+}
+
 /// Whether a Job owns the pod.
 pub fn owned_by_job(pod: &SlimPod) -> bool {
     pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Job" && o.api_version.starts_with("batch/"))
@@ -122,6 +148,7 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
     let none = PodLifecycle::default();
     let s = settings.unwrap_or(&none);
     let own = pod.overrides.as_deref();
+    let oom = over_memory_limit(s.usage.as_ref(), seed, pod);
     let (seed, key) = pod_key(seed, pod);
     let key: Vec<&str> = key.iter().map(String::as_str).collect();
     let draw = |salt: &str| units(seed, &key, salt).0;
@@ -135,6 +162,9 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
         Fate::CrashLoops { after: f.after.sample(draw("crash")), exit: Exit::from_failure(f) }
     } else if own.is_some_and(|o| o.image_pull_fails) {
         Fate::ImagePullFails
+    } else if let Some(container) = oom {
+        // Its working set is over its memory limit: the OOM killer ends it, every time it runs.
+        Fate::CrashLoops { after: crash_after(), exit: Exit { container: Some(container), ..Exit::oom_killed() } }
     } else {
         let roll = unit(seed, &[&key[..], &["fate"]].concat()) * 100.0;
         let shares =
@@ -502,6 +532,34 @@ mod tests {
         let a = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         p.overrides = crate::api::annotations::PodOverrides::from_annotations(Some(&a)).map(Box::new);
         p
+    }
+
+    #[test]
+    fn a_container_using_more_memory_than_its_limit_is_oom_killed_each_time_it_runs() {
+        let limited = |limit: &str| {
+            let mut p = pod("d", "a", "u");
+            let resources = format!(r#"{{"limits":{{"memory":"{limit}"}}}}"#);
+            p.containers = vec![
+                crate::informer::pod::SlimContainer { name: "free".into(), ..Default::default() },
+                crate::informer::pod::SlimContainer {
+                    name: "app".into(),
+                    resources: Some(resources.into()),
+                    ..Default::default()
+                },
+            ];
+            p
+        };
+        let uses = settings("{usage: {memory: {fixed: 128Mi}}, crashAfter: {fixed: 3s}}");
+        let plan = plan_pod(Some(&uses), None, &limited("64Mi"), &defaults());
+        let Fate::CrashLoops { after, exit } = plan.fate else { panic!("{:?}", plan.fate) };
+        assert_eq!((after, exit.code, exit.reason.as_str()), (Duration::from_secs(3), 137, "OOMKilled"));
+        assert_eq!(exit.container.as_deref(), Some("app"), "the container over its limit");
+        assert_eq!(plan_pod(Some(&uses), None, &limited("256Mi"), &defaults()).fate, Fate::Runs, "under the limit");
+        assert_eq!(plan_pod(None, None, &limited("64Mi"), &defaults()).fate, Fate::Runs, "no usage said: 1Mi");
+        // The pod's own usage annotation counts as the kubelet API reports it.
+        let mut own = limited("64Mi");
+        own.usage = Some(Box::new(crate::api::kubelet::Overrides::parse(None, Some("100Mi"))));
+        assert!(matches!(plan_pod(None, None, &own, &defaults()).fate, Fate::CrashLoops { .. }));
     }
 
     #[test]
