@@ -520,5 +520,27 @@ spec:
     assert!(ended.condition("Ready").is_some_and(|c| c.status == "False"));
     // The pool replaces it.
     wait_running(&client, &ns.name, "agent", 2).await;
+
+    // A VMI whose launcher pod is deleted fails (its finalizer still on it), as virt-controller
+    // fails it; the pool then replaces it.
+    let versions = record_vmi_versions(&client, &ns.name, "plain-0");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let plain = vmis(&client, &ns.name, "plain").await.into_iter().next().unwrap();
+    let pod = launchers(&client, &ns.name)
+        .await
+        .into_iter()
+        .find(|p| p.metadata.labels.as_ref().unwrap().get("kubevirt.io/created-by") == plain.metadata.uid.as_ref())
+        .expect("its launcher pod");
+    kubectl_ok(&["delete", "pod", pod.metadata.name.as_deref().unwrap(), "-n", &ns.name, "--wait=false"]);
+    let seen = tokio::time::timeout(T, versions).await.expect("the failed VMI is replaced").unwrap();
+    let failed = seen
+        .iter()
+        .filter(|v| v.metadata.uid == plain.metadata.uid)
+        .find(|v| v.phase() == "Failed")
+        .unwrap_or_else(|| panic!("never Failed: {:?}", seen.iter().map(|v| v.phase()).collect::<Vec<_>>()));
+    assert!(failed.metadata.finalizers.iter().flatten().any(|f| f == "kubevirt.io/foregroundDeleteVirtualMachine"));
+    let why = failed.condition("Ready").and_then(|c| c.message.clone()).unwrap_or_default();
+    assert!(why.contains("virt-launcher pod"), "{why}");
+    wait_running(&client, &ns.name, "plain", 1).await;
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
