@@ -320,6 +320,35 @@ impl Distribution {
 
 /// Problems with a lifecycle, each starting with its path below `spec.lifecycle`.
 pub fn problems(l: &Lifecycle, sections: Sections) -> Vec<String> {
+    let mut out = delay_problems(l);
+    out.extend(super::kubelet::problems(
+        l.pods.as_ref().and_then(|p| p.usage.as_ref()),
+        l.pods.as_ref().and_then(|p| p.logs.as_ref()),
+        l.nodes.as_ref().and_then(|n| n.usage.as_ref()),
+    ));
+    if let Some(p) = &l.pods {
+        out.extend(pod_problems(p));
+    }
+    if let Some(n) = &l.nodes {
+        out.extend(node_problems(n));
+    }
+    if let Some(v) = &l.vmis {
+        out.extend(percent("vmis.failPercent", v.fail_percent));
+    }
+    for (section, set) in [("pods", l.pods.is_some()), ("nodes", l.nodes.is_some()), ("vmis", l.vmis.is_some())] {
+        if set && !sections.contains(&section) {
+            out.push(match section {
+                "nodes" => ".nodes: only a NodePool has nodes; set lifecycle.nodes on the NodePool".into(),
+                "vmis" => ".vmis: only a VMIPool has VMIs; set lifecycle.vmis on the VMIPool".into(),
+                _ => format!(".{section}: this kind's children are not {section}; it takes {}", sections.join(", ")),
+            });
+        }
+    }
+    out
+}
+
+/// Durations that are not one distribution of readable durations.
+fn delay_problems(l: &Lifecycle) -> Vec<String> {
     let mut out = Vec::new();
     let mut delay = |path: &str, d: &Option<Delay>| {
         if let Some(d) = d
@@ -347,79 +376,71 @@ pub fn problems(l: &Lifecycle, sections: Sections) -> Vec<String> {
     if let Some(v) = &l.vmis {
         delay("vmis.bootTime", &v.boot_time);
     }
-    let percent = |path: &str, v: Option<u8>| {
-        v.filter(|v| *v > 100).map(|v| format!(".{path}: {v} is not a percentage from 0 to 100"))
-    };
-    out.extend(super::kubelet::problems(
-        l.pods.as_ref().and_then(|p| p.usage.as_ref()),
-        l.pods.as_ref().and_then(|p| p.logs.as_ref()),
-        l.nodes.as_ref().and_then(|n| n.usage.as_ref()),
-    ));
-    if let Some(p) = &l.pods {
-        out.extend(percent("pods.failPercent", p.fail_percent));
-        out.extend(percent("pods.crashLoopPercent", p.crash_loop_percent));
-        out.extend(percent("pods.oomKillPercent", p.oom_kill_percent));
-        out.extend(percent("pods.imagePullFailPercent", p.image_pull_fail_percent));
-        out.extend(percent("pods.initFailPercent", p.init_fail_percent));
-        let fates =
-            [p.fail_percent, p.crash_loop_percent, p.oom_kill_percent, p.image_pull_fail_percent, p.init_fail_percent];
-        if fates.iter().map(|v| u16::from(v.unwrap_or(0))).sum::<u16>() > 100 {
-            out.push(
-                ".pods: failPercent, crashLoopPercent, oomKillPercent, imagePullFailPercent and initFailPercent add up to more than 100 (each pod has one fate)"
-                    .into(),
-            );
-        }
-        if let Some(code) = p.exit_code.filter(|c| !(1..=255).contains(c)) {
-            out.push(format!(".pods.exitCode: {code} is not an exit code from 1 to 255 (a failure exits non-zero)"));
-        }
-        if let Some(r) = &p.readiness {
-            out.extend(percent("pods.readiness.flapPercent", r.flap_percent));
-            out.extend(window_rule(
-                "pods.readiness",
-                r.every.as_deref(),
-                DEFAULT_UNREADY_EVERY,
-                r.not_ready_for.as_ref(),
-                DEFAULT_UNREADY_FOR,
-            ));
-        }
+    out
+}
+
+fn percent(path: &str, v: Option<u8>) -> Option<String> {
+    v.filter(|v| *v > 100).map(|v| format!(".{path}: {v} is not a percentage from 0 to 100"))
+}
+
+/// The pod knobs' rules: percentages, one fate per pod, exit codes, readiness windows.
+fn pod_problems(p: &PodLifecycle) -> Vec<String> {
+    let mut out = Vec::new();
+    out.extend(percent("pods.failPercent", p.fail_percent));
+    out.extend(percent("pods.crashLoopPercent", p.crash_loop_percent));
+    out.extend(percent("pods.oomKillPercent", p.oom_kill_percent));
+    out.extend(percent("pods.imagePullFailPercent", p.image_pull_fail_percent));
+    out.extend(percent("pods.initFailPercent", p.init_fail_percent));
+    let fates =
+        [p.fail_percent, p.crash_loop_percent, p.oom_kill_percent, p.image_pull_fail_percent, p.init_fail_percent];
+    if fates.iter().map(|v| u16::from(v.unwrap_or(0))).sum::<u16>() > 100 {
+        out.push(
+            ".pods: failPercent, crashLoopPercent, oomKillPercent, imagePullFailPercent and initFailPercent add up to more than 100 (each pod has one fate)"
+                .into(),
+        );
     }
-    if let Some(n) = &l.nodes {
-        out.extend(percent("nodes.notReadyPercent", n.not_ready_percent));
+    if let Some(code) = p.exit_code.filter(|c| !(1..=255).contains(c)) {
+        out.push(format!(".pods.exitCode: {code} is not an exit code from 1 to 255 (a failure exits non-zero)"));
+    }
+    if let Some(r) = &p.readiness {
+        out.extend(percent("pods.readiness.flapPercent", r.flap_percent));
         out.extend(window_rule(
-            "nodes",
-            n.every.as_deref(),
-            DEFAULT_EVERY,
-            n.not_ready_for.as_ref(),
-            DEFAULT_NOT_READY_FOR,
+            "pods.readiness",
+            r.every.as_deref(),
+            DEFAULT_UNREADY_EVERY,
+            r.not_ready_for.as_ref(),
+            DEFAULT_UNREADY_FOR,
         ));
-        let conditions = n.conditions.as_deref().unwrap_or_default();
-        for (i, c) in conditions.iter().enumerate() {
-            let path = format!("nodes.conditions[{i}]");
-            out.extend(percent(&format!("{path}.percent"), Some(c.percent)));
-            if conditions[..i].iter().any(|o| o.type_ == c.type_) {
-                out.push(format!(".{path}.type: {:?} is listed twice; list each condition type once", c.type_));
-            }
-            if c.lasts.is_some() {
-                out.extend(window_rule(&path, c.every.as_deref(), DEFAULT_EVERY, c.lasts.as_ref(), DEFAULT_EVERY));
-            } else if c.every.is_some() {
-                out.push(format!(".{path}.every: only with lasts (without it the condition is for good)"));
-            }
+    }
+    out
+}
+
+/// The node knobs' rules: flapping windows, bad conditions listed once with sound windows.
+fn node_problems(n: &NodeLifecycle) -> Vec<String> {
+    let mut out = Vec::new();
+    out.extend(percent("nodes.notReadyPercent", n.not_ready_percent));
+    out.extend(window_rule(
+        "nodes",
+        n.every.as_deref(),
+        DEFAULT_EVERY,
+        n.not_ready_for.as_ref(),
+        DEFAULT_NOT_READY_FOR,
+    ));
+    let conditions = n.conditions.as_deref().unwrap_or_default();
+    for (i, c) in conditions.iter().enumerate() {
+        let path = format!("nodes.conditions[{i}]");
+        out.extend(percent(&format!("{path}.percent"), Some(c.percent)));
+        if conditions[..i].iter().any(|o| o.type_ == c.type_) {
+            out.push(format!(".{path}.type: {:?} is listed twice; list each condition type once", c.type_));
         }
-        if conditions.len() > 5 {
-            out.push(format!(".nodes.conditions: {} entries; there are 5 condition types", conditions.len()));
+        if c.lasts.is_some() {
+            out.extend(window_rule(&path, c.every.as_deref(), DEFAULT_EVERY, c.lasts.as_ref(), DEFAULT_EVERY));
+        } else if c.every.is_some() {
+            out.push(format!(".{path}.every: only with lasts (without it the condition is for good)"));
         }
     }
-    if let Some(v) = &l.vmis {
-        out.extend(percent("vmis.failPercent", v.fail_percent));
-    }
-    for (section, set) in [("pods", l.pods.is_some()), ("nodes", l.nodes.is_some()), ("vmis", l.vmis.is_some())] {
-        if set && !sections.contains(&section) {
-            out.push(match section {
-                "nodes" => ".nodes: only a NodePool has nodes; set lifecycle.nodes on the NodePool".into(),
-                "vmis" => ".vmis: only a VMIPool has VMIs; set lifecycle.vmis on the VMIPool".into(),
-                _ => format!(".{section}: this kind's children are not {section}; it takes {}", sections.join(", ")),
-            });
-        }
+    if conditions.len() > 5 {
+        out.push(format!(".nodes.conditions: {} entries; there are 5 condition types", conditions.len()));
     }
     out
 }

@@ -218,6 +218,42 @@ impl From<Pod> for SlimPod {
     }
 }
 
+/// A pod's ephemeral containers, with when each started running (none: `None`).
+fn ephemeral_of(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    status: &k8s_openapi::api::core::v1::PodStatus,
+) -> Option<Box<[SlimEphemeral]>> {
+    let started = |name: &str| {
+        let s = status.ephemeral_container_statuses.iter().flatten().find(|s| s.name == name)?;
+        s.state.as_ref()?.running.as_ref()?.started_at.as_ref().map(|t| t.0)
+    };
+    let list: Vec<SlimEphemeral> = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .map(|c| SlimEphemeral {
+            container: SlimContainer {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                ..Default::default()
+            },
+            started_at: started(&c.name),
+        })
+        .collect();
+    (!list.is_empty()).then(|| list.into_boxed_slice())
+}
+
+/// A pod's addresses (`podIPs`, else `podIP`).
+fn ips_of(status: &k8s_openapi::api::core::v1::PodStatus) -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = status.pod_ips.iter().flatten().filter_map(|p| p.ip.parse().ok()).collect();
+    if ips.is_empty()
+        && let Some(ip) = status.pod_ip.as_ref().and_then(|ip| ip.parse().ok())
+    {
+        ips.push(ip);
+    }
+    ips
+}
+
 impl SlimPod {
     /// A pod as the store keeps it, with those of `read_labels` it has.
     pub fn new(pod: Pod, read_labels: &[&'static str]) -> Self {
@@ -241,30 +277,8 @@ impl SlimPod {
             resources: resources_json(c.resources.as_ref()),
         };
         let status = pod.status.unwrap_or_default();
-        let ephemeral: Vec<SlimEphemeral> = spec
-            .ephemeral_containers
-            .iter()
-            .flatten()
-            .map(|c| SlimEphemeral {
-                container: SlimContainer {
-                    name: c.name.clone(),
-                    image: c.image.clone().unwrap_or_default(),
-                    ..Default::default()
-                },
-                started_at: status
-                    .ephemeral_container_statuses
-                    .iter()
-                    .flatten()
-                    .find(|s| s.name == c.name)
-                    .and_then(|s| s.state.as_ref()?.running.as_ref()?.started_at.as_ref().map(|t| t.0)),
-            })
-            .collect();
-        let mut pod_ips: Vec<IpAddr> = status.pod_ips.iter().flatten().filter_map(|p| p.ip.parse().ok()).collect();
-        if pod_ips.is_empty()
-            && let Some(ip) = status.pod_ip.as_ref().and_then(|ip| ip.parse().ok())
-        {
-            pod_ips.push(ip);
-        }
+        let ephemeral = ephemeral_of(&spec, &status);
+        let pod_ips = ips_of(&status);
         let labels = m.labels.map_or_else(Default::default, |all| {
             read_labels.iter().filter_map(|k| all.get(*k).map(|v| (*k, v.as_str().into()))).collect()
         });
@@ -303,7 +317,7 @@ impl SlimPod {
                 .max(),
             usage,
             overrides,
-            ephemeral: (!ephemeral.is_empty()).then(|| ephemeral.into_boxed_slice()),
+            ephemeral,
             generation: m.generation.unwrap_or(1),
             observed_generation: status.observed_generation.unwrap_or(0),
             crash_looping: status.container_statuses.iter().flatten().any(|c| {
