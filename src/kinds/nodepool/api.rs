@@ -89,6 +89,15 @@ pub struct NodePoolSpec {
     #[garde(custom(NodePoolSpec::topology_rules(&self.node_template)))]
     pub topology: Option<Topology>,
 
+    /// Fake accelerators (Dynamic Resource Allocation): each node publishes one ResourceSlice
+    /// per driver with these devices, so the real scheduler allocates ResourceClaims on
+    /// simulated nodes. Changing them updates the slices in place.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[x_kube(validation = Rule::new("self.all(d, self.exists_one(o, o.driver == d.driver))").message("list each driver once"))]
+    #[garde(custom(NodePoolSpec::devices_rules))]
+    pub devices: Vec<super::devices::DeviceSet>,
+
     /// Nodes as KubeVirt's virt-handler prepares them, for running beside a real KubeVirt: the
     /// `kubevirt.io/schedulable=true` label and the `devices.kubevirt.io/kvm`, `tun` and
     /// `vhost-net` capacity its device plugins advertise, so KubeVirt's own launcher pods

@@ -80,3 +80,15 @@ fn topology_weights_go_with_zones() {
     assert!(e.contains("one weight per zone"), "{e}");
     assert_eq!(cel_errors(&node_pool("  nodeCount: 1\n  topology: {zones: [a, b], weights: [1, 2]}\n")), "");
 }
+
+#[test]
+fn devices_are_checked() {
+    let ok = "  nodeCount: 1\n  devices:\n  - {driver: gpu.example.com, count: 8, attributes: {model: {string: A100}}, capacity: {memory: 80Gi}}\n";
+    assert_eq!(cel_errors(&node_pool(ok)), "");
+    let e = cel_errors(&node_pool("  nodeCount: 1\n  devices: [{driver: Not_A_Domain}]\n"));
+    assert!(e.contains("must be a DNS subdomain"), "{e}");
+    let e = cel_errors(&node_pool("  nodeCount: 1\n  devices: [{driver: a.b, attributes: {m: {string: x, int: 1}}}]\n"));
+    assert!(e.contains("exactly one of: string, int, bool, version"), "{e}");
+    let e = cel_errors(&node_pool("  nodeCount: 1\n  devices: [{driver: a.b}, {driver: a.b}]\n"));
+    assert!(e.contains("list each driver once"), "{e}");
+}

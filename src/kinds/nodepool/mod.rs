@@ -1,8 +1,9 @@
 //! NodePool: a cluster-scoped pool of fake Nodes ([`api`]), its rules ([`rules`]), its place
-//! on the pool core ([`kind`]) and the kubelet the simulator plays for every simulated node
+//! on the pool core ([`kind`]), its fake accelerators ([`devices`]) and the kubelet the simulator plays for every simulated node
 //! and the pods bound to it ([`simulator`]).
 
 pub mod api;
+pub mod devices;
 pub mod kind;
 pub mod rules;
 pub mod simulator;

@@ -169,6 +169,12 @@ impl NodePoolSpec {
         move |topology, _| lines(topology.as_ref().map(|t| topology_problems(t, template)).unwrap_or_default())
     }
 
+    /// garde's rule on `spec.devices`.
+    #[allow(clippy::ptr_arg)] // garde hands the field as it is declared
+    pub fn devices_rules(sets: &Vec<super::devices::DeviceSet>, _: &NodePoolRules) -> garde::Result {
+        lines(super::devices::problems(sets))
+    }
+
     /// garde's rule on `spec.kubevirt`.
     pub fn kubevirt_rules(k: &Option<KubevirtNodes>, _: &NodePoolRules) -> garde::Result {
         match k.as_ref().and_then(|k| k.devices) {

@@ -222,3 +222,14 @@ fn kubevirt_device_counts_are_checked() {
     assert!(e.contains("from 1 to 1000000"), "{e}");
     assert_eq!(super::super::api::KubevirtNodes::default().device_count(), 1000, "virt-handler's default");
 }
+
+#[test]
+fn device_rules_name_the_field() {
+    let ok = nodepool_spec("  devices: [{driver: gpu.example.com, count: 8, attributes: {model: {string: A100}}}]\n");
+    assert_eq!(errors_of(&ok, &NodePoolRules::default()), Vec::<String>::new());
+    let bad = nodepool_spec("  devices: [{driver: a.b, count: 200}, {driver: a.b, capacity: {memory: lots}}]\n");
+    let errs = errors_of(&bad, &NodePoolRules::default());
+    for want in ["spec.devices[0].count: 200", "spec.devices[1].driver: a.b is listed twice", "spec.devices[1].capacity[memory]:"] {
+        assert!(errs.iter().any(|e| e.starts_with(want)), "no {want} in {errs:?}");
+    }
+}

@@ -6,6 +6,7 @@ pub mod kubelet_api;
 pub mod leases;
 pub mod nodes;
 pub mod pods;
+pub mod slices;
 
 use super::{NodeEnv, NodeFlags, NodePool};
 use crate::informer::{SyncWait, shared, wait_synced};
@@ -85,6 +86,20 @@ impl Simulate for NodePool {
             },
         ];
         simulations.extend(kubelet_api);
+        let pools = shared::pools::<NodePool>(&sim.informers);
+        let publisher = slices::SlicePublisher {
+            client: sim.client.clone(),
+            nodes: nodes.store(),
+            pools: pools.store(),
+            manage: sim.manage.clone(),
+            shard: sim.shard.clone(),
+            metrics: sim.metrics.clone(),
+        };
+        simulations.push(Simulation {
+            name: "device slice publisher".into(),
+            ready: vec![],
+            run: Box::pin(publisher.run(nodes.subscribe(), pools.subscribe())),
+        });
         simulations
     }
 
@@ -101,6 +116,12 @@ impl Simulate for NodePool {
                 "node heartbeats (one Lease per simulated node) and claims of fallback pod ranges (one per block, owned by its node)",
             ),
             Rule::cluster("events.k8s.io", &["events"], &["create", "patch"], "events about pods and nodes (an exhausted pod range)"),
+            Rule::cluster(
+                "resource.k8s.io",
+                &["resourceslices"],
+                &["list", "create", "patch", "delete"],
+                "the simulated nodes' DRA drivers: one ResourceSlice per node and driver (NodePool spec.devices)",
+            ),
             Rule::cluster(
                 "authentication.k8s.io",
                 &["tokenreviews"],
