@@ -4,6 +4,7 @@
 //! block), owned by the node so the claim goes with it. Which blocks exist and how they are
 //! named: [`crate::ipam::fallback`].
 
+use crate::api::conventions::{FAKE_NODE_ANNOTATION, FAKE_VALUE};
 use crate::ipam::fallback::{BLOCK_ANNOTATION, CLAIM_NAMESPACE, FallbackRange, NODE_UID_LABEL, lease_name};
 use ipnet::IpNet;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -158,14 +159,22 @@ impl Fallback {
 }
 
 /// The Lease that claims `block` for `node`.
-fn claim_lease(node: &Node, block: &IpNet) -> Lease {
+pub fn claim_lease(node: &Node, block: &IpNet) -> Lease {
     let (name, uid) = (node.name_any(), node.metadata.uid.clone().unwrap_or_default());
     Lease {
         metadata: ObjectMeta {
             name: Some(lease_name(block)),
             namespace: Some(CLAIM_NAMESPACE.into()),
             labels: Some([(NODE_UID_LABEL.to_string(), uid.clone())].into()),
-            annotations: Some([(BLOCK_ANNOTATION.to_string(), block.to_string())].into()),
+            // The fake-node annotation: the admission policy lets the operator write only
+            // Leases in kube-node-lease that carry it (a claim belongs to a simulated node).
+            annotations: Some(
+                [
+                    (BLOCK_ANNOTATION.to_string(), block.to_string()),
+                    (FAKE_NODE_ANNOTATION.to_string(), FAKE_VALUE.to_string()),
+                ]
+                .into(),
+            ),
             owner_references: Some(vec![OwnerReference {
                 api_version: "v1".into(),
                 kind: "Node".into(),
@@ -276,6 +285,7 @@ mod tests {
         assert_eq!(lease.metadata.name.as_deref(), Some("pod-cidr-10-0-7-0-24"));
         assert_eq!(lease.metadata.namespace.as_deref(), Some("kube-node-lease"));
         assert_eq!(lease.annotations()[BLOCK_ANNOTATION], "10.0.7.0/24");
+        assert_eq!(lease.annotations()["kwok.x-k8s.io/node"], "fake", "the admission policy lets the operator write it");
         assert_eq!(lease.labels()[NODE_UID_LABEL], "uid-n-1");
         let owner = &lease.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()), ("Node", "n-1", "uid-n-1"));

@@ -5,7 +5,7 @@
 //! lifecycle knobs of its pool (see [`crate::simulator::lifecycle`]) and its own annotations
 //! delay its start and set its fate; what each fate does after the start is in [`outcomes`].
 
-mod fallback;
+pub mod fallback;
 mod outcomes;
 
 use crate::ipam::pods::{Allocation, PodIpam};
