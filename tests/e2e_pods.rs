@@ -474,29 +474,6 @@ spec:
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
 
-/// Every version of pod `name` in `ns` the API server shows, until it is deleted.
-fn record_versions(client: &kube::Client, ns: &str, name: &str) -> tokio::task::JoinHandle<Vec<Pod>> {
-    use futures::StreamExt;
-    use kube::runtime::watcher::{self, Event};
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    tokio::spawn(async move {
-        let mut seen = Vec::new();
-        let mut events = watcher::watcher(api, config).boxed();
-        while let Some(Ok(event)) = events.next().await {
-            match event {
-                Event::Apply(p) | Event::InitApply(p) => seen.push(p),
-                Event::Delete(p) => {
-                    seen.push(p);
-                    break;
-                }
-                _ => {}
-            }
-        }
-        seen
-    })
-}
-
 #[tokio::test]
 async fn a_deleted_job_pod_ends_failed_before_it_goes_and_the_job_replaces_it() {
     // Since 1.27 the kubelet writes a deleted pod's terminal phase before the final delete. A
@@ -531,7 +508,7 @@ spec:
     let selector = "batch.kubernetes.io/job-name=replaced";
     let first = wait_running(&client, &ns.name, selector, 1, T).await.remove(0);
     let (name, uid) = (first.metadata.name.clone().unwrap(), first.metadata.uid.clone().unwrap());
-    let versions = record_versions(&client, &ns.name, &name);
+    let versions = record_versions(Api::<Pod>::namespaced(client.clone(), &ns.name), &name);
     tokio::time::sleep(Duration::from_millis(500)).await; // the watch is established
     kubectl_ok(&["delete", "pod", &name, "-n", &ns.name, "--wait=false"]);
 

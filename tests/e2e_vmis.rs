@@ -392,33 +392,6 @@ async fn vmis_boot_for_their_pools_boot_time_and_a_seeded_share_fails() {
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
 
-/// Every version of the VMI `name` until one is deleted.
-fn record_vmi_versions(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-) -> tokio::task::JoinHandle<Vec<VirtualMachineInstance>> {
-    use futures::StreamExt;
-    use kube::runtime::watcher::{self, Event};
-    let api: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    tokio::spawn(async move {
-        let mut seen = Vec::new();
-        let mut events = watcher::watcher(api, config).boxed();
-        while let Some(Ok(event)) = events.next().await {
-            match event {
-                Event::Apply(v) | Event::InitApply(v) => seen.push(v),
-                Event::Delete(v) => {
-                    seen.push(v);
-                    break;
-                }
-                _ => {}
-            }
-        }
-        seen
-    })
-}
-
 #[tokio::test]
 async fn handler_ready_nodes_agents_as_a_knob_and_deleted_vmis_end_before_they_go() {
     let client = client().await;
@@ -496,7 +469,7 @@ spec:
     }
 
     // A deleted VMI that ran: Succeeded (its guest shut down) while its finalizer still holds it.
-    let versions = record_vmi_versions(&client, &ns.name, "agent-0");
+    let versions = record_versions(Api::<VirtualMachineInstance>::namespaced(client.clone(), &ns.name), "agent-0");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let uid = vmis(&client, &ns.name, "agent")
         .await
@@ -523,7 +496,7 @@ spec:
 
     // A VMI whose launcher pod is deleted fails (its finalizer still on it), as virt-controller
     // fails it; the pool then replaces it.
-    let versions = record_vmi_versions(&client, &ns.name, "plain-0");
+    let versions = record_versions(Api::<VirtualMachineInstance>::namespaced(client.clone(), &ns.name), "plain-0");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let plain = vmis(&client, &ns.name, "plain").await.into_iter().next().unwrap();
     let pod = launchers(&client, &ns.name)

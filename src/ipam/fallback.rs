@@ -3,6 +3,7 @@
 //! installs). Pure: which blocks a node tries and in what order, and how a block is named as
 //! the Lease that claims it cluster-wide (see the pod simulator's `fallback`).
 
+use super::fnv;
 use crate::api::ranges::nth_subnet;
 use ipnet::IpNet;
 
@@ -59,11 +60,6 @@ impl FallbackRange {
     pub fn holds(&self, block: &IpNet) -> bool {
         block.prefix_len() == self.mask && self.net.contains(&block.network())
     }
-}
-
-/// FNV-1a: a spread of names that is the same in every process.
-fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
 /// The name of the Lease that claims `block`: one per block, so two claims of it cannot both

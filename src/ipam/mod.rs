@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 /// FNV-1a: a stable spread of names over a range (the same in every process and build).
-fn fnv(s: &str) -> u64 {
+pub fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 

@@ -4,6 +4,7 @@
 //! against simulated devices. Pure: the simulator's publisher writes what [`slices`] builds.
 
 use crate::api::duration::unit;
+use crate::ipam::fnv;
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -216,10 +217,6 @@ pub fn slice_name(node: &str, driver: &str) -> String {
         return name;
     }
     format!("{}-{:016x}", &name[..200], fnv(&name))
-}
-
-fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
 /// The ResourceSlices node `node` (with `node_uid`) of pool `pool` publishes for `sets`:

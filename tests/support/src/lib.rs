@@ -463,6 +463,32 @@ where
     let _ = api.delete(name, &DeleteParams::default()).await;
 }
 
+/// Every version of the object `name` that `api` shows, from a watch, until it is deleted (the
+/// deleted version last).
+pub fn record_versions<K>(api: Api<K>, name: &str) -> tokio::task::JoinHandle<Vec<K>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let mut events = watcher::watcher(api, config).boxed();
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                Event::Apply(o) | Event::InitApply(o) => seen.push(o),
+                Event::Delete(o) => {
+                    seen.push(o);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        seen
+    })
+}
+
 pub fn path_exists(p: &Path) -> bool {
     p.exists()
 }
