@@ -112,7 +112,7 @@ async fn status_shows_pools_the_leader_and_each_simulators_nodes() {
     }
     apply(&scoped_nodepool(&pool, &scope, 20, "10.201.0.0/16", 24, 110, ""));
     wait_ready_nodes(&client, &pool, 20, Duration::from_secs(120)).await;
-    let text = wait_for("status to show both simulators with all 20 nodes", Duration::from_secs(30), || async {
+    let text = wait_for("status to show both simulators with all 20 nodes", Duration::from_secs(60), || async {
         let out = std::process::Command::new(kwok_pools_bin())
             .args(["status", "--instance", &scope])
             .env("KUBECONFIG", kubeconfig())
@@ -124,7 +124,13 @@ async fn status_shows_pools_the_leader_and_each_simulators_nodes() {
             .filter(|l| l.starts_with("st-a") || l.starts_with("st-b"))
             .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
             .collect();
-        if out.status.success() && nodes.len() == 2 && nodes.iter().sum::<u32>() == 20 { Ok(text) } else { Err(text) }
+        // The pool's status counts Ready nodes on the leader's next reconcile: wait for it too.
+        let pool_line_ready = text.lines().any(|l| l.starts_with("NodePool") && l.contains(&pool) && l.contains("20/20"));
+        if out.status.success() && nodes.len() == 2 && nodes.iter().sum::<u32>() == 20 && pool_line_ready {
+            Ok(text)
+        } else {
+            Err(text)
+        }
     })
     .await;
     let line = text.lines().find(|l| l.starts_with("NodePool") && l.contains(&pool)).expect("the pool's line");

@@ -131,7 +131,8 @@ impl SlicePublisher {
         if !problems.is_empty() {
             return None; // refused at admission; the pool's Degraded condition says why
         }
-        Some((generation, devices::slices(&pool.spec.devices, &owner.name, generation, seed, &name, &uid)))
+        let at = devices::slices::NodeRef { pool: &owner.name, generation, seed, node: &name, uid: &uid };
+        Some((generation, devices::slices(&pool.spec.devices, &at)))
     }
 
     /// The slices published before this process started, by node.
