@@ -29,6 +29,12 @@ fn nodepool(scope: &str, driver: &str, count: Option<u32>) -> String {
 "
         )
     });
+    pool_with(scope, 4, &devices, 225)
+}
+
+/// A NodePool of `nodes` nodes with `devices` (the `spec.devices` lines).
+/// (`net`: the second octet of its 10.x.0.0/16 podCIDR, one per test).
+fn pool_with(scope: &str, nodes: u32, devices: &str, net: u8) -> String {
     format!(
         "apiVersion: pools.kwok.x-k8s.io/v1alpha1
 kind: NodePool
@@ -36,8 +42,8 @@ metadata:
   name: {scope}
   labels: {{{SCOPE_LABEL}: {scope}}}
 spec:
-  nodeCount: 4
-  podCIDR: {{cidr: 10.225.0.0/16, maskSize: 24}}
+  nodeCount: {nodes}
+  podCIDR: {{cidr: 10.{net}.0.0/16, maskSize: 24}}
 {devices}  nodeTemplate:
     metadata:
       labels: {{{SCOPE_LABEL}: {scope}}}
@@ -45,7 +51,29 @@ spec:
     )
 }
 
+/// A ResourceClaimTemplate `name` asking one device of `class` (and `capacity`, if any).
+fn claim_template(ns: &str, name: &str, class: &str, capacity: &str) -> String {
+    let capacity = if capacity.is_empty() { String::new() } else { format!(", capacity: {{requests: {{{capacity}}}}}") };
+    format!(
+        "apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: dev
+        exactly: {{deviceClassName: {class}{capacity}}}
+"
+    )
+}
+
 fn deployment(name: &str, ns: &str, scope: &str, replicas: u32) -> String {
+    claiming(name, ns, scope, replicas, "one-gpu")
+}
+
+/// A Deployment of `replicas` pods on the scope's nodes, each with a claim from `template`.
+fn claiming(name: &str, ns: &str, scope: &str, replicas: u32, template: &str) -> String {
     format!(
         "apiVersion: apps/v1
 kind: Deployment
@@ -58,7 +86,7 @@ spec:
     spec:
       nodeSelector: {{{SCOPE_LABEL}: {scope}}}
       tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
-      resourceClaims: [{{name: gpu, resourceClaimTemplateName: one-gpu}}]
+      resourceClaims: [{{name: gpu, resourceClaimTemplateName: {template}}}]
       containers:
       - name: app
         image: cuda
@@ -217,5 +245,128 @@ spec:
     })
     .await;
     kubectl_ok(&["delete", "deviceclass", &class, "--wait=false"]);
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}
+
+/// Waits until `n` live pods of `app` are refused by the scheduler (PodScheduled=False).
+async fn wait_unschedulable(client: &kube::Client, ns: &str, app: &str, n: usize) {
+    wait_for(&format!("{app}: {n} pods the scheduler cannot place"), T, || async {
+        let pods = list_pods(client, ns, &format!("app={app}")).await;
+        let refused = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| {
+                p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+                    c.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False")
+                })
+            })
+            .count();
+        if refused == n { Ok(()) } else { Err(format!("{refused} refused")) }
+    })
+    .await;
+}
+
+/// The devices the claims of `app`'s running pods hold, as (node, device).
+async fn held(client: &kube::Client, ns: &str, app: &str) -> Vec<(String, String)> {
+    let pods = list_pods(client, ns, &format!("app={app}")).await;
+    let running: HashSet<String> =
+        pods.iter().filter(|p| phase(p) == "Running").filter_map(|p| p.metadata.name.clone()).collect();
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
+    let mut out = Vec::new();
+    for c in claims.list(&ListParams::default()).await.unwrap().items {
+        if !c.metadata.owner_references.iter().flatten().any(|o| running.contains(&o.name)) {
+            continue;
+        }
+        let results = c.status.and_then(|s| s.allocation).and_then(|a| a.devices).and_then(|d| d.results);
+        out.extend(results.into_iter().flatten().map(|r| (r.pool, r.device)));
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_whole_gpu_and_its_mig_partitions_exclude_each_other_under_nvidias_own_classes() {
+    let client = client().await;
+    let scope = unique("mig");
+    let ns = TestNamespace::new(&client, "mig").await;
+    let _op = Operator::start(&scope, &[]);
+    let devices = "  devices:\n  - preset: nvidia-gpu\n    count: 1\n    partitions: [{name: 2g.20gb, count: 4, consumes: {memory: 20Gi}}]\n";
+    apply(&pool_with(&scope, 1, devices, 226));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    // The classes exactly as NVIDIA's driver installs them.
+    apply(&read_repo_file("samples/deviceclasses.yaml"));
+    apply(&claim_template(&ns.name, "whole", "gpu.nvidia.com", ""));
+    apply(&claim_template(&ns.name, "mig", "mig.nvidia.com", ""));
+
+    apply(&claiming("whole", &ns.name, &scope, 1, "whole"));
+    wait_pods(&client, &ns.name, "whole", 1, 0).await;
+    let whole = held(&client, &ns.name, "whole").await;
+    assert_eq!(whole.iter().map(|h| h.1.as_str()).collect::<Vec<_>>(), ["gpu-0"], "the class selects the whole GPU only");
+
+    // The whole GPU holds every counter: no partition fits beside it.
+    apply(&claiming("part", &ns.name, &scope, 5, "mig"));
+    wait_unschedulable(&client, &ns.name, "part", 5).await;
+
+    // Once it goes, four partitions fit and the fifth does not; the whole GPU no longer fits.
+    kubectl_ok(&["scale", "deployment", "whole", "-n", &ns.name, "--replicas", "0"]);
+    wait_pods(&client, &ns.name, "part", 4, 1).await;
+    let parts = held(&client, &ns.name, "part").await;
+    let names: HashSet<&str> = parts.iter().map(|h| h.1.as_str()).collect();
+    assert_eq!(names.len(), 4, "{parts:?}");
+    assert!(names.iter().all(|n| n.starts_with("gpu-0-mig-2g20gb-")), "{parts:?}");
+    wait_unschedulable(&client, &ns.name, "part", 1).await;
+    kubectl_ok(&["scale", "deployment", "whole", "-n", &ns.name, "--replicas", "1"]);
+    wait_unschedulable(&client, &ns.name, "whole", 1).await;
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}
+
+#[tokio::test]
+async fn unhealthy_devices_are_tainted_until_the_pool_heals_them() {
+    let client = client().await;
+    let scope = unique("sick");
+    let driver = format!("{scope}.example.com");
+    let ns = TestNamespace::new(&client, "sick").await;
+    let _op = Operator::start(&scope, &[]);
+    let devices = |percent: u8| format!("  devices:\n  - {{driver: {driver}, count: 2, unhealthyPercent: {percent}}}\n");
+    apply(&pool_with(&scope, 2, &devices(100), 227));
+    wait_ready_nodes(&client, &scope, 2, T).await;
+    apply(&format!(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {{name: {scope}}}\nspec:\n  selectors:\n  - cel: {{expression: \"device.driver == '{driver}'\"}}\n"
+    ));
+    apply(&claim_template(&ns.name, "one", &scope, ""));
+    wait_for("every device tainted unhealthy", T, || async {
+        let s = slices(&client, &driver).await;
+        let tainted = s.iter().flat_map(|s| s.spec.devices.iter().flatten()).filter(|d| d.taints.is_some()).count();
+        if tainted == 4 { Ok(()) } else { Err(format!("{tainted} of 4 tainted")) }
+    })
+    .await;
+    apply(&claiming("app", &ns.name, &scope, 3, "one"));
+    wait_unschedulable(&client, &ns.name, "app", 3).await;
+
+    // Healed: the taints go and the scheduler places the three pods.
+    apply(&pool_with(&scope, 2, &devices(0), 227));
+    wait_pods(&client, &ns.name, "app", 3, 0).await;
+    let s = slices(&client, &driver).await;
+    assert!(s.iter().flat_map(|s| s.spec.devices.iter().flatten()).all(|d| d.taints.is_none()), "{s:?}");
+    kubectl_ok(&["delete", "deviceclass", &scope, "--wait=false"]);
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}
+
+#[tokio::test]
+async fn the_cpu_preset_shares_numa_nodes_by_capacity_under_the_drivers_class() {
+    let client = client().await;
+    let scope = unique("cpu");
+    let ns = TestNamespace::new(&client, "cpu").await;
+    let _op = Operator::start(&scope, &[]);
+    apply(&pool_with(&scope, 1, "  devices:\n  - preset: dra-cpu\n", 228));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    apply(&read_repo_file("samples/deviceclasses.yaml"));
+    apply(&claim_template(&ns.name, "sixteen", "dra.cpu", "dra.cpu/cpu: \"16\""));
+    // Two NUMA nodes of 32 CPUs: four claims of 16 share them, the fifth waits.
+    apply(&claiming("app", &ns.name, &scope, 5, "sixteen"));
+    wait_pods(&client, &ns.name, "app", 4, 1).await;
+    wait_unschedulable(&client, &ns.name, "app", 1).await;
+    let devices: HashSet<String> = held(&client, &ns.name, "app").await.into_iter().map(|h| h.1).collect();
+    assert_eq!(devices, HashSet::from(["cpudevnuma000".to_string(), "cpudevnuma001".to_string()]));
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }

@@ -94,7 +94,7 @@ pub struct NodePoolSpec {
     /// simulated nodes. Changing them updates the slices in place.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
-    #[x_kube(validation = Rule::new("self.all(d, self.exists_one(o, o.driver == d.driver))").message("list each driver once"))]
+    #[x_kube(validation = Rule::new("self.all(d, self.exists_one(o, (has(o.driver) ? o.driver : has(o.preset) && o.preset == 'nvidia-gpu' ? 'gpu.nvidia.com' : 'dra.cpu') == (has(d.driver) ? d.driver : has(d.preset) && d.preset == 'nvidia-gpu' ? 'gpu.nvidia.com' : 'dra.cpu')))").message("list each driver once (a preset counts as its driver)"))]
     #[garde(custom(NodePoolSpec::devices_rules))]
     pub devices: Vec<super::devices::DeviceSet>,
 

@@ -91,4 +91,10 @@ fn devices_are_checked() {
     assert!(e.contains("exactly one of: string, int, bool, version"), "{e}");
     let e = cel_errors(&node_pool("  nodeCount: 1\n  devices: [{driver: a.b}, {driver: a.b}]\n"));
     assert!(e.contains("list each driver once"), "{e}");
+    let presets = "  nodeCount: 1\n  devices: [{preset: nvidia-gpu, partitions: [{name: 1g.10gb, count: 7, consumes: {memory: 10Gi}}]}, {preset: dra-cpu}]\n";
+    assert_eq!(cel_errors(&node_pool(presets)), "");
+    let e = cel_errors(&node_pool("  nodeCount: 1\n  devices: [{preset: nvidia-gpu}, {driver: gpu.nvidia.com}]\n"));
+    assert!(e.contains("list each driver once"), "{e}");
+    let e = cel_errors(&node_pool("  nodeCount: 1\n  devices: [{count: 2}]\n"));
+    assert!(e.contains("set driver, or a preset"), "{e}");
 }
