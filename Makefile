@@ -131,7 +131,7 @@ test: controlplane build unit chart e2e ## Unit and end-to-end tests; builds wha
 # The scale tests (thousands of nodes on a cluster of their own) run the optimised build, as
 # users run it, after the shared cluster is gone: on 2 cores, three debug simulators renewing
 # 6,000 node leases take a core the API server needs (6,000 nodes Ready in 500 s instead of 150).
-E2E_SCALE_TESTS := e2e_shards
+E2E_SCALE_TESTS := e2e_shards e2e_devices_scale
 E2E_TESTS := $(filter-out $(E2E_SCALE_TESTS),$(basename $(notdir $(wildcard tests/e2e_*.rs))))
 
 .PHONY: e2e

@@ -7,6 +7,7 @@
 
 use kwok_pools_test_support as common;
 
+use common::devices::*;
 use common::pools::*;
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
@@ -32,91 +33,14 @@ fn nodepool(scope: &str, driver: &str, count: Option<u32>) -> String {
     pool_with(scope, 4, &devices, 225)
 }
 
-/// A NodePool of `nodes` nodes with `devices` (the `spec.devices` lines).
-/// (`net`: the second octet of its 10.x.0.0/16 podCIDR, one per test).
-fn pool_with(scope: &str, nodes: u32, devices: &str, net: u8) -> String {
-    format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
-kind: NodePool
-metadata:
-  name: {scope}
-  labels: {{{SCOPE_LABEL}: {scope}}}
-spec:
-  nodeCount: {nodes}
-  podCIDR: {{cidr: 10.{net}.0.0/16, maskSize: 24}}
-{devices}  nodeTemplate:
-    metadata:
-      labels: {{{SCOPE_LABEL}: {scope}}}
-"
-    )
-}
-
-/// A ResourceClaimTemplate `name` asking one device of `class` (and `capacity`, if any).
-fn claim_template(ns: &str, name: &str, class: &str, capacity: &str) -> String {
-    let capacity = if capacity.is_empty() { String::new() } else { format!(", capacity: {{requests: {{{capacity}}}}}") };
-    format!(
-        "apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  spec:
-    devices:
-      requests:
-      - name: dev
-        exactly: {{deviceClassName: {class}{capacity}}}
-"
-    )
-}
-
 fn deployment(name: &str, ns: &str, scope: &str, replicas: u32) -> String {
     claiming(name, ns, scope, replicas, "one-gpu")
-}
-
-/// A Deployment of `replicas` pods on the scope's nodes, each with a claim from `template`.
-fn claiming(name: &str, ns: &str, scope: &str, replicas: u32, template: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec:
-      nodeSelector: {{{SCOPE_LABEL}: {scope}}}
-      tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
-      resourceClaims: [{{name: gpu, resourceClaimTemplateName: {template}}}]
-      containers:
-      - name: app
-        image: cuda
-        resources: {{claims: [{{name: gpu}}]}}
-"
-    )
 }
 
 async fn slices(client: &kube::Client, driver: &str) -> Vec<ResourceSlice> {
     let api: Api<ResourceSlice> = Api::all(client.clone());
     let all = api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
     all.into_iter().filter(|s| s.spec.driver == driver).collect()
-}
-
-fn phase(p: &Pod) -> &str {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or_default()
-}
-
-/// Waits until `app` has `running` pods Running and `pending` Pending.
-async fn wait_pods(client: &kube::Client, ns: &str, app: &str, running: usize, pending: usize) -> Vec<Pod> {
-    wait_for(&format!("{app}: {running} Running, {pending} Pending"), T, || async {
-        let pods = list_pods(client, ns, &format!("app={app}")).await;
-        let live: Vec<Pod> = pods.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
-        let (r, p) = (
-            live.iter().filter(|p| phase(p) == "Running").count(),
-            live.iter().filter(|p| phase(p) == "Pending").count(),
-        );
-        if (r, p) == (running, pending) { Ok(live) } else { Err(format!("{r} Running, {p} Pending")) }
-    })
-    .await
 }
 
 #[tokio::test]
@@ -168,7 +92,7 @@ spec:
         ns = ns.name
     ));
     apply(&deployment("first", &ns.name, &scope, 9));
-    let pods = wait_pods(&client, &ns.name, "first", 8, 1).await;
+    let pods = wait_pods(&client, &ns.name, "first", 8, 1, T).await;
     let waiting = pods.iter().find(|p| phase(p) == "Pending").unwrap();
     let why = wait_for("the scheduler's reason on the ninth pod", T, || async {
         let p: Pod = Api::namespaced(client.clone(), &ns.name)
@@ -219,9 +143,9 @@ spec:
 
     // Scaling down frees devices: another Deployment takes them.
     kubectl_ok(&["scale", "deployment", "first", "-n", &ns.name, "--replicas", "4"]);
-    wait_pods(&client, &ns.name, "first", 4, 0).await;
+    wait_pods(&client, &ns.name, "first", 4, 0, T).await;
     apply(&deployment("second", &ns.name, &scope, 4));
-    wait_pods(&client, &ns.name, "second", 4, 0).await;
+    wait_pods(&client, &ns.name, "second", 4, 0, T).await;
 
     // More devices per node: the slices are republished in place with the pool's generation.
     apply(&nodepool(&scope, &driver, Some(3)));
@@ -235,7 +159,7 @@ spec:
     })
     .await;
     kubectl_ok(&["scale", "deployment", "second", "-n", &ns.name, "--replicas", "8"]);
-    wait_pods(&client, &ns.name, "second", 8, 0).await;
+    wait_pods(&client, &ns.name, "second", 8, 0, T).await;
 
     // No devices any more: the slices go.
     apply(&nodepool(&scope, &driver, None));
@@ -246,42 +170,6 @@ spec:
     .await;
     kubectl_ok(&["delete", "deviceclass", &class, "--wait=false"]);
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
-}
-
-/// Waits until `n` live pods of `app` are refused by the scheduler (PodScheduled=False).
-async fn wait_unschedulable(client: &kube::Client, ns: &str, app: &str, n: usize) {
-    wait_for(&format!("{app}: {n} pods the scheduler cannot place"), T, || async {
-        let pods = list_pods(client, ns, &format!("app={app}")).await;
-        let refused = pods
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| {
-                p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-                    c.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False")
-                })
-            })
-            .count();
-        if refused == n { Ok(()) } else { Err(format!("{refused} refused")) }
-    })
-    .await;
-}
-
-/// The devices the claims of `app`'s running pods hold, as (node, device).
-async fn held(client: &kube::Client, ns: &str, app: &str) -> Vec<(String, String)> {
-    let pods = list_pods(client, ns, &format!("app={app}")).await;
-    let running: HashSet<String> =
-        pods.iter().filter(|p| phase(p) == "Running").filter_map(|p| p.metadata.name.clone()).collect();
-    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
-    let mut out = Vec::new();
-    for c in claims.list(&ListParams::default()).await.unwrap().items {
-        if !c.metadata.owner_references.iter().flatten().any(|o| running.contains(&o.name)) {
-            continue;
-        }
-        let results = c.status.and_then(|s| s.allocation).and_then(|a| a.devices).and_then(|d| d.results);
-        out.extend(results.into_iter().flatten().map(|r| (r.pool, r.device)));
-    }
-    out.sort();
-    out
 }
 
 #[tokio::test]
@@ -299,24 +187,24 @@ async fn a_whole_gpu_and_its_mig_partitions_exclude_each_other_under_nvidias_own
     apply(&claim_template(&ns.name, "mig", "mig.nvidia.com", ""));
 
     apply(&claiming("whole", &ns.name, &scope, 1, "whole"));
-    wait_pods(&client, &ns.name, "whole", 1, 0).await;
+    wait_pods(&client, &ns.name, "whole", 1, 0, T).await;
     let whole = held(&client, &ns.name, "whole").await;
     assert_eq!(whole.iter().map(|h| h.1.as_str()).collect::<Vec<_>>(), ["gpu-0"], "the class selects the whole GPU only");
 
     // The whole GPU holds every counter: no partition fits beside it.
     apply(&claiming("part", &ns.name, &scope, 5, "mig"));
-    wait_unschedulable(&client, &ns.name, "part", 5).await;
+    wait_unschedulable(&client, &ns.name, "part", 5, T).await;
 
     // Once it goes, four partitions fit and the fifth does not; the whole GPU no longer fits.
     kubectl_ok(&["scale", "deployment", "whole", "-n", &ns.name, "--replicas", "0"]);
-    wait_pods(&client, &ns.name, "part", 4, 1).await;
+    wait_pods(&client, &ns.name, "part", 4, 1, T).await;
     let parts = held(&client, &ns.name, "part").await;
     let names: HashSet<&str> = parts.iter().map(|h| h.1.as_str()).collect();
     assert_eq!(names.len(), 4, "{parts:?}");
     assert!(names.iter().all(|n| n.starts_with("gpu-0-mig-2g20gb-")), "{parts:?}");
-    wait_unschedulable(&client, &ns.name, "part", 1).await;
+    wait_unschedulable(&client, &ns.name, "part", 1, T).await;
     kubectl_ok(&["scale", "deployment", "whole", "-n", &ns.name, "--replicas", "1"]);
-    wait_unschedulable(&client, &ns.name, "whole", 1).await;
+    wait_unschedulable(&client, &ns.name, "whole", 1, T).await;
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
 
@@ -341,11 +229,11 @@ async fn unhealthy_devices_are_tainted_until_the_pool_heals_them() {
     })
     .await;
     apply(&claiming("app", &ns.name, &scope, 3, "one"));
-    wait_unschedulable(&client, &ns.name, "app", 3).await;
+    wait_unschedulable(&client, &ns.name, "app", 3, T).await;
 
     // Healed: the taints go and the scheduler places the three pods.
     apply(&pool_with(&scope, 2, &devices(0), 227));
-    wait_pods(&client, &ns.name, "app", 3, 0).await;
+    wait_pods(&client, &ns.name, "app", 3, 0, T).await;
     let s = slices(&client, &driver).await;
     assert!(s.iter().flat_map(|s| s.spec.devices.iter().flatten()).all(|d| d.taints.is_none()), "{s:?}");
     kubectl_ok(&["delete", "deviceclass", &scope, "--wait=false"]);
@@ -364,8 +252,8 @@ async fn the_cpu_preset_shares_numa_nodes_by_capacity_under_the_drivers_class() 
     apply(&claim_template(&ns.name, "sixteen", "dra.cpu", "dra.cpu/cpu: \"16\""));
     // Two NUMA nodes of 32 CPUs: four claims of 16 share them, the fifth waits.
     apply(&claiming("app", &ns.name, &scope, 5, "sixteen"));
-    wait_pods(&client, &ns.name, "app", 4, 1).await;
-    wait_unschedulable(&client, &ns.name, "app", 1).await;
+    wait_pods(&client, &ns.name, "app", 4, 1, T).await;
+    wait_unschedulable(&client, &ns.name, "app", 1, T).await;
     let devices: HashSet<String> = held(&client, &ns.name, "app").await.into_iter().map(|h| h.1).collect();
     assert_eq!(devices, HashSet::from(["cpudevnuma000".to_string(), "cpudevnuma001".to_string()]));
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
