@@ -1,8 +1,9 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
 //! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [vmis] [webhook] [shards[=N]]
-//! [unrelated[=N]] [leases[=N]] [kubelet[=NODES]] [--quick]
+//! [unrelated[=N]] [leases[=N]] [kubelet[=NODES]] [devices[=NODES]] [--quick]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
+mod devices;
 mod harness;
 mod kubelet;
 mod leases;
@@ -82,6 +83,13 @@ async fn main() {
         } else {
             kubelet::run(5000, 20, 120).await;
         }
+    }
+    let device_nodes: Vec<u32> =
+        picked.iter().filter_map(|a| a.strip_prefix("devices=")).filter_map(|v| v.parse().ok()).collect();
+    if let Some(n) = device_nodes.first() {
+        devices::run(*n).await;
+    } else if all || picked.contains(&"devices") {
+        devices::run(if quick { 100 } else { 1000 }).await;
     }
     if !sizes.is_empty() {
         nodes::run(&sizes, Duration::from_secs(if quick { 20 } else { 120 })).await;
