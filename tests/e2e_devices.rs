@@ -189,7 +189,11 @@ async fn a_whole_gpu_and_its_mig_partitions_exclude_each_other_under_nvidias_own
     apply(&claiming("whole", &ns.name, &scope, 1, "whole"));
     wait_pods(&client, &ns.name, "whole", 1, 0, T).await;
     let whole = held(&client, &ns.name, "whole").await;
-    assert_eq!(whole.iter().map(|h| h.1.as_str()).collect::<Vec<_>>(), ["gpu-0"], "the class selects the whole GPU only");
+    assert_eq!(
+        whole.iter().map(|h| h.1.as_str()).collect::<Vec<_>>(),
+        ["gpu-0"],
+        "the class selects the whole GPU only"
+    );
 
     // The whole GPU holds every counter: no partition fits beside it.
     apply(&claiming("part", &ns.name, &scope, 5, "mig"));
@@ -215,7 +219,8 @@ async fn unhealthy_devices_are_tainted_until_the_pool_heals_them() {
     let driver = format!("{scope}.example.com");
     let ns = TestNamespace::new(&client, "sick").await;
     let _op = Operator::start(&scope, &[]);
-    let devices = |percent: u8| format!("  devices:\n  - {{driver: {driver}, count: 2, unhealthyPercent: {percent}}}\n");
+    let devices =
+        |percent: u8| format!("  devices:\n  - {{driver: {driver}, count: 2, unhealthyPercent: {percent}}}\n");
     apply(&pool_with(&scope, 2, &devices(100), 227));
     wait_ready_nodes(&client, &scope, 2, T).await;
     apply(&format!(
@@ -256,5 +261,123 @@ async fn the_cpu_preset_shares_numa_nodes_by_capacity_under_the_drivers_class() 
     wait_unschedulable(&client, &ns.name, "app", 1, T).await;
     let devices: HashSet<String> = held(&client, &ns.name, "app").await.into_iter().map(|h| h.1).collect();
     assert_eq!(devices, HashSet::from(["cpudevnuma000".to_string(), "cpudevnuma001".to_string()]));
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}
+
+/// The pool's `status.devices` as (driver, total, allocated, unhealthy).
+async fn device_status(client: &kube::Client, pool: &str) -> Vec<(String, u64, u64, u64)> {
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "pools.kwok.x-k8s.io",
+            "v1alpha1",
+            "NodePool",
+        )),
+    );
+    let Ok(p) = api.get(pool).await else { return vec![] };
+    let list = p.data["status"]["devices"].as_array().cloned().unwrap_or_default();
+    list.iter()
+        .map(|d| {
+            let n = |k: &str| d[k].as_u64().unwrap_or(0);
+            (d["driver"].as_str().unwrap_or_default().to_string(), n("total"), n("allocated"), n("unhealthy"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_failing_prepare_holds_pods_creating_and_the_status_counts_devices() {
+    let client = client().await;
+    let scope = unique("prep");
+    let (good, bad) = (format!("good.{scope}.example.com"), format!("bad.{scope}.example.com"));
+    let ns = TestNamespace::new(&client, "prep").await;
+    let op = Operator::start(&scope, &[]);
+    let devices = format!(
+        "  devices:\n  - {{driver: {good}, count: 2}}\n  - {{driver: {bad}, count: 2, prepareFailPercent: 100, unhealthyPercent: 0}}\n"
+    );
+    apply(&pool_with(&scope, 2, &devices, 229));
+    wait_ready_nodes(&client, &scope, 2, T).await;
+    for (class, driver) in [("good", &good), ("bad", &bad)] {
+        apply(&format!(
+            "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {{name: {class}-{scope}}}\nspec:\n  selectors:\n  - cel: {{expression: \"device.driver == '{driver}'\"}}\n"
+        ));
+        apply(&claim_template(&ns.name, class, &format!("{class}-{scope}"), ""));
+    }
+    wait_for("status.devices: 4 of each driver, none held", T, || async {
+        let s = device_status(&client, &scope).await;
+        let want = vec![(bad.clone(), 4, 0, 0), (good.clone(), 4, 0, 0)];
+        if s == want { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+
+    apply(&claiming("fine", &ns.name, &scope, 3, "good"));
+    apply(&claiming("broken", &ns.name, &scope, 2, "bad"));
+    wait_pods(&client, &ns.name, "fine", 3, 0, T).await;
+    // Placed, their devices allocated, but never started: ContainerCreating with the kubelet's event.
+    let stuck = wait_for("the broken pods ContainerCreating with FailedPrepareDynamicResources", T, || async {
+        let pods = list_pods(&client, &ns.name, "app=broken").await;
+        let creating = pods
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+            .filter(|p| {
+                p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|c| {
+                    c.iter().all(|c| {
+                        c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref())
+                            == Some("ContainerCreating")
+                    })
+                })
+            })
+            .count();
+        let events = kubectl_ok(&[
+            "get",
+            "events",
+            "-n",
+            &ns.name,
+            "--field-selector",
+            "reason=FailedPrepareDynamicResources",
+            "-o",
+            "name",
+        ]);
+        if creating == 2 && events.lines().count() >= 2 {
+            Ok(pods)
+        } else {
+            Err(format!("{creating} creating, events: {events:?}"))
+        }
+    })
+    .await;
+    assert!(stuck.iter().all(|p| phase(p) == "Pending"));
+    let note = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.name,
+        "--field-selector",
+        "reason=FailedPrepareDynamicResources",
+        "-o",
+        "jsonpath={.items[0].message}",
+    ]);
+    assert!(note.contains(&bad) && note.contains("prepareFailPercent"), "{note}");
+
+    // Counted in status and metrics: held devices, whether their pods started or not.
+    wait_for("status.devices: 2 bad and 3 good held", T, || async {
+        let s = device_status(&client, &scope).await;
+        let want = vec![(bad.clone(), 4, 2, 0), (good.clone(), 4, 3, 0)];
+        if s == want { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+    let metrics = op.metrics().await;
+    let line = format!("kwok_pools_pool_devices{{pool=\"{scope}\",driver=\"{good}\",state=\"allocated\"}} 3");
+    assert!(
+        metrics.contains(&line),
+        "no {line} in\n{}",
+        metrics.lines().filter(|l| l.contains("pool_devices")).collect::<Vec<_>>().join("\n")
+    );
+
+    // Pods gone: their claims go and the counts follow.
+    kubectl_ok(&["scale", "deployment", "fine", "-n", &ns.name, "--replicas", "0"]);
+    wait_for("status.devices: no good device held", T, || async {
+        let s = device_status(&client, &scope).await;
+        if s.iter().any(|d| d.0 == good && d.2 == 0) { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }

@@ -6,10 +6,10 @@
 //! device is ever held twice.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
-use kwok_pools_test_support::devices::*;
-use kwok_pools_test_support::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
+use kwok_pools_test_support::devices::*;
+use kwok_pools_test_support::*;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 

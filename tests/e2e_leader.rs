@@ -125,7 +125,8 @@ async fn status_shows_pools_the_leader_and_each_simulators_nodes() {
             .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
             .collect();
         // The pool's status counts Ready nodes on the leader's next reconcile: wait for it too.
-        let pool_line_ready = text.lines().any(|l| l.starts_with("NodePool") && l.contains(&pool) && l.contains("20/20"));
+        let pool_line_ready =
+            text.lines().any(|l| l.starts_with("NodePool") && l.contains(&pool) && l.contains("20/20"));
         if out.status.success() && nodes.len() == 2 && nodes.iter().sum::<u32>() == 20 && pool_line_ready {
             Ok(text)
         } else {

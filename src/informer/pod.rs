@@ -152,6 +152,8 @@ pub struct SlimPod {
     pub labels: Box<[(&'static str, Box<str>)]>,
     pub node_name: Option<String>,
     pub host_network: bool,
+    /// It has `spec.resourceClaims` (DRA devices the kubelet prepares before it starts).
+    pub claims: bool,
     pub containers: Vec<SlimContainer>,
     pub init_containers: Vec<SlimContainer>,
     /// Condition types of the readiness gates.
@@ -287,6 +289,7 @@ impl SlimPod {
             labels,
             node_name: spec.node_name.filter(|n| !n.is_empty()),
             host_network: spec.host_network.unwrap_or(false),
+            claims: spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()),
             containers: spec.containers.iter().map(slim).collect(),
             init_containers: spec.init_containers.iter().flatten().map(slim).collect(),
             readiness_gates: spec.readiness_gates.into_iter().flatten().map(|g| g.condition_type).collect(),

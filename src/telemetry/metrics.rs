@@ -65,6 +65,8 @@ pub struct Metrics {
     pub late_lease_renewals: Counter,
     /// Nodes whose Lease another writer renews too.
     pub foreign_lease_holders: Gauge,
+    /// Simulated DRA devices per NodePool, driver and state.
+    pub devices: Family<DeviceLabels, Gauge>,
     pub pod_transitions: Family<ResultLabels, Counter>,
     pub vmi_transitions: Family<ResultLabels, Counter>,
     pub admission_reviews: Family<AdmissionLabels, Counter>,
@@ -102,11 +104,21 @@ struct Operations {
     shard_handovers: Counter,
     cached_objects: Family<ResourceLabels, Gauge>,
     foreign_lease_holders: Gauge,
+    devices: Family<DeviceLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
     pub resource: String,
+}
+
+/// A NodePool's simulated devices of one driver in one state (`total`, `allocated`,
+/// `unhealthy`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeviceLabels {
+    pub pool: String,
+    pub driver: String,
+    pub state: String,
 }
 
 fn register_operations(registry: &mut Registry) -> Operations {
@@ -119,7 +131,13 @@ fn register_operations(registry: &mut Registry) -> Operations {
         shard_handovers: Counter::default(),
         cached_objects: Family::default(),
         foreign_lease_holders: Gauge::default(),
+        devices: Family::default(),
     };
+    registry.register(
+        "pool_devices",
+        "A NodePool's simulated DRA devices by driver and state: total, allocated (held by a ResourceClaim), unhealthy (tainted)",
+        o.devices.clone(),
+    );
     registry.register(
         "simulator_foreign_lease_holders",
         "Nodes simulated here whose Lease another writer renews too (kwok-controller, another instance): two simulators",
@@ -210,6 +228,7 @@ impl Default for Metrics {
             shard_handovers: ops.shard_handovers,
             cached_objects: ops.cached_objects,
             foreign_lease_holders: ops.foreign_lease_holders,
+            devices: ops.devices,
             registry,
             reconciles,
             reconcile_errors,

@@ -1,8 +1,9 @@
 //! The scheduler's cost of Dynamic Resource Allocation, on simulated accelerators: NODES fake
-//! nodes with 8 devices each (one ResourceSlice per node), then a Deployment of one pod per
-//! device twice — without claims, then with one ResourceClaim per pod from a template through a
-//! DeviceClass with a CEL selector. Prints pods Ready per second for each, their ratio, the
-//! time to publish the slices, and the operator's CPU and RSS.
+//! nodes with 8 devices each (one ResourceSlice per node), then a Deployment of PODS pods twice
+//! — without claims, then with one ResourceClaim per pod from a template through a DeviceClass
+//! with a CEL selector. Prints pods Ready per second for each, their ratio, the control plane's
+//! CPU by component (where the cost lands), the time to publish the slices, and the operator's
+//! CPU and RSS.
 
 use super::harness::*;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -98,9 +99,12 @@ async fn round(bench: &Bench, op: &Operator, name: &str, pods: u32, claims: bool
     rate
 }
 
-pub async fn run(nodes: u32) {
-    let pods = nodes * DEVICES;
-    println!("\n## DRA: {pods} pods on {nodes} nodes x {DEVICES} simulated devices, without and with claims ({})", machine());
+pub async fn run(nodes: u32, pods: u32) {
+    let pods = pods.min(nodes * DEVICES);
+    println!(
+        "\n## DRA: {pods} pods on {nodes} nodes x {DEVICES} simulated devices, without and with claims ({})",
+        machine()
+    );
     let bench = Bench::cluster("bench-dra").await;
     let op = Operator::start(&bench, &["--pod-termination-delay", "0s"]).await;
     let client = bench.client.clone();

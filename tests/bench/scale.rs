@@ -1,6 +1,6 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
 //! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [vmis] [webhook] [shards[=N]]
-//! [unrelated[=N]] [leases[=N]] [kubelet[=NODES]] [devices[=NODES]] [--quick]
+//! [unrelated[=N]] [leases[=N]] [kubelet[=NODES]] [devices[=NODES[:PODS]]] [--quick]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 mod devices;
@@ -84,12 +84,23 @@ async fn main() {
             kubelet::run(5000, 20, 120).await;
         }
     }
-    let device_nodes: Vec<u32> =
-        picked.iter().filter_map(|a| a.strip_prefix("devices=")).filter_map(|v| v.parse().ok()).collect();
-    if let Some(n) = device_nodes.first() {
-        devices::run(*n).await;
+    // devices=NODES[:PODS]
+    let device_sizes: Vec<(u32, u32)> = picked
+        .iter()
+        .filter_map(|a| a.strip_prefix("devices="))
+        .filter_map(|v| match v.split_once(':') {
+            Some((n, p)) => Some((n.parse().ok()?, p.parse().ok()?)),
+            None => v.parse().ok().map(|n: u32| (n, n * 2)),
+        })
+        .collect();
+    if let Some((n, p)) = device_sizes.first() {
+        devices::run(*n, *p).await;
     } else if all || picked.contains(&"devices") {
-        devices::run(if quick { 100 } else { 1000 }).await;
+        if quick {
+            devices::run(100, 400).await;
+        } else {
+            devices::run(1000, 2000).await;
+        }
     }
     if !sizes.is_empty() {
         nodes::run(&sizes, Duration::from_secs(if quick { 20 } else { 120 })).await;

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
     group = "pools.kwok.x-k8s.io",
     version = "v1alpha1",
     kind = "NodePool",
-    status = "PoolStatus",
+    status = "NodePoolStatus",
     shortname = "knp",
     category = "pools",
     derive = "PartialEq",
@@ -223,4 +223,24 @@ pub struct NodePoolRules {
     pub others: Vec<(String, Option<IpNet>, Option<IpNet>)>,
     /// On update: the spec before the change and how many children the pool has.
     pub old: Option<(NodePoolSpec, u32)>,
+}
+
+/// A NodePool's status: what every pool reports, and its nodes' devices.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolStatus {
+    #[serde(flatten)]
+    pub pool: PoolStatus,
+    /// Per driver of `spec.devices`: the devices its nodes publish, how many a ResourceClaim
+    /// holds, how many are unhealthy (written by the simulator).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<super::devices::status::DeviceCount>,
+}
+
+impl std::ops::Deref for NodePoolStatus {
+    type Target = PoolStatus;
+
+    fn deref(&self) -> &PoolStatus {
+        &self.pool
+    }
 }

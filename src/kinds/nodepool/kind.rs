@@ -198,7 +198,7 @@ impl PoolKind for NodePool {
     }
 
     fn pool_status(&self) -> Option<&PoolStatus> {
-        self.status.as_ref()
+        self.status.as_ref().map(|s| &s.pool)
     }
 
     fn update_mode(&self) -> UpdateMode {

@@ -13,5 +13,5 @@ mod cel_tests;
 #[cfg(test)]
 mod glue_tests;
 
-pub use api::{NodePool, NodePoolSpec, NodeTemplate};
+pub use api::{NodePool, NodePoolSpec, NodePoolStatus, NodeTemplate};
 pub use kind::{NodeEnv, NodeFlags};

@@ -30,7 +30,8 @@ spec:
 
 /// A ResourceClaimTemplate `name` asking one device of `class` (and `capacity`, if any).
 pub fn claim_template(ns: &str, name: &str, class: &str, capacity: &str) -> String {
-    let capacity = if capacity.is_empty() { String::new() } else { format!(", capacity: {{requests: {{{capacity}}}}}") };
+    let capacity =
+        if capacity.is_empty() { String::new() } else { format!(", capacity: {{requests: {{{capacity}}}}}") };
     format!(
         "apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
@@ -73,7 +74,14 @@ pub fn phase(p: &Pod) -> &str {
 }
 
 /// Waits until `app` has `running` pods Running and `pending` Pending.
-pub async fn wait_pods(client: &kube::Client, ns: &str, app: &str, running: usize, pending: usize, within: Duration) -> Vec<Pod> {
+pub async fn wait_pods(
+    client: &kube::Client,
+    ns: &str,
+    app: &str,
+    running: usize,
+    pending: usize,
+    within: Duration,
+) -> Vec<Pod> {
     wait_for(&format!("{app}: {running} Running, {pending} Pending"), within, || async {
         let pods = list_pods(client, ns, &format!("app={app}")).await;
         let live: Vec<Pod> = pods.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
@@ -94,9 +102,10 @@ pub async fn wait_unschedulable(client: &kube::Client, ns: &str, app: &str, n: u
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .filter(|p| {
-                p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-                    c.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False")
-                })
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
             })
             .count();
         if refused == n { Ok(()) } else { Err(format!("{refused} refused")) }
@@ -121,4 +130,3 @@ pub async fn held(client: &kube::Client, ns: &str, app: &str) -> Vec<(String, St
     out.sort();
     out
 }
-

@@ -4,9 +4,11 @@
 //! after the node), so the real scheduler allocates ResourceClaims against simulated devices.
 //! Pure: the simulator's publisher writes what [`slices::slices`] builds.
 
+pub mod prepare;
 pub mod presets;
 pub mod rules;
 pub mod slices;
+pub mod status;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::KubeSchema;
@@ -68,6 +70,12 @@ pub struct DeviceSet {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
     pub unhealthy_percent: Option<u8>,
+    /// A seeded share of the pods whose claims hold a device of this driver that the
+    /// (simulated) kubelet plugin fails to prepare: the pod stays ContainerCreating with the
+    /// kubelet's `FailedPrepareDynamicResources` event, as with a broken driver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub prepare_fail_percent: Option<u8>,
     /// A share of the nodes whose devices differ (another product, more memory), drawn per
     /// node from the pool's `lifecycle.seed` and the node's name; in order, at most 100 % in all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -205,6 +205,9 @@ pub fn problems(sets: &[DeviceSet]) -> Vec<String> {
         if let Some(p) = set.unhealthy_percent.filter(|p| *p > 100) {
             out.push(format!("{path}.unhealthyPercent: {p} is not a percentage from 0 to 100"));
         }
+        if let Some(p) = set.prepare_fail_percent.filter(|p| *p > 100) {
+            out.push(format!("{path}.prepareFailPercent: {p} is not a percentage from 0 to 100"));
+        }
         let mut total = 0u32;
         for (k, v) in set.variants.iter().enumerate() {
             let vpath = format!("{path}.variants[{k}]");

@@ -2,14 +2,20 @@
 //! heartbeats ([`nodes`], [`leases`]) and the pods bound to the node ([`pods`]). Registered
 //! with NodePool, it simulates every managed node whoever made it, and every pod on one.
 
+pub mod device_status;
 pub mod kubelet_api;
 pub mod leases;
 pub mod nodes;
 pub mod pods;
 pub mod slices;
 
-use super::{NodeEnv, NodeFlags, NodePool};
-use crate::informer::{SyncWait, shared, wait_synced};
+use super::{NodeEnv, NodeFlags, NodePool, devices};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use crate::informer::{Informer, SyncWait, shared, wait_synced};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::runtime::watcher;
+use std::sync::Arc;
 use crate::kubelet::node as node_status;
 use crate::deploy::rule::Rule;
 use crate::simulator::lifecycle::Defaults;
@@ -18,6 +24,57 @@ use kube::ResourceExt;
 use nodes::{NodeSimConfig, NodeSimulator};
 use pods::{PodSimConfig, PodSimulator};
 use std::time::Duration;
+
+/// The stores the simulated DRA drivers read: pools, nodes, their published slices, claims.
+struct DeviceInformers {
+    nodes: Arc<Informer<Node>>,
+    pools: Arc<Informer<NodePool>>,
+    slices: Arc<Informer<ResourceSlice>>,
+    claims: Arc<Informer<ResourceClaim>>,
+}
+
+impl DeviceInformers {
+    fn new(sim: &SimContext) -> Self {
+        let slices = sim.informers.shared(|i: &Arc<Informer<ResourceSlice>>, client| {
+            let config = watcher::Config::default().labels(devices::POOL_LABEL);
+            i.start(Api::<ResourceSlice>::all(client), config, crate::informer::trimmed);
+        });
+        let claims = sim.informers.shared(|i: &Arc<Informer<ResourceClaim>>, client| {
+            i.start(Api::<ResourceClaim>::all(client), watcher::Config::default(), devices::status::slim_claim);
+        });
+        Self { nodes: shared::nodes(&sim.informers), pools: shared::pools::<NodePool>(&sim.informers), slices, claims }
+    }
+
+    /// The slice publisher and the device counter.
+    fn simulations(self, sim: &SimContext) -> [Simulation; 2] {
+        let publisher = slices::SlicePublisher {
+            client: sim.client.clone(),
+            nodes: self.nodes.store(),
+            pools: self.pools.store(),
+            manage: sim.manage.clone(),
+            shard: sim.shard.clone(),
+            metrics: sim.metrics.clone(),
+        };
+        let counter = device_status::DeviceStatus {
+            client: sim.client.clone(),
+            nodes: self.nodes.store(),
+            manage: sim.manage.clone(),
+            pools: self.pools.store(),
+            slices: self.slices.store(),
+            claims: self.claims.store(),
+            shard: sim.shard.clone(),
+            metrics: sim.metrics.clone(),
+        };
+        [
+            Simulation {
+                name: "device slice publisher".into(),
+                ready: vec![],
+                run: Box::pin(publisher.run(self.nodes.subscribe(), self.pools.subscribe())),
+            },
+            Simulation { name: "device counter".into(), ready: vec![], run: Box::pin(counter.run()) },
+        ]
+    }
+}
 
 impl Simulate for NodePool {
     /// An indexed Job's pods are planned by their index (a retry repeats its run time).
@@ -45,6 +102,7 @@ impl Simulate for NodePool {
             identity: sim.identity.clone(),
             kubelet: env.kubelet.as_ref().map(|k| k.endpoints.clone()),
         };
+        let device_stores = DeviceInformers::new(sim);
         let pod_sim = PodSimulator {
             client: sim.client.clone(),
             // Checked when the operator set up (env): a bad mask never gets here.
@@ -54,6 +112,7 @@ impl Simulate for NodePool {
             metrics: sim.metrics.clone(),
             writes: sim.writes.clone(),
             shard: sim.shard.clone(),
+            devices: Some(pods::DeviceStores { pools: device_stores.pools.store(), claims: device_stores.claims.store() }),
         };
         // Before anything renders or simulates a node: the default address allocator learns
         // the addresses the nodes have.
@@ -86,20 +145,7 @@ impl Simulate for NodePool {
             },
         ];
         simulations.extend(kubelet_api);
-        let pools = shared::pools::<NodePool>(&sim.informers);
-        let publisher = slices::SlicePublisher {
-            client: sim.client.clone(),
-            nodes: nodes.store(),
-            pools: pools.store(),
-            manage: sim.manage.clone(),
-            shard: sim.shard.clone(),
-            metrics: sim.metrics.clone(),
-        };
-        simulations.push(Simulation {
-            name: "device slice publisher".into(),
-            ready: vec![],
-            run: Box::pin(publisher.run(nodes.subscribe(), pools.subscribe())),
-        });
+        simulations.extend(device_stores.simulations(sim));
         simulations
     }
 
@@ -119,8 +165,20 @@ impl Simulate for NodePool {
             Rule::cluster(
                 "resource.k8s.io",
                 &["resourceslices"],
-                &["list", "create", "patch", "delete"],
-                "the simulated nodes' DRA drivers: one ResourceSlice per node and driver (NodePool spec.devices)",
+                &["list", "watch", "create", "patch", "delete"],
+                "the simulated nodes' DRA drivers: ResourceSlices per node and driver (NodePool spec.devices), watched to count them",
+            ),
+            Rule::cluster(
+                "resource.k8s.io",
+                &["resourceclaims"],
+                &["list", "watch"],
+                "counting the simulated devices ResourceClaims hold (NodePool status.devices)",
+            ),
+            Rule::cluster(
+                crate::api::common::GROUP,
+                &["nodepools/status"],
+                &["patch"],
+                "a NodePool's device counts (status.devices)",
             ),
             Rule::cluster(
                 "authentication.k8s.io",

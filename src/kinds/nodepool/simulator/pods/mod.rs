@@ -51,6 +51,14 @@ pub struct PodSimulator {
     pub writes: WriteBudget,
     /// Which nodes' pods are this replica's (all, unless the simulator is sharded).
     pub shard: Shard,
+    /// NodePools and ResourceClaims, for the prepare step of pods with claims.
+    pub devices: Option<DeviceStores>,
+}
+
+/// What the prepare step of a pod's ResourceClaims reads.
+pub struct DeviceStores {
+    pub pools: Store<crate::kinds::nodepool::NodePool>,
+    pub claims: Store<k8s_openapi::api::resource::v1::ResourceClaim>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -103,6 +111,8 @@ struct Tracked {
     exhausted_reported: bool,
     /// Its annotations' problems were reported (an event on the pod).
     annotations_reported: bool,
+    /// A failed prepare of its claims was reported (an event on the pod).
+    prepare_reported: bool,
 }
 
 impl Default for Tracked {
@@ -121,6 +131,7 @@ impl Default for Tracked {
             terminal_written: false,
             exhausted_reported: false,
             annotations_reported: false,
+            prepare_reported: false,
         }
     }
 }
@@ -485,6 +496,9 @@ impl Loop {
     /// has a start delay; after the delay, addresses and one status write: Running, or
     /// crashed, or Failed, as its fate says.
     fn start(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str, plan: &PodPlan) {
+        if pod.claims && !self.tracked.get(uid).is_some_and(|t| t.started) && !self.prepared(pod, node, uid) {
+            return;
+        }
         let node_name = node.name_any();
         let key = ObjectRef::from_obj(pod.as_ref());
         let Some(t) = self.tracked.get_mut(uid) else { return };
@@ -549,6 +563,43 @@ impl Loop {
         t.started = true;
         t.write.in_flight = true;
         self.spawn_status(pod.clone(), patch, transition);
+    }
+
+    /// The kubelet's prepare step for the pod's ResourceClaims: false while the pod cannot
+    /// start — its claims are not in the store yet (looked at again in a second), or its
+    /// pool's `prepareFailPercent` fails one (acknowledged once, ContainerCreating, with the
+    /// kubelet's event; for good, as a broken driver does).
+    fn prepared(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str) -> bool {
+        use crate::kinds::nodepool::devices::prepare;
+        let Some(devices) = &self.sim.devices else { return true };
+        let owner = node.owner_references().iter().find(|o| o.controller == Some(true) && o.kind == "NodePool");
+        let Some(pool) = owner.and_then(|o| devices.pools.get(&ObjectRef::new(&o.name))) else { return true };
+        if !prepare::may_fail(&pool.spec.devices) {
+            return true;
+        }
+        let claims = devices.claims.state();
+        let mine: Vec<_> = prepare::claims_of(uid, claims.iter().map(AsRef::as_ref)).collect();
+        if mine.is_empty() {
+            self.look_again_at(pod, uid, Instant::now() + Duration::from_secs(1));
+            return false;
+        }
+        let seed = pool.spec.lifecycle.as_ref().and_then(|l| l.seed).unwrap_or(0);
+        let ns = pod.namespace().unwrap_or_default();
+        let Some(failure) = prepare::failure(&pool.spec.devices, seed, &ns, pod.name(), mine) else { return true };
+        let Some(t) = self.tracked.get_mut(uid) else { return false };
+        if t.prepare_reported {
+            return false;
+        }
+        t.prepare_reported = true;
+        if !t.acknowledged && pod.start_time.is_none() {
+            t.acknowledged = true;
+            t.write.in_flight = true;
+            let patch = pod_status::pending_patch(pod, &kubelet::node::internal_ips(node), &now_value());
+            self.spawn_status(pod.clone(), patch, "acknowledge");
+        }
+        self.sim.metrics.injected("prepare_fail");
+        self.warn(pod, "FailedPrepareDynamicResources", "PrepareDynamicResources", prepare::note(&failure));
+        false
     }
 
     /// The pod's addresses from its node's podCIDR (the node's own with host networking).
