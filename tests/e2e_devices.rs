@@ -381,3 +381,51 @@ async fn a_failing_prepare_holds_pods_creating_and_the_status_counts_devices() {
     .await;
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+#[tokio::test]
+async fn the_dcgm_endpoint_shows_each_gpu_and_what_its_pod_uses() {
+    let client = client().await;
+    let scope = unique("dcgm");
+    let ns = TestNamespace::new(&client, "dcgm").await;
+    // At an address the API server's node proxy accepts (it refuses loopback), as in a cluster.
+    let address = host_address();
+    let _op = Operator::start(&scope, &["--kubelet-address", &address]);
+    let spec = "  lifecycle:\n    seed: 1\n    pods:\n      usage: {gpuUtilization: {fixed: \"75\"}, gpuMemory: {fixed: 20Gi}}\n  devices:\n  - {preset: nvidia-gpu, count: 2}\n";
+    apply(&pool_with(&scope, 1, spec, 231));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    apply(&read_repo_file("samples/deviceclasses.yaml"));
+    apply(&claim_template(&ns.name, "whole", "gpu.nvidia.com", ""));
+    apply(&claiming("train", &ns.name, &scope, 1, "whole"));
+    let pods = wait_pods(&client, &ns.name, "train", 1, 0, T).await;
+    let pod = pods[0].metadata.name.clone().unwrap();
+    let node = pods[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+    let device = held(&client, &ns.name, "train").await[0].1.clone();
+    let index = device.trim_start_matches("gpu-").to_string();
+    // Through the API server's node proxy, as Prometheus scrapes a kubelet.
+    let text = wait_for("the held GPU at 75 % on /metrics/dcgm", T, || async {
+        let out = kubectl(&["get", "--raw", &format!("/api/v1/nodes/{node}/proxy/nodes/{node}/metrics/dcgm")]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let held = format!("pod=\"{pod}\"}} 75");
+        if text.lines().any(|l| l.starts_with(&format!("DCGM_FI_DEV_GPU_UTIL{{gpu=\"{index}\"")) && l.ends_with(&held))
+        {
+            Ok(text)
+        } else {
+            Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr)))
+        }
+    })
+    .await;
+    let line = |name: &str, gpu: &str| {
+        text.lines().find(|l| l.starts_with(&format!("{name}{{gpu=\"{gpu}\""))).unwrap_or_default().to_string()
+    };
+    let used = line("DCGM_FI_DEV_FB_USED", &index);
+    assert!(used.contains(&format!("namespace=\"{}\"", ns.name)) && used.ends_with(" 20480"), "{text}");
+    assert!(
+        used.contains("modelName=\"NVIDIA A100-SXM4-80GB\"") && used.contains(&format!("Hostname=\"{node}\"")),
+        "{used}"
+    );
+    assert!(line("DCGM_FI_DEV_FB_FREE", &index).ends_with(" 61440"), "{text}");
+    let idle = if index == "0" { "1" } else { "0" };
+    let idle_util = line("DCGM_FI_DEV_GPU_UTIL", idle);
+    assert!(idle_util.ends_with("} 0") && !idle_util.contains("pod="), "the other GPU is idle and nobody's: {text}");
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

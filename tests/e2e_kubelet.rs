@@ -519,18 +519,6 @@ async fn exec_and_port_forward_speak_websocket_to_direct_callers() {
     op.stop();
 }
 
-/// An address of this machine that is not loopback (what a pod IP is to the API server).
-fn host_address() -> String {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-    // No packet is sent: connecting a UDP socket only picks the route and its source address.
-    socket
-        .connect("10.255.255.255:9")
-        .expect("this machine has no route off loopback: the shared-address test needs one interface besides lo");
-    let ip = socket.local_addr().unwrap().ip();
-    assert!(!ip.is_loopback(), "no non-loopback address to test the in-cluster mode with");
-    ip.to_string()
-}
-
 #[tokio::test]
 async fn at_one_shared_address_as_in_a_cluster_node_paths_name_the_node() {
     let client = client().await;

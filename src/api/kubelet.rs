@@ -263,9 +263,18 @@ pub struct Usage {
     /// Memory (working set) each container uses (e.g. `fixed: 64Mi`; default 1Mi).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<Amount>,
-    /// How the CPU level changes over time (memory holds): default constant.
+    /// How the CPU level (and GPU utilisation) changes over time (memory holds): default
+    /// constant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shape: Option<Shape>,
+    /// Utilisation, in percent (0 to 100), of each GPU a pod's claims hold (e.g. `fixed: "80"`;
+    /// default 0), shaped like the CPU: what `DCGM_FI_DEV_GPU_UTIL` shows on `/metrics/dcgm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization: Option<Amount>,
+    /// Framebuffer memory used on each GPU a pod's claims hold (e.g. `fixed: 20Gi`; default 0):
+    /// `DCGM_FI_DEV_FB_USED` and `_FB_FREE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory: Option<Amount>,
 }
 
 /// What a node uses beside its pods (its system daemons): fixed amounts.
@@ -357,7 +366,12 @@ impl Overrides {
 pub fn problems(usage: Option<&Usage>, logs: Option<&Logs>, node: Option<&NodeUsage>) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(u) = usage {
-        for (field, a) in [("cpu", &u.cpu), ("memory", &u.memory)] {
+        for (field, a) in [
+            ("cpu", &u.cpu),
+            ("memory", &u.memory),
+            ("gpuUtilization", &u.gpu_utilization),
+            ("gpuMemory", &u.gpu_memory),
+        ] {
             if let Some(a) = a
                 && let Err(e) = a.spread()
             {

@@ -5,6 +5,7 @@
 //! `spdy::session`, which runs a connection; depends only on `api` and the stored forms of
 //! `informer`.
 
+pub mod dcgm;
 pub mod endpoint;
 pub mod exec;
 pub mod logs;

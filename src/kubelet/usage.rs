@@ -20,6 +20,8 @@ pub const DEFAULT_NODE_MEMORY: f64 = 512.0 * 1024.0 * 1024.0;
 pub struct Model {
     pub cpu: Option<Spread>,
     pub memory: Option<Spread>,
+    pub gpu_utilization: Option<Spread>,
+    pub gpu_memory: Option<Spread>,
     pub curve: Curve,
     pub seed: Option<i64>,
     /// When the shape's time starts (Unix seconds): the governing pool's creation.
@@ -34,6 +36,8 @@ impl Model {
         Self {
             cpu: spread(usage.and_then(|u| u.cpu.as_ref())),
             memory: spread(usage.and_then(|u| u.memory.as_ref())),
+            gpu_utilization: spread(usage.and_then(|u| u.gpu_utilization.as_ref())),
+            gpu_memory: spread(usage.and_then(|u| u.gpu_memory.as_ref())),
             curve: usage.and_then(|u| u.shape.as_ref()).and_then(|s| s.curve().ok()).unwrap_or(Curve::Constant),
             seed,
             origin,
@@ -43,7 +47,15 @@ impl Model {
 
 impl Default for Model {
     fn default() -> Self {
-        Self { cpu: None, memory: None, curve: Curve::Constant, seed: None, origin: 0.0 }
+        Self {
+            cpu: None,
+            memory: None,
+            gpu_utilization: None,
+            gpu_memory: None,
+            curve: Curve::Constant,
+            seed: None,
+            origin: 0.0,
+        }
     }
 }
 
@@ -88,6 +100,15 @@ pub fn container(model: &Model, id: &Identity<'_>, overrides: Overrides, started
         cpu_seconds: cpu_seconds.max(1e-6 * (now - started).max(1.0)),
         memory,
     }
+}
+
+/// What a GPU held by a pod's claim shows at `now`: (utilisation in percent, framebuffer
+/// bytes used), drawn per pod and device (`key`) and shaped like the CPU.
+pub fn gpu(model: &Model, key: &[&str], now: f64) -> (f64, f64) {
+    let util = model.gpu_utilization.as_ref().map_or(0.0, |s| level(s, model.seed, key, "gpu-utilization"));
+    let memory = model.gpu_memory.as_ref().map_or(0.0, |s| level(s, model.seed, key, "gpu-memory"));
+    let factor = model.curve.factor((now - model.origin).max(0.0));
+    ((util * factor).clamp(0.0, 100.0), memory.max(0.0))
 }
 
 /// A node's own daemons' usage: (cores, bytes).

@@ -123,7 +123,10 @@ pub async fn run(nodes: u32, pods: u32) {
     if published.is_none() {
         return;
     }
-    println!("- {nodes} nodes Ready and their {nodes} ResourceSlices ({pods} devices) published after {wall:.1}s");
+    println!(
+        "- {nodes} nodes Ready and their {nodes} ResourceSlices ({} devices) published after {wall:.1}s",
+        nodes * DEVICES
+    );
     report_cpu("  CPU", op_cpu, &cp_cpu, wall);
     let pp = PatchParams::apply("bench").force();
     let [class, template] = class_and_template();

@@ -610,3 +610,15 @@ pub async fn wait_webhook_refuses(name: &str, scope: &str, timeout: Duration) {
     })
     .await;
 }
+
+/// An address of this machine that is not loopback (what a pod IP is to the API server).
+pub fn host_address() -> String {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    // No packet is sent: connecting a UDP socket only picks the route and its source address.
+    socket
+        .connect("10.255.255.255:9")
+        .expect("this machine has no route off loopback: the shared-address test needs one interface besides lo");
+    let ip = socket.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback(), "no non-loopback address to test the in-cluster mode with");
+    ip.to_string()
+}

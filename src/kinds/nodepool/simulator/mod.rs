@@ -45,6 +45,10 @@ impl DeviceInformers {
         Self { nodes: shared::nodes(&sim.informers), pools: shared::pools::<NodePool>(&sim.informers), slices, claims }
     }
 
+    fn stores(&self) -> pods::DeviceStores {
+        pods::DeviceStores { pools: self.pools.store(), claims: self.claims.store() }
+    }
+
     /// The slice publisher and the device counter.
     fn simulations(self, sim: &SimContext) -> [Simulation; 2] {
         let publisher = slices::SlicePublisher {
@@ -112,7 +116,7 @@ impl Simulate for NodePool {
             metrics: sim.metrics.clone(),
             writes: sim.writes.clone(),
             shard: sim.shard.clone(),
-            devices: Some(pods::DeviceStores { pools: device_stores.pools.store(), claims: device_stores.claims.store() }),
+            devices: Some(device_stores.stores()),
         };
         // Before anything renders or simulates a node: the default address allocator learns
         // the addresses the nodes have.
@@ -131,7 +135,7 @@ impl Simulate for NodePool {
         let serves = Box::new(move |node: &k8s_openapi::api::core::v1::Node| {
             node.metadata.deletion_timestamp.is_none() && manage.manages(node) && shard.owns(&node.name_any())
         });
-        let kubelet_api = env.kubelet.as_ref().and_then(|k| kubelet_api::simulation(k, sim, serves));
+        let kubelet_api = env.kubelet.as_ref().and_then(|k| kubelet_api::simulation(k, sim, serves, device_stores.stores()));
         let mut simulations = vec![
             Simulation {
                 name: "node simulator".into(),

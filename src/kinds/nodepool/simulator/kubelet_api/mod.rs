@@ -9,6 +9,7 @@
 //! ([`spdy_stream`], [`websocket`]) and what an exec or attach does ([`session`]).
 
 pub mod auth;
+pub mod gpus;
 pub mod index;
 pub mod logs;
 pub mod path;
@@ -137,7 +138,12 @@ impl KubeletEnv {
 }
 
 /// The simulation that serves the API.
-pub fn simulation(env: &KubeletEnv, sim: &SimContext, serves: Box<dyn Fn(&k8s_openapi::api::core::v1::Node) -> bool + Send + Sync>) -> Option<Simulation> {
+pub fn simulation(
+    env: &KubeletEnv,
+    sim: &SimContext,
+    serves: Box<dyn Fn(&k8s_openapi::api::core::v1::Node) -> bool + Send + Sync>,
+    devices: super::pods::DeviceStores,
+) -> Option<Simulation> {
     let listener = env.listener.lock().unwrap_or_else(|e| e.into_inner()).take()?;
     let (nodes, pods) = (shared::nodes(&sim.informers), shared::pods(&sim.informers));
     let index = Arc::new(index::PodsByNode::default());
@@ -151,6 +157,7 @@ pub fn simulation(env: &KubeletEnv, sim: &SimContext, serves: Box<dyn Fn(&k8s_op
         lifecycles: sim.lifecycles.clone(),
         counters: readings::Counters::default(),
         auth: auth::Authorizer::new(sim.client.clone()),
+        devices: Some(devices),
         serves,
     });
     let endpoints = env.endpoints.clone();

@@ -8,6 +8,8 @@ pub enum Route {
     Pods,
     /// `/metrics/resource`.
     ResourceMetrics,
+    /// `/metrics/dcgm`: its GPUs in the DCGM exporter's names.
+    Dcgm,
     /// `/stats/summary`.
     Summary,
     ContainerLogs { namespace: String, pod: String, container: String },
@@ -54,9 +56,10 @@ pub fn parse(path: &str) -> Option<Parsed> {
         ["metrics", "nodes", node, "metrics", "resource"] => {
             Some(Parsed { route: Route::ResourceMetrics, node: Some(node.to_string()) })
         }
+        ["metrics", "nodes", node, "metrics", "dcgm"] => Some(Parsed { route: Route::Dcgm, node: Some(node.to_string()) }),
         ["nodes", node, rest @ ..] => {
             let inner = parse(&rest.join("/"))?;
-            matches!(inner.route, Route::Healthz | Route::Pods | Route::ResourceMetrics | Route::Summary)
+            matches!(inner.route, Route::Healthz | Route::Pods | Route::ResourceMetrics | Route::Dcgm | Route::Summary)
                 .then(|| Parsed { route: inner.route, node: Some(node.to_string()) })
         }
         _ => parse_plain(&parts).map(|route| Parsed { route, node: None }),
@@ -68,6 +71,7 @@ fn parse_plain(parts: &[&str]) -> Option<Route> {
         ["healthz"] => Route::Healthz,
         ["pods"] => Route::Pods,
         ["metrics", "resource"] => Route::ResourceMetrics,
+        ["metrics", "dcgm"] => Route::Dcgm,
         ["stats", "summary"] => Route::Summary,
         ["containerLogs", ns, pod, container] => {
             Route::ContainerLogs { namespace: ns.to_string(), pod: pod.to_string(), container: container.to_string() }
@@ -103,6 +107,8 @@ mod tests {
         let p = |s: &str| parse(s).map(|p| (p.route, p.node));
         assert_eq!(p("/healthz"), Some((Route::Healthz, None)));
         assert_eq!(p("/metrics/resource"), Some((Route::ResourceMetrics, None)));
+        assert_eq!(p("/metrics/dcgm"), Some((Route::Dcgm, None)));
+        assert_eq!(p("/nodes/n-1/metrics/dcgm"), Some((Route::Dcgm, Some("n-1".into()))));
         assert_eq!(p("/metrics/nodes/n-1/metrics/resource"), Some((Route::ResourceMetrics, Some("n-1".into()))));
         assert_eq!(p("/nodes/n-1/stats/summary"), Some((Route::Summary, Some("n-1".into()))));
         assert_eq!(p("/nodes/n-1/containerLogs/a/b/c"), None, "pod paths find the node themselves");

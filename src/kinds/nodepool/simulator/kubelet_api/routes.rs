@@ -124,7 +124,7 @@ async fn handle(State(api): State<Arc<KubeletApi>>, req: Request) -> Response {
     let Some(parsed) = path::parse(&path) else {
         return text(
             StatusCode::NOT_FOUND,
-            format!("{path}: not a path of the simulated kubelet (it serves /healthz, /pods, /metrics/resource, /stats/summary, /containerLogs, /exec, /attach, /run, /portForward)"),
+            format!("{path}: not a path of the simulated kubelet (it serves /healthz, /pods, /metrics/resource, /metrics/dcgm, /stats/summary, /containerLogs, /exec, /attach, /run, /portForward)"),
         );
     };
     let headers = req.headers().clone();
@@ -163,6 +163,11 @@ async fn answer(api: &Arc<KubeletApi>, route: Route, at: Located, req: Request) 
             let on = api.index.on(node.metadata.name.as_deref().unwrap_or_default());
             let reading = readings::reading(&node, &on, &api.lifecycles, &api.counters, now);
             let mut r = text(StatusCode::OK, resource_metrics::render(&reading, (now * 1000.0) as i64));
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+            r
+        }
+        (Route::Dcgm, Some(node), _) => {
+            let mut r = text(StatusCode::OK, super::gpus::render(api, &node, now));
             r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
             r
         }

@@ -24,6 +24,8 @@ pub struct KubeletApi {
     pub lifecycles: Lifecycles,
     pub counters: Counters,
     pub auth: Authorizer,
+    /// NodePools and ResourceClaims: the GPUs of `/metrics/dcgm` and who holds them.
+    pub devices: Option<crate::kinds::nodepool::simulator::pods::DeviceStores>,
     /// Whether this replica simulates a node (managed, and in its shard).
     pub serves: Box<dyn Fn(&Node) -> bool + Send + Sync>,
 }

@@ -56,6 +56,7 @@ pub struct PodSimulator {
 }
 
 /// What the prepare step of a pod's ResourceClaims reads.
+#[derive(Clone)]
 pub struct DeviceStores {
     pub pools: Store<crate::kinds::nodepool::NodePool>,
     pub claims: Store<k8s_openapi::api::resource::v1::ResourceClaim>,
