@@ -178,6 +178,41 @@ pub struct NodeLifecycle {
     #[x_kube(validation = Rule::new("self.all(x, self.exists_one(y, y.type == x.type))").message("each condition type at most once"))]
     #[schemars(length(max = 5))]
     pub conditions: Option<Vec<NodeConditionKnob>>,
+    /// How the pool's nodes heartbeat (default: the operator's flags, the kubelet's 40 s
+    /// lease): trade fidelity for API-server headroom per pool, as kwokctl does per cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<Heartbeat>,
+}
+
+/// A pool's node heartbeat.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Heartbeat {
+    /// `leaseDurationSeconds` of each node's Lease, renewed every quarter of it (the
+    /// kubelet's: 40; kwokctl's: 200). Keep it below the controller manager's
+    /// `--node-monitor-grace-period`, or the nodes go NotReady.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 3600))]
+    pub lease_duration_seconds: Option<u32>,
+    /// How often each node's status is written although nothing changed (the operator's
+    /// `--node-status-frequency` when unset), from 1s to 1h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub status_report_interval: Option<String>,
+}
+
+impl Heartbeat {
+    /// The lease duration and status interval it sets (what is unset or unreadable: `None`).
+    pub fn settings(&self) -> (Option<Duration>, Option<Duration>) {
+        let lease =
+            self.lease_duration_seconds.filter(|s| (10..=3600).contains(s)).map(|s| Duration::from_secs(u64::from(s)));
+        let status = self
+            .status_report_interval
+            .as_deref()
+            .and_then(parse_duration)
+            .filter(|d| (Duration::from_secs(1)..=Duration::from_secs(3600)).contains(d));
+        (lease, status)
+    }
 }
 
 /// A condition a kubelet reports when something is wrong with its node.
@@ -418,6 +453,18 @@ fn pod_problems(p: &PodLifecycle) -> Vec<String> {
 /// The node knobs' rules: flapping windows, bad conditions listed once with sound windows.
 fn node_problems(n: &NodeLifecycle) -> Vec<String> {
     let mut out = Vec::new();
+    if let Some(h) = &n.heartbeat {
+        if let Some(s) = h.lease_duration_seconds.filter(|s| !(10..=3600).contains(s)) {
+            out.push(format!(
+                ".nodes.heartbeat.leaseDurationSeconds: {s} is not from 10 to 3600 (the kubelet's is 40)"
+            ));
+        }
+        if let Some(i) = &h.status_report_interval
+            && parse_duration(i).is_none_or(|d| !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&d))
+        {
+            out.push(format!(".nodes.heartbeat.statusReportInterval: {i:?} is not a duration from 1s to 1h"));
+        }
+    }
     out.extend(percent("nodes.notReadyPercent", n.not_ready_percent));
     out.extend(window_rule(
         "nodes",
@@ -595,5 +642,20 @@ mod tests {
         assert!(problems(&ok, &["pods"]).iter().any(|m| m.starts_with(".vmis: only a VMIPool")));
         let pods: Lifecycle = serde_yaml::from_str("{pods: {failPercent: 3}}").unwrap();
         assert!(problems(&pods, &["vmis"]).iter().any(|m| m.starts_with(".pods: this kind's children are not pods")));
+    }
+
+    #[test]
+    fn a_pools_heartbeat_is_checked_and_read() {
+        let l: Lifecycle =
+            serde_yaml::from_str("nodes: {heartbeat: {leaseDurationSeconds: 5, statusReportInterval: 2h}}").unwrap();
+        let p = problems(&l, &["pods", "nodes"]);
+        assert!(
+            p.iter().any(|m| m.starts_with(".nodes.heartbeat.leaseDurationSeconds: 5 is not from 10 to 3600")),
+            "{p:?}"
+        );
+        assert!(p.iter().any(|m| m.starts_with(".nodes.heartbeat.statusReportInterval: \"2h\"")), "{p:?}");
+        let ok = Heartbeat { lease_duration_seconds: Some(200), status_report_interval: Some("1m".into()) };
+        assert_eq!(ok.settings(), (Some(Duration::from_secs(200)), Some(Duration::from_secs(60))));
+        assert_eq!(Heartbeat::default().settings(), (None, None));
     }
 }

@@ -41,6 +41,13 @@ pub enum ClusterCommand {
         /// `kube-controller-manager=--node-monitor-grace-period=20s` (repeatable).
         #[arg(long = "extra-arg", value_parser = parse_extra_arg)]
         extra_args: Vec<(Component, String)>,
+        /// kwokctl's `heartbeatFactor`: the controller manager checks nodes every 5s × N and
+        /// marks them NotReady after 40s × N without a heartbeat (kwokctl's default 5 gives
+        /// 25s and 3m20s). 1 keeps Kubernetes' defaults. Give the nodes leases to match
+        /// (`kwok-pools run --node-lease-duration-seconds`, or a NodePool's
+        /// `spec.lifecycle.nodes.heartbeat.leaseDurationSeconds`, e.g. 40 × N).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+        heartbeat_factor: u32,
         /// Do not install the kwok-pools CRDs.
         #[arg(long)]
         no_crds: bool,
@@ -79,6 +86,17 @@ pub enum ClusterCommand {
     },
 }
 
+/// The controller manager's flags for kwokctl's heartbeat factor `n` (none for 1).
+pub fn heartbeat_args(n: u32) -> Vec<(Component, String)> {
+    if n <= 1 {
+        return vec![];
+    }
+    vec![
+        (Component::KubeControllerManager, format!("--node-monitor-period={}s", 5 * n)),
+        (Component::KubeControllerManager, format!("--node-monitor-grace-period={}s", 40 * n)),
+    ]
+}
+
 fn parse_extra_arg(s: &str) -> Result<(Component, String), String> {
     let (name, flag) = s.split_once('=').ok_or_else(|| format!("expected COMPONENT=--flag, got {s:?}"))?;
     let c = Component::parse(name).ok_or_else(|| {
@@ -89,7 +107,25 @@ fn parse_extra_arg(s: &str) -> Result<(Component, String), String> {
 
 pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
     match cmd {
-        ClusterCommand::Create { common, bin_dir, timeout, extra_args, no_crds, child_crds, metrics_server } => {
+        ClusterCommand::Create {
+            common,
+            bin_dir,
+            timeout,
+            extra_args,
+            heartbeat_factor,
+            no_crds,
+            child_crds,
+            metrics_server,
+        } => {
+            // The factor's flags first: an --extra-arg of the same flag comes later and wins.
+            let extra_args = heartbeat_args(heartbeat_factor).into_iter().chain(extra_args).collect();
+            if heartbeat_factor > 1 {
+                eprintln!(
+                    "heartbeat factor {heartbeat_factor}: nodes NotReady after {}s without a heartbeat; run the simulator with --node-lease-duration-seconds={} (or set it per NodePool)",
+                    40 * heartbeat_factor,
+                    40 * heartbeat_factor
+                );
+            }
             let opts = CreateOptions {
                 name: common.name.clone(),
                 home: common.home()?,
@@ -153,6 +189,19 @@ mod tests {
         assert_eq!(parse_duration("5").unwrap(), Duration::from_secs(5));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5d").is_err());
+    }
+
+    #[test]
+    fn the_heartbeat_factor_sets_the_controller_managers_periods_as_kwokctl_does() {
+        assert!(heartbeat_args(1).is_empty());
+        let five: Vec<String> = heartbeat_args(5).into_iter().map(|(c, a)| format!("{}={a}", c.name())).collect();
+        assert_eq!(
+            five,
+            [
+                "kube-controller-manager=--node-monitor-period=25s",
+                "kube-controller-manager=--node-monitor-grace-period=200s"
+            ]
+        );
     }
 
     #[test]

@@ -486,6 +486,13 @@ impl Lifecycles {
     }
 
     /// The flapping schedule of `node`, if its pool makes it flap.
+    /// The lease duration and status interval the node's pool sets for its heartbeat, if any.
+    pub fn heartbeat(&self, node: &Node) -> (Option<Duration>, Option<Duration>) {
+        let Some(pool) = self.governing(node.owner_references(), None) else { return (None, None) };
+        let h = pool.knobs().and_then(|l| l.nodes.as_ref()).and_then(|n| n.heartbeat.as_ref());
+        h.map_or((None, None), crate::api::lifecycle::Heartbeat::settings)
+    }
+
     pub fn node(&self, node: &Node) -> Option<Flap> {
         let pool = self.governing(node.owner_references(), None)?;
         let lifecycle = pool.knobs()?;

@@ -81,7 +81,8 @@ pub fn names(lease: &Lease, simulator: Option<&str>) -> bool {
 
 /// Renews (or creates) the lease of a node: one write. The first renewal by this replica
 /// (`first`) creates the lease, or on a conflict writes it whole (holder, duration, the node as
-/// owner, and `simulator`, the replica, when sharded); later renewals send only the renew time.
+/// owner, and `simulator`, the replica, when sharded); later renewals send only the renew time
+/// and the duration.
 /// No lease store is needed (and none is kept: a watch of every lease by every replica would
 /// multiply the API server's work for each renewal).
 ///
@@ -107,7 +108,8 @@ pub async fn renew(
         foreign,
     };
     if !first {
-        let mut patch = serde_json::json!({ "spec": { "renewTime": now } });
+        // The duration rides along: a pool whose heartbeat changed gets it on the next renewal.
+        let mut patch = serde_json::json!({ "spec": { "renewTime": now, "leaseDurationSeconds": duration_secs } });
         if let Some(version) = expect {
             patch["metadata"] = serde_json::json!({ "resourceVersion": version });
         }

@@ -80,6 +80,8 @@ struct Tracked {
     lease_version: Option<String>,
     /// When another writer was last seen renewing the Lease (the node is marked meanwhile).
     conflict: Option<Instant>,
+    /// The status report interval its status timer runs on (its pool's heartbeat may change it).
+    status_every: Duration,
 }
 
 enum Done {
@@ -115,6 +117,21 @@ struct NodeLoop {
 impl NodeSimulator {
     fn renew_interval(&self) -> Duration {
         self.config.lease_duration / 4
+    }
+
+    /// The node's lease duration: its pool's heartbeat, else the operator's.
+    fn lease_duration_of(&self, node: &Node) -> Duration {
+        self.lifecycles.heartbeat(node).0.unwrap_or(self.config.lease_duration)
+    }
+
+    /// How often the node's lease is renewed: a quarter of its duration, as the kubelet does.
+    fn renew_interval_of(&self, node: &Node) -> Duration {
+        self.lease_duration_of(node) / 4
+    }
+
+    /// How often the node's status is reported although nothing changed.
+    fn status_frequency_of(&self, node: &Node) -> Duration {
+        self.lifecycles.heartbeat(node).1.unwrap_or(self.config.status_frequency)
     }
 
     /// Runs until the change stream ends.
@@ -265,8 +282,10 @@ impl NodeLoop {
         if !self.tracked.contains_key(&name) {
             // First sight: lease right away, status heartbeat somewhere in the next period.
             self.timers.set(Timer::Lease(name.clone()), Duration::ZERO);
-            self.timers.set(Timer::Status(name.clone()), jittered(self.sim.config.status_frequency, 0.5, 1.0));
+            let status_every = self.sim.status_frequency_of(node);
+            self.timers.set(Timer::Status(name.clone()), jittered(status_every, 0.5, 1.0));
             let t = Tracked {
+                status_every,
                 uid,
                 lease_due: Instant::now(),
                 away: false,
@@ -310,11 +329,14 @@ impl NodeLoop {
             Timer::Lease(name) => self.on_lease_timer(name),
             Timer::Status(name) => {
                 let Some(t) = self.tracked.get_mut(&name) else { return };
-                self.timers.set(Timer::Status(name.clone()), jittered(self.sim.config.status_frequency, 0.9, 1.1));
+                let node = self.sim.nodes.get(&ObjectRef::new(&name));
+                let every = node.as_deref().map_or(self.sim.config.status_frequency, |n| self.sim.status_frequency_of(n));
+                t.status_every = every;
+                self.timers.set(Timer::Status(name.clone()), jittered(every, 0.9, 1.1));
                 if t.away {
                     return;
                 }
-                let Some(node) = self.sim.nodes.get(&ObjectRef::new(&name)) else { return };
+                let Some(node) = node else { return };
                 let bad = self.bad_now(&node, &name);
                 let Some(t) = self.tracked.get_mut(&name) else { return };
                 if t.status.begin() {
@@ -347,12 +369,21 @@ impl NodeLoop {
     }
 
     fn on_lease_timer(&mut self, name: String) {
+        let node = self.sim.nodes.get(&ObjectRef::new(&name));
         let Some(t) = self.tracked.get_mut(&name) else { return };
         let due = t.lease_due;
-        let next = jittered(self.sim.renew_interval(), 0.85, 1.0);
+        let every = node.as_deref().map_or(self.sim.renew_interval(), |n| self.sim.renew_interval_of(n));
+        let next = jittered(every, 0.85, 1.0);
         self.timers.set(Timer::Lease(name.clone()), next);
         t.lease_due = Instant::now() + next;
-        let Some(node) = self.sim.nodes.get(&ObjectRef::new(&name)) else { return };
+        let Some(node) = node else { return };
+        // Its pool's heartbeat changed the status interval (or was not known at first sight):
+        // the status timer follows now rather than at its old due time.
+        let status_every = self.sim.status_frequency_of(&node);
+        if t.status_every != status_every {
+            t.status_every = status_every;
+            self.timers.set(Timer::Status(name.clone()), jittered(status_every, 0.1, 1.0));
+        }
         let now = epoch_now();
         if let Some(until) = self.sim.lifecycles.node(&node).and_then(|f| f.away_until(now)) {
             // A NotReady window: no renewal until it ends.
@@ -397,7 +428,7 @@ async fn lease_write(
     expect: Option<String>,
 ) -> Done {
     let api: Api<Lease> = Api::namespaced(this.client.clone(), leases::LEASE_NAMESPACE);
-    let secs = this.config.lease_duration.as_secs().max(1) as i32;
+    let secs = this.lease_duration_of(&node).as_secs().max(1) as i32;
     let lateness = due.elapsed();
     let result = leases::renew(&api, &node, secs, this.identity.as_deref(), first, expect.as_deref()).await;
     let ok = result.is_ok();
@@ -423,7 +454,7 @@ async fn lease_write(
     if ok {
         this.metrics.lease_lateness.observe(lateness.as_secs_f64());
     }
-    if ok && due.elapsed() > this.renew_interval() {
+    if ok && due.elapsed() > this.renew_interval_of(&node) {
         this.metrics.late_lease_renewals.inc();
     }
     Done::Lease { name: node.name_any(), ok, ours, version, foreign }
