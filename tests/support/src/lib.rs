@@ -173,10 +173,26 @@ pub fn free_port() -> u16 {
 }
 
 /// `N` distinct free ports (each listener held until all are chosen).
+/// `N` ports free now, none handed out before by this test process (two operators started at
+/// once never get the same one; another process may still take one: `Operator::spawn` then
+/// starts again on others).
 pub fn free_ports<const N: usize>() -> [u16; N] {
-    let held: Vec<std::net::TcpListener> =
-        (0..N).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut held, mut refused) = (Vec::new(), Vec::new());
+    while held.len() < N {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        // Every listener stays bound until the end, so the kernel hands out another port next.
+        if given.insert(port) {
+            held.push((port, l));
+        } else {
+            refused.push(l);
+        }
+    }
+    drop(refused);
+    std::array::from_fn(|i| held[i].0)
 }
 
 fn log_dir() -> PathBuf {
@@ -238,7 +254,38 @@ impl Operator {
         op
     }
 
+    /// Starts the process; if it dies at once because a port the harness picked was taken
+    /// meanwhile by another process, starts it again on other ports (up to 3 times).
     fn spawn(&mut self) {
+        for attempt in 0..4 {
+            self.spawn_once();
+            if !self.port_was_taken() || attempt == 3 {
+                return;
+            }
+            eprintln!("  a port picked for the operator was taken meanwhile; starting it again on other ports");
+            [self.metrics_port, self.webhook_port, self.kubelet_port] = free_ports();
+        }
+    }
+
+    /// Waits (at most 5 s) until the process listens on its metrics port and, with a webhook,
+    /// its webhook port; true if it exited instead, saying a port was in use.
+    fn port_was_taken(&mut self) -> bool {
+        let webhook = !self.extra.iter().any(|a| a == "--no-webhook" || a == "--simulate-only");
+        let listens = |port: u16| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if !self.is_running() {
+                return self.log_tail().contains("Address already in use");
+            }
+            if listens(self.metrics_port) && (!webhook || listens(self.webhook_port)) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    fn spawn_once(&mut self) {
         let selector = format!("{SCOPE_LABEL}={}", self.scope);
         let instance_given = self.extra.iter().any(|a| a == "--instance");
         let simulate_only = self.extra.iter().any(|a| a == "--simulate-only");
@@ -366,9 +413,9 @@ impl Operator {
 
     /// Waits until the operator reports ready (stores synced, webhook registered).
     pub async fn wait_ready(&mut self) {
-        let url = format!("http://127.0.0.1:{}/readyz", self.metrics_port);
         let start = Instant::now();
         loop {
+            let url = format!("http://127.0.0.1:{}/readyz", self.metrics_port);
             if let Ok(r) = reqwest::get(&url).await
                 && r.status().is_success()
             {
