@@ -278,6 +278,7 @@ fn simulations(
         manage: config.manage.clone(),
         lifecycles: wiring.lifecycles.clone(),
         node_lease_duration: config.lease_duration,
+        shard_takeover: config.shard.as_ref().map_or(Duration::ZERO, |s| s.lease_duration + s.handover),
         identity: config.shard.as_ref().map(|_| config.identity.clone()),
     };
     let mut s = Simulations { context, config, envs: &wiring.envs, out: Vec::new() };

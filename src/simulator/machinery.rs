@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedSender;
@@ -112,6 +113,11 @@ impl Attempts {
 pub struct WriteBudget {
     all: Arc<Semaphore>,
     others: Arc<Semaphore>,
+    /// Room for writes other than heartbeats.
+    others_total: usize,
+    /// Writes other than heartbeats waiting for room: the backlog a saturated API server
+    /// leaves behind (what lease renewals yield to).
+    waiting: Arc<AtomicUsize>,
 }
 
 impl WriteBudget {
@@ -119,7 +125,20 @@ impl WriteBudget {
     pub fn new(total: usize) -> Self {
         let total = total.max(1);
         let reserved = (total / 4).max(usize::from(total > 1));
-        Self { all: Arc::new(Semaphore::new(total)), others: Arc::new(Semaphore::new(total - reserved)) }
+        Self {
+            all: Arc::new(Semaphore::new(total)),
+            others: Arc::new(Semaphore::new(total - reserved)),
+            others_total: total - reserved,
+            waiting: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// How saturated the budget is, 0 to 1: the writes waiting for room (heartbeats aside) as
+    /// a share of the room there is. 0 while every write goes at once; 1 once a whole budget's
+    /// worth waits behind the writes in flight.
+    pub fn pressure(&self) -> f64 {
+        let waiting = self.waiting.load(Ordering::Relaxed) as f64;
+        (waiting / self.others_total.max(1) as f64).min(1.0)
     }
 
     /// Writes of one class under this budget, reporting on `done`.
@@ -132,10 +151,29 @@ impl WriteBudget {
         // Closed semaphores (never done here) still let the write through.
         let other = match class {
             Class::Heartbeat => None,
-            Class::Other => self.others.clone().acquire_owned().await.ok(),
+            Class::Other => {
+                let _waiting = Waiting::new(&self.waiting);
+                self.others.clone().acquire_owned().await.ok()
+            }
         };
         let all = self.all.clone().acquire_owned().await.ok();
         Room { _all: all, _other: other }
+    }
+}
+
+/// One write counted as waiting for room until it has it (or is dropped).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -284,6 +322,35 @@ mod tests {
         settle().await;
         assert_eq!(busy.load(std::sync::atomic::Ordering::SeqCst), 8);
         release.notify_waiters();
+    }
+
+    #[tokio::test]
+    async fn pressure_is_the_backlog_of_other_writes_against_their_room() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let budget = WriteBudget::new(8); // 6 for other writes, 2 reserved for heartbeats
+        let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let release = Arc::new(tokio::sync::Notify::new());
+        let others = budget.writes(Class::Other, tx.clone());
+        hold(&others, 6, &busy, &release);
+        settle().await;
+        assert_eq!(budget.pressure(), 0.0, "a full budget with nothing behind it is no backlog");
+        hold(&others, 3, &busy, &release);
+        hold(&budget.writes(Class::Heartbeat, tx), 5, &busy, &release);
+        settle().await;
+        assert_eq!(budget.pressure(), 0.5, "3 writes wait for 6 places; waiting heartbeats do not count");
+        hold(&others, 20, &busy, &release);
+        settle().await;
+        assert_eq!(budget.pressure(), 1.0, "capped at 1");
+        // Released until every write has gone: the backlog is gone too.
+        let mut done = 0;
+        while done < 34 {
+            release.notify_waiters();
+            settle().await;
+            while rx.try_recv().is_ok() {
+                done += 1;
+            }
+        }
+        assert_eq!(budget.pressure(), 0.0);
     }
 
     #[test]

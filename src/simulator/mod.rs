@@ -44,6 +44,9 @@ pub struct SimContext {
     pub lifecycles: Lifecycles,
     /// Lease duration of simulated nodes; renewals come every quarter of it.
     pub node_lease_duration: Duration,
+    /// How long a shard takes to take a dead replica's nodes over (zero when not sharded):
+    /// stretched lease renewals leave it.
+    pub shard_takeover: Duration,
     /// This replica's name, written on what it renews when the simulator is sharded.
     pub identity: Option<String>,
 }

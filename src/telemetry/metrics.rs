@@ -7,6 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -75,6 +76,10 @@ pub struct Metrics {
     pub child_writes: Family<ChildWriteLabels, Counter>,
     /// How late node lease renewals are written, after they were due.
     pub lease_lateness: Histogram,
+    /// Lease renewals put off because the simulator's writes queue behind the API server.
+    pub deferred_lease_renewals: Counter,
+    /// The simulator's write backlog as a share of its budget (0 to 1).
+    pub write_pressure: Gauge<f64, AtomicU64>,
     /// 1 while this replica runs the pool controllers (holds the leader Lease).
     pub leader: Gauge,
     /// Live members of the simulator shard (0: not sharded).
@@ -99,6 +104,8 @@ pub struct ChildWriteLabels {
 struct Operations {
     child_writes: Family<ChildWriteLabels, Counter>,
     lease_lateness: Histogram,
+    deferred_lease_renewals: Counter,
+    write_pressure: Gauge<f64, AtomicU64>,
     leader: Gauge,
     shard_members: Gauge,
     shard_handovers: Counter,
@@ -126,6 +133,8 @@ fn register_operations(registry: &mut Registry) -> Operations {
         child_writes: Family::default(),
         // 10 ms .. ~82 s
         lease_lateness: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+        deferred_lease_renewals: Counter::default(),
+        write_pressure: Gauge::default(),
         leader: Gauge::default(),
         shard_members: Gauge::default(),
         shard_handovers: Counter::default(),
@@ -153,6 +162,16 @@ fn register_operations(registry: &mut Registry) -> Operations {
         "simulator_lease_lateness_seconds",
         "How long after it was due each node lease renewal was sent",
         o.lease_lateness.clone(),
+    );
+    registry.register(
+        "simulator_deferred_lease_renewals",
+        "Node lease renewals put off (inside the lease's safe share) while the simulator's writes queue behind a saturated API server",
+        o.deferred_lease_renewals.clone(),
+    );
+    registry.register(
+        "simulator_write_pressure",
+        "The simulator's writes waiting for room, as a share of its budget (0: none wait; 1: a whole budget waits)",
+        o.write_pressure.clone(),
     );
     registry.register(
         "leader",
@@ -223,6 +242,8 @@ impl Default for Metrics {
         Self {
             child_writes: ops.child_writes,
             lease_lateness: ops.lease_lateness,
+            deferred_lease_renewals: ops.deferred_lease_renewals,
+            write_pressure: ops.write_pressure,
             leader: ops.leader,
             shard_members: ops.shard_members,
             shard_handovers: ops.shard_handovers,

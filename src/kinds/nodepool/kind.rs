@@ -63,8 +63,25 @@ pub struct NodeFlags {
     /// that allocates node CIDRs gives one within moments).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub pod_cidr_fallback_after: Duration,
+    /// The longest wait between a node's lease renewals while the simulator's writes queue
+    /// behind a saturated API server, as a share of the lease duration (0.25 to 0.875). With
+    /// room, renewals come every quarter of it, as the kubelet's; under load they stretch
+    /// toward this share so the API server goes to the workload, keeping the rest of the lease
+    /// for the controller manager's monitor period and the measured queueing. 0.25: never
+    /// stretch.
+    #[arg(long, default_value_t = super::simulator::renewal::DEFAULT_FRACTION, value_parser = parse_stretch)]
+    pub lease_stretch: f64,
     #[command(flatten)]
     pub kubelet: KubeletApiFlags,
+}
+
+fn parse_stretch(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number: give a share of the lease duration such as 0.6"))?;
+    if (0.25..=0.875).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is outside 0.25 (the kubelet's cadence, never stretch) to 0.875 (all but the monitor period's share)"))
+    }
 }
 
 impl NodeFlags {

@@ -7,6 +7,7 @@ pub mod kubelet_api;
 pub mod leases;
 pub mod nodes;
 pub mod pods;
+pub mod renewal;
 pub mod slices;
 
 use super::{NodeEnv, NodeFlags, NodePool, devices};
@@ -105,6 +106,7 @@ impl Simulate for NodePool {
             shard: sim.shard.clone(),
             identity: sim.identity.clone(),
             kubelet: env.kubelet.as_ref().map(|k| k.endpoints.clone()),
+            stretch: renewal::Stretch { fraction: flags.lease_stretch, reserve: sim.shard_takeover },
         };
         let device_stores = DeviceInformers::new(sim);
         let pod_sim = PodSimulator {

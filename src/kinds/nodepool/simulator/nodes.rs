@@ -5,6 +5,7 @@
 //! lease, no status, as if its kubelet were gone.
 
 use super::leases;
+use super::renewal::{Latency, Stretch};
 use crate::api::lifecycle::BadCondition;
 use crate::simulator::lifecycle::{self, Lifecycles, epoch_now};
 use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
@@ -56,6 +57,8 @@ pub struct NodeSimulator {
     pub identity: Option<String>,
     /// Where each node's kubelet API answers, when this replica serves it.
     pub kubelet: Option<Arc<Mutex<Endpoints>>>,
+    /// How far lease renewals stretch while the write budget has a backlog.
+    pub stretch: Stretch,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -82,6 +85,8 @@ struct Tracked {
     conflict: Option<Instant>,
     /// The status report interval its status timer runs on (its pool's heartbeat may change it).
     status_every: Duration,
+    /// When this replica's last renewal that went through was sent.
+    renewed_at: Option<Instant>,
 }
 
 enum Done {
@@ -96,6 +101,9 @@ enum Done {
         version: Option<String>,
         /// Another writer renewed the Lease since the last renewal (its field manager).
         foreign: Option<String>,
+        /// When the write was sent, and how long it took from due to done.
+        sent: Instant,
+        took: Duration,
     },
     /// The node's conflict annotation was written.
     Noted,
@@ -112,6 +120,8 @@ struct NodeLoop {
     timers: Timers<Timer>,
     writes: Writes<Done>,
     lease_writes: Writes<Done>,
+    /// How long renewals take from due to done, smoothed (the margin stretched renewals keep).
+    latency: Latency,
 }
 
 impl NodeSimulator {
@@ -141,7 +151,14 @@ impl NodeSimulator {
         let lease_writes = self.writes.writes(Class::Heartbeat, done_tx);
         let mut shard = self.shard.clone();
         let mut l =
-            NodeLoop { sim: Arc::new(self), tracked: HashMap::new(), timers: Timers::default(), writes, lease_writes };
+            NodeLoop {
+            sim: Arc::new(self),
+            tracked: HashMap::new(),
+            timers: Timers::default(),
+            writes,
+            lease_writes,
+            latency: Latency::default(),
+        };
         loop {
             tokio::select! {
                 () = shard.changed() => l.on_shard_change(),
@@ -179,11 +196,13 @@ impl NodeLoop {
                 }
             }
             Done::Noted => {}
-            Done::Lease { name, ok, ours, version, foreign } => {
+            Done::Lease { name, ok, ours, version, foreign, sent, took } => {
+                self.latency.observe(took);
                 let Some(t) = self.tracked.get_mut(&name) else { return };
                 if ok {
                     t.lease_written = ours;
                     t.lease_version = version;
+                    t.renewed_at = Some(sent);
                 }
                 let quiet_for = self.sim.config.lease_duration * 3;
                 match (foreign, t.conflict) {
@@ -294,6 +313,7 @@ impl NodeLoop {
                 lease_written: false,
                 lease_version: None,
                 conflict: None,
+                renewed_at: None,
             };
             self.tracked.insert(name.clone(), t);
         }
@@ -406,6 +426,9 @@ impl NodeLoop {
                 spawn_status(&self.writes, &self.sim, node.clone(), true, bad);
             }
         }
+        if self.defer_renewal(&node, &name) {
+            return;
+        }
         let Some(t) = self.tracked.get_mut(&name) else { return };
         // The last renewal has not come back: not a second one beside it.
         if t.lease.begin() {
@@ -416,6 +439,33 @@ impl NodeLoop {
                 lease_write(sim, node, due, first, expect).instrument(span)
             });
         }
+    }
+}
+
+impl NodeLoop {
+    /// Whether the node's renewal waits (its timer moved) because the simulator's writes queue
+    /// behind a saturated API server and its lease is still young enough ([`Stretch`]). The
+    /// wait is re-judged at least every half cadence, so renewals return to the kubelet's
+    /// cadence as soon as the backlog drains.
+    fn defer_renewal(&mut self, node: &Node, name: &str) -> bool {
+        let pressure = self.sim.writes.pressure();
+        self.sim.metrics.write_pressure.set(pressure);
+        let Some(t) = self.tracked.get_mut(name) else { return false };
+        let Some(last) = t.renewed_at else { return false };
+        if pressure <= 0.0 || t.conflict.is_some() {
+            return false;
+        }
+        let base = self.sim.renew_interval_of(node);
+        let interval = self.sim.stretch.interval(self.sim.lease_duration_of(node), base, self.latency.get(), pressure);
+        let since = last.elapsed();
+        if interval <= base || since >= interval.mul_f64(0.9) {
+            return false;
+        }
+        let wait = (interval - since).min(base / 2);
+        self.timers.set(Timer::Lease(name.to_string()), jittered(wait, 0.9, 1.0));
+        t.lease_due = Instant::now() + wait;
+        self.sim.metrics.deferred_lease_renewals.inc();
+        true
     }
 }
 
@@ -430,6 +480,7 @@ async fn lease_write(
     let api: Api<Lease> = Api::namespaced(this.client.clone(), leases::LEASE_NAMESPACE);
     let secs = this.lease_duration_of(&node).as_secs().max(1) as i32;
     let lateness = due.elapsed();
+    let sent = Instant::now();
     let result = leases::renew(&api, &node, secs, this.identity.as_deref(), first, expect.as_deref()).await;
     let ok = result.is_ok();
     let ours = result.as_ref().is_ok_and(|r| r.ours);
@@ -457,7 +508,7 @@ async fn lease_write(
     if ok && due.elapsed() > this.renew_interval_of(&node) {
         this.metrics.late_lease_renewals.inc();
     }
-    Done::Lease { name: node.name_any(), ok, ours, version, foreign }
+    Done::Lease { name: node.name_any(), ok, ours, version, foreign, sent, took: due.elapsed() }
 }
 
 /// Marks the node with the other renewer of its Lease (`None`: unmarks it), for its pool.
