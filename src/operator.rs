@@ -13,11 +13,11 @@ use crate::simulator::lifecycle::{self, Lifecycles, PoolStore};
 use crate::simulator::machinery::WriteBudget;
 use crate::simulator::manage::Manage;
 use crate::simulator::pod_filter::{PodFilter, Wanted};
+use crate::simulator::selector::Selector;
 use crate::simulator::{SimContext, Simulation};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::server::{self, Health};
-use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -80,7 +80,8 @@ struct Wiring<'a> {
     shared: &'a Shared,
     metrics: Arc<Metrics>,
     writes: Arc<Semaphore>,
-    pool_watch: watcher::Config,
+    /// Which pools this instance's controllers handle.
+    pool_watch: Selector,
     /// The controllers, started once this replica leads.
     leader_work: Vec<LeaderWork>,
     /// The pools of every kind, for the webhook's cross-pool rules.
@@ -120,7 +121,7 @@ impl Visitor for Wiring<'_> {
 impl Wiring<'_> {
     fn wire_controller<K: Kind>(&mut self, pools: Arc<crate::informer::Informer<K>>, env: K::Env) {
         self.syncs.push(sync_wait(K::plural(&()).into_owned(), pools.store()));
-        let (shared, metrics, writes, watch) =
+        let (shared, metrics, writes, handles) =
             (self.shared, self.metrics.clone(), self.writes.clone(), self.pool_watch.clone());
         let client = shared.client.clone();
         let informers = shared.informers.clone();
@@ -131,11 +132,12 @@ impl Wiring<'_> {
         let start = move |children: Arc<crate::informer::Informer<K::Stored>>| {
             let changes = children.subscribe();
             let mut ctx = PoolContext::<K>::new(client.clone(), children.store(), pools.store(), env, metrics);
+            ctx.owners = Some(children.index_owners(&K::kind(&())));
             ctx.writes = writes;
             ctx.max_in_flight_per_pool = config.max_writes_per_pool;
             ctx.max_creates = config.max_creates_per_round;
             ctx.events = Some(events.clone());
-            controller::run(Api::<K>::all(client), watch, changes, Arc::new(ctx))
+            controller::run(pools.clone(), handles, changes, Arc::new(ctx))
         };
         match K::CHILD_CRD {
             None => {
@@ -395,8 +397,8 @@ fn wire_kinds<'a>(
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Wiring<'a>> {
     let pool_watch = match &config.pool_selector {
-        Some(s) => watcher::Config::default().labels(s),
-        None => watcher::Config::default(),
+        Some(s) => Selector::parse(s).map_err(|e| anyhow::anyhow!("--pool-selector: {e}"))?,
+        None => Selector::default(),
     };
     let mut wiring = Wiring {
         config,

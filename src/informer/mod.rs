@@ -5,6 +5,7 @@
 //! whole objects.
 
 pub mod health;
+pub mod owners;
 pub mod pod;
 pub mod registry;
 pub mod shared;
@@ -39,6 +40,8 @@ pub struct Informer<K: Resource<DynamicType = ()> + Clone + 'static> {
     subscribers: Arc<Mutex<Vec<UnboundedSender<Change<K>>>>>,
     state: Mutex<health::WatchState>,
     relist: tokio::sync::Notify,
+    /// The stored objects by controller owner, for the owner kinds asked for.
+    owners: owners::Owners<K>,
 }
 
 /// Marks the informer's watch as ended when dropped (its task is over).
@@ -101,7 +104,19 @@ where
             subscribers: Arc::default(),
             state: Mutex::default(),
             relist: tokio::sync::Notify::new(),
+            owners: Arc::default(),
         })
+    }
+
+    /// The stored objects indexed by their controller owner's UID, for owners of `kind` (kept
+    /// up to date with the store from now on, before each change is sent).
+    pub fn index_owners(&self, kind: &str) -> owners::Owners<K> {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner()).add_kind(kind, self.reader.state().iter());
+        self.owners.clone()
+    }
+
+    fn index(&self, f: impl FnOnce(&mut owners::OwnerIndex<K>)) {
+        f(&mut self.owners.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
     pub fn store(&self) -> Store<K> {
@@ -201,6 +216,7 @@ where
                             .filter(|o| listing.get(&ObjectRef::from_obj(o.as_ref())) != Some(&o.meta().uid))
                             .collect();
                         writer.apply_watcher_event(&event);
+                        this.index(|i| i.rebuild(this.reader.state().iter()));
                         for obj in gone {
                             this.send(Change::Deleted(obj));
                         }
@@ -213,13 +229,21 @@ where
                     }
                     _ => {}
                 }
+                let old = match &event {
+                    Event::Apply(obj) => this.reader.get(&ObjectRef::from_obj(obj)),
+                    _ => None,
+                };
                 writer.apply_watcher_event(&event);
                 match event {
                     Event::Apply(obj) => {
                         let stored = this.reader.get(&ObjectRef::from_obj(&obj)).unwrap_or_else(|| Arc::new(obj));
+                        this.index(|i| i.applied(old.as_deref(), &stored));
                         this.send(Change::Applied(stored));
                     }
-                    Event::Delete(obj) => this.send(Change::Deleted(Arc::new(obj))),
+                    Event::Delete(obj) => {
+                        this.index(|i| i.deleted(&obj));
+                        this.send(Change::Deleted(Arc::new(obj)));
+                    }
                     _ => {}
                 }
             }

@@ -4,6 +4,7 @@
 use super::PoolKind;
 use super::expectations::Expectations;
 use crate::backoff::Backoffs;
+use crate::informer::owners::Owners;
 use crate::telemetry::metrics::Metrics;
 use kube::Client;
 use kube::runtime::reflector::Store;
@@ -16,6 +17,8 @@ pub struct PoolContext<P: PoolKind> {
     pub client: Client,
     /// Every child object of this kind in the cluster (trimmed), from the shared informer.
     pub children: Store<P::Stored>,
+    /// The children indexed by their controller pool's UID (kept by the shared informer).
+    pub owners: Option<Owners<P::Stored>>,
     /// Every pool of this kind (for rules that compare pools).
     pub pools: Store<P>,
     pub env: P::Env,
@@ -45,6 +48,7 @@ impl<P: PoolKind> PoolContext<P> {
         Self {
             client,
             children,
+            owners: None,
             pools,
             env,
             metrics,

@@ -8,16 +8,17 @@ use crate::api::common::GROUP;
 use crate::api::common::conditions::DEGRADED;
 use crate::api::conventions::FIELD_MANAGER;
 use crate::api::conventions::split_child_name;
-use crate::informer::Change;
+use crate::informer::{Change, Informer};
+use crate::simulator::selector::Selector;
 use crate::telemetry::metrics::PoolLabels;
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::runtime::controller::{Config, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,27 +51,56 @@ pub fn pools_to_wake<P: PoolKind>(child: &P::Stored) -> Vec<ObjectRef<P>> {
     out
 }
 
-/// Runs the controller of kind `P` until shutdown. `pool_watch` selects which pools this
-/// instance handles; `children` carries every change of the child kind.
+/// Runs the controller of kind `P` until shutdown, on the operator's shared informer of the
+/// kind's pools (one watch of the kind per process, whoever reads it). `handles` selects which
+/// pools this instance handles; `children` carries every change of the child kind.
 pub async fn run<P>(
-    pools: Api<P>,
-    pool_watch: watcher::Config,
+    pools: Arc<Informer<P>>,
+    handles: Selector,
     children: UnboundedReceiver<Change<P::Stored>>,
     ctx: Arc<PoolContext<P>>,
 ) where
     P: PoolKind,
 {
-    let wake = UnboundedReceiverStream::new(children).flat_map(|change| {
-        let refs = match change {
-            Change::Applied(c) | Change::Deleted(c) => pools_to_wake::<P>(&c),
-            Change::Synced => vec![],
-        };
-        futures::stream::iter(refs)
-    });
-    Controller::new(pools, pool_watch)
+    let store = pools.store();
+    let ours = {
+        let handles = handles.clone();
+        move |pool: &P| handles.matches(pool.meta().labels.as_ref())
+    };
+    // Every pool stored now, then each pool's changes (deletions included: its reconcile
+    // finds it gone and forgets it). Subscribed first, so nothing falls between.
+    let own = {
+        let (changes, ours) = (pools.subscribe(), ours.clone());
+        let now: Vec<Arc<P>> = store.state().into_iter().filter(|p| ours(p)).collect();
+        let later = UnboundedReceiverStream::new(changes).filter_map(move |change| {
+            futures::future::ready(match change {
+                Change::Applied(p) | Change::Deleted(p) if ours(&p) => Some(p),
+                _ => None,
+            })
+        });
+        futures::stream::iter(now).chain(later)
+    };
+    // A child's change wakes the pools of this instance it names.
+    let wake = {
+        let (ours, store) = (ours.clone(), store.clone());
+        UnboundedReceiverStream::new(children).flat_map(move |change| {
+            let refs = match change {
+                Change::Applied(c) | Change::Deleted(c) => pools_to_wake::<P>(&c),
+                Change::Synced => vec![],
+            };
+            let refs: Vec<_> = refs.into_iter().filter(|r| store.get(r).is_some_and(|p| ours(&p))).collect();
+            futures::stream::iter(refs)
+        })
+    };
+    let reconcile = move |pool: Arc<P>, ctx: Arc<PoolContext<P>>| {
+        // A retry scheduled before the pool moved to another instance: not this one's now.
+        let handled = ours(&pool);
+        async move { if handled { reconcile_contained(pool, ctx).await } else { Ok(Action::await_change()) } }
+    };
+    Controller::for_shared_stream(own, store)
         .with_config(Config::default().debounce(Duration::from_millis(200)))
         .reconcile_on(wake)
-        .run(reconcile_contained::<P>, error_policy::<P>, ctx.clone())
+        .run(reconcile, error_policy::<P>, ctx.clone())
         .for_each(|result| {
             if let Err(kube::runtime::controller::Error::ObjectNotFound(gone)) = &result {
                 // A pool that is gone (or never was): drop its per-pool metrics.

@@ -10,6 +10,7 @@ use super::plan::{self, Observed, Plan, PlanInput};
 use super::status::{self, Problem, Reason, StatusInput};
 use crate::api::PoolStatus;
 use crate::api::conventions::{FIELD_MANAGER, POOL_LABEL, child_index, child_name};
+use crate::informer::owners::Owners;
 use crate::telemetry::metrics::PoolLabels;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
@@ -53,15 +54,25 @@ pub struct Observation<P: PoolKind> {
 }
 
 /// The children of `pool` in the store: owned ones (by controller owner UID) as planner input.
+/// With the store's owner index, only the pool's own children are looked at; without it
+/// (tests), every object of the store.
 pub fn owned_children<P: PoolKind>(
     pool: &P,
     store: &Store<P::Stored>,
+    owners: Option<&Owners<P::Stored>>,
 ) -> (Vec<Observed>, HashMap<String, Arc<P::Stored>>) {
     let uid = pool.meta().uid.clone().unwrap_or_default();
     let name = pool.name_any();
     let mut observed = Vec::new();
     let mut objects = HashMap::new();
-    for child in store.state() {
+    let candidates: Vec<Arc<P::Stored>> = match owners {
+        Some(index) => {
+            let refs = index.lock().unwrap_or_else(|e| e.into_inner()).owned_by(&uid);
+            refs.iter().filter_map(|r| store.get(r)).collect()
+        }
+        None => store.state(),
+    };
+    for child in candidates {
         let owned = child.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid);
         if !owned || (pool.meta().namespace.is_some() && child.namespace() != pool.namespace()) {
             continue;
@@ -118,7 +129,7 @@ fn taken<P: PoolKind>(pool: &P, store: &Store<P::Stored>, owned: &HashMap<String
 /// Stage 1, observe: the pool's children from the store, with the writes it does not show yet.
 pub fn observe<P: PoolKind>(pool: &P, ctx: &PoolContext<P>, hash: &str) -> Observation<P> {
     let uid = pool.meta().uid.clone().unwrap_or_default();
-    let (mut observed, owned) = owned_children(pool, &ctx.children);
+    let (mut observed, owned) = owned_children(pool, &ctx.children, ctx.owners.as_ref());
     let pending = ctx.expectations.pending(&uid, |child, what| match what {
         Expect::Create => owned.contains_key(child),
         Expect::Delete => owned.get(child).is_none_or(|c| c.meta().deletion_timestamp.is_some()),
