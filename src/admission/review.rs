@@ -64,7 +64,7 @@ async fn judge<K: PoolKind>(req: &AdmissionRequest<DynamicObject>, judge: &Judge
         Err(e) => return (false, resp.deny(format!("the object does not decode as {}: {e}", req.kind.kind))),
     };
     let old = req.old_object.as_ref().and_then(|o| decode(o).ok());
-    let mut peers = judge.peers.of::<K>();
+    let mut peers = if K::PEER_RULES { judge.peers.of::<K>() } else { Vec::new() };
     peers.retain(|p| p.meta().name != new.meta().name || p.meta().namespace != new.meta().namespace);
     let mut problems = new.problems(old.as_ref(), &peers);
     if problems.is_empty()

@@ -112,6 +112,11 @@ pub trait PoolKind:
     /// the kind are Degraded until it is installed).
     const CHILD_CRD: Option<ChildCrd> = None;
 
+    /// The kind's rules compare a pool with the other pools of the kind (NodePools' address
+    /// ranges). Without such rules nobody gathers the peers: a reconcile or an admission
+    /// review then costs the same with 10 pools or 10,000.
+    const PEER_RULES: bool = false;
+
     /// Every problem with the pool, by manifest path: the one validation entry point, run by
     /// the webhook (with `old` on an update and every other pool of the kind as `peers`) and
     /// by the reconciler before it acts (with the older pools as `peers`).

@@ -143,9 +143,12 @@ pub fn observe<P: PoolKind>(pool: &P, ctx: &PoolContext<P>, hash: &str) -> Obser
 /// then name), so that of two overlapping pools only the newer is blamed and the older one
 /// keeps working.
 pub fn older_peers<P: PoolKind>(pool: &P, all: &[Arc<P>]) -> Vec<Arc<P>> {
-    let key = |p: &P| (p.meta().creation_timestamp.as_ref().map(|t| t.0), p.name_any(), p.namespace());
+    fn key<P: PoolKind>(p: &P) -> (Option<k8s_openapi::jiff::Timestamp>, Option<&str>, Option<&str>) {
+        let m = p.meta();
+        (m.creation_timestamp.as_ref().map(|t| t.0), m.name.as_deref(), m.namespace.as_deref())
+    }
     let mine = key(pool);
-    all.iter().filter(|p| key(p) < mine).cloned().collect()
+    all.iter().filter(|p| key(p.as_ref()) < mine).cloned().collect()
 }
 
 /// Stage 2, validate (pure): the problem that stops the pool, and when to look again — on a
@@ -302,7 +305,8 @@ async fn reconcile_stages<P: PoolKind>(pool: Arc<P>, ctx: Arc<PoolContext<P>>) -
     let hash = pool.template_hash();
     let seen = observe(pool.as_ref(), &ctx, &hash);
     let mut input = status_input(pool.as_ref(), &hash, &seen.observed);
-    if let Some((problem, then)) = validate(pool.as_ref(), &ctx.pools.state()) {
+    let peers = if P::PEER_RULES { ctx.pools.state() } else { Vec::new() };
+    if let Some((problem, then)) = validate(pool.as_ref(), &peers) {
         input.problem = Some(problem);
         write_status(pool.as_ref(), &ctx, status::build(&input)).await?;
         return Ok(then);

@@ -3,8 +3,13 @@
 //! same workloads and the same neutral parallel client. Writes a markdown table (medians of
 //! the runs with min and max), CSV time series and PNG plots under `bench/results/`.
 //!
-//! Usage: cargo bench --bench compare -- [--runs 3] [--nodes 5000,10000] [--pods 10000]
-//! [--pod-nodes 100] [--hold 600] [--tools kwok,kwok-pools,bare] [--out bench/results]
+//! Usage: cargo bench --bench compare -- [--regime kubelet|kwokctl] [--runs 3] [--nodes 5000,10000]
+//! [--pods 10000] [--pod-nodes 100] [--hold 600] [--tools kwok,kwok-pools,bare] [--out bench/results]
+//!
+//! Every tool runs at the regime's heartbeat: `kubelet` is the kubelet's (40 s leases, the
+//! controller manager's default monitor period and a 40 s grace), `kwokctl` is what kwokctl
+//! v0.8.0 sets up (200 s leases, monitor period 25 s, grace 3m20s: its heartbeat factor 5).
+//! Results go to `<out>/<regime>/`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // bench code: a failed unwrap is a failed run
 
 mod harness;
@@ -23,9 +28,57 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The heartbeat every tool runs at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Regime {
+    Kubelet,
+    Kwokctl,
+}
+
+impl Regime {
+    pub fn slug(self) -> &'static str {
+        match self {
+            Regime::Kubelet => "kubelet",
+            Regime::Kwokctl => "kwokctl",
+        }
+    }
+
+    /// kwokctl's heartbeat factor (1: the kubelet's).
+    pub fn factor(self) -> u32 {
+        match self {
+            Regime::Kubelet => 1,
+            Regime::Kwokctl => 5,
+        }
+    }
+
+    /// Every tool's node lease duration: 40 s times the factor (kwokctl's 200 s).
+    pub fn lease_seconds(self) -> i32 {
+        40 * self.factor() as i32
+    }
+
+    /// What the controller manager is started with (as `cluster create --heartbeat-factor`).
+    pub fn cluster_args(self) -> Vec<(kwok_pools::cluster::component::Component, String)> {
+        kwok_pools::cli::cluster::heartbeat_args(self.factor())
+    }
+
+    pub fn describe(self) -> String {
+        let f = self.factor();
+        format!(
+            "{} heartbeat: node leases of {} s renewed every quarter (by every tool), controller manager node-monitor-period {} s, grace {} s",
+            self.slug(),
+            40 * f,
+            5 * f,
+            40 * f
+        )
+    }
+}
+
 #[derive(Parser, Debug, Clone)]
 #[command(about = "kwok-pools vs kwok vs a bare writer, each in a fresh local cluster")]
 pub struct Args {
+    /// The heartbeat every tool runs at (see the module's doc).
+    #[arg(long, value_enum, default_value = "kubelet")]
+    regime: Regime,
     /// Runs of every workload per tool (the table shows the median, min and max).
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -64,13 +117,15 @@ impl Args {
 async fn main() {
     let argv: Vec<String> = std::env::args().filter(|a| a != "--bench").collect();
     let args = Args::parse_from(argv);
-    let out = if args.out.is_absolute() { args.out.clone() } else { harness::repo().join(&args.out) };
+    let base = if args.out.is_absolute() { args.out.clone() } else { harness::repo().join(&args.out) };
+    let out = base.join(args.regime.slug());
     std::fs::create_dir_all(&out).expect("creating the results directory");
     if args.tools.contains(&tools::Tool::Kwok) && !tools::kwok_installed() {
         eprintln!("kwok is not built: run `make kwok` (or `make bench-compare`, which does it)");
         std::process::exit(2);
     }
     println!("# kwok-pools vs kwok {} vs bare writer ({})", tools::KWOK_VERSION, harness::machine());
+    println!("# {}", args.regime.describe());
     println!("# {} run(s); results in {}", args.runs, out.display());
     let mut outcomes = Vec::new();
     for run in 1..=args.runs {

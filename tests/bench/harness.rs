@@ -23,6 +23,11 @@ pub struct Bench {
 impl Bench {
     /// Creates a fresh cluster for the benchmark (deleting a stale one of the same name).
     pub async fn cluster(name: &str) -> Self {
+        Self::cluster_with(name, vec![]).await
+    }
+
+    /// [`Bench::cluster`] with extra flags for control plane components.
+    pub async fn cluster_with(name: &str, extra_args: Vec<(cluster::component::Component, String)>) -> Self {
         kwok_pools::telemetry::init_crypto();
         let home = repo().join(".state/bench");
         let _ = cluster::delete(&home, name);
@@ -31,7 +36,7 @@ impl Bench {
             home: home.clone(),
             bin_dir: repo().join("bin"),
             timeout: Duration::from_secs(180),
-            extra_args: vec![],
+            extra_args,
             install_crds: true,
             child_crds: std::env::var_os("BENCH_NO_KUBEVIRT").is_none(),
             metrics_server: false,

@@ -1,12 +1,14 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
 //! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [vmis] [webhook] [shards[=N]]
-//! [unrelated[=N]] [leases[=N]] [kubelet[=NODES]] [devices[=NODES[:PODS]]] [--quick]
+//! [unrelated[=N]] [leases[=N]] [kubelet[=NODES]] [devices[=NODES[:PODS]]] [many-pools[=PODS]]
+//! [--quick]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 mod devices;
 mod harness;
 mod kubelet;
 mod leases;
+mod many_pools;
 mod nodes;
 mod pods;
 mod shards;
@@ -101,6 +103,13 @@ async fn main() {
         } else {
             devices::run(1000, 2000).await;
         }
+    }
+    let many: Vec<u32> =
+        picked.iter().filter_map(|a| a.strip_prefix("many-pools=")).filter_map(|v| v.parse().ok()).collect();
+    if let Some(n) = many.first() {
+        many_pools::run(*n).await;
+    } else if all || picked.contains(&"many-pools") {
+        many_pools::run(if quick { 1000 } else { 10_000 }).await;
     }
     if !sizes.is_empty() {
         nodes::run(&sizes, Duration::from_secs(if quick { 20 } else { 120 })).await;

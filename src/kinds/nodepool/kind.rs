@@ -154,6 +154,9 @@ impl NodePool {
 }
 
 impl PoolKind for NodePool {
+    /// Address ranges must not overlap another NodePool's.
+    const PEER_RULES: bool = true;
+
     type Child = Node;
     type Stored = Node;
     type Env = NodeEnv;

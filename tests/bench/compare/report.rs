@@ -52,17 +52,28 @@ fn rate(o: &Outcome) -> f64 {
 /// Writes compare.md, runs.csv and the median runs' series.
 pub fn write(out: &Path, args: &Args, outcomes: &[Outcome]) {
     let mut md = String::new();
-    let _ = writeln!(md, "# kwok-pools vs kwok {} vs bare writer\n", super::tools::KWOK_VERSION);
     let _ = writeln!(
         md,
-        "Machine: {}. Control plane built by `make controlplane`; each tool in a fresh local cluster per workload group; \
-         objects created by one neutral parallel client ({} requests in flight, no rate limit). Cells: median (min–max) \
-         over {} run(s). Lease renewals: on time within 1.5× the renewal interval (a quarter of the 40 s lease), late within \
-         the lease, missed after it expired.\n",
+        "# kwok-pools vs kwok {} vs bare writer — {} heartbeat\n",
+        super::tools::KWOK_VERSION,
+        args.regime.slug()
+    );
+    let lease = args.regime.lease_seconds();
+    let _ = writeln!(
+        md,
+        "Machine: {}. {}. Control plane built by `make controlplane`; each tool in a fresh local cluster per workload \
+         group; objects created by one neutral parallel client ({} requests in flight, no rate limit). Cells: median \
+         (min–max) over {} run(s). Lease renewals: on time within 1.5× the kubelet's renewal interval (a quarter of the \
+         {lease} s lease), late within the lease, missed after it expired. A rate reached while nodes went NotReady is \
+         marked †, in the tables and in the ratios.\n",
         super::harness::machine(),
+        args.regime.describe(),
         args.concurrency,
         args.runs
     );
+    if let Ok(kwok) = std::fs::read_to_string(out.join("kwok-command.txt")) {
+        let _ = writeln!(md, "kwok ran as:\n\n```\n{}\n```\n", kwok.trim());
+    }
     for w in workloads(outcomes) {
         let _ = writeln!(md, "## {w}\n");
         let _ = writeln!(
@@ -89,8 +100,8 @@ pub fn write(out: &Path, args: &Args, outcomes: &[Outcome]) {
                 "| {} | {done}/{} done | {} | {} | {} | {} | {} | {} | {leases} | {} |",
                 tool.label(),
                 os.len(),
-                cell(os.iter().map(|o| o.seconds.unwrap_or(f64::NAN)).collect(), 1),
-                cell(os.iter().map(|o| rate(o)).collect(), 0),
+                cell(os.iter().map(|o| o.seconds.unwrap_or(f64::NAN)).collect(), 1) + dagger(&os),
+                cell(os.iter().map(|o| rate(o)).collect(), 0) + dagger(&os),
                 cell(os.iter().filter_map(|o| o.tool_cpu).collect(), 1),
                 cell(os.iter().filter_map(|o| o.tool_rss).collect(), 0),
                 cell(os.iter().map(|o| o.apiserver_cpu).collect(), 1),
@@ -109,6 +120,11 @@ pub fn write(out: &Path, args: &Args, outcomes: &[Outcome]) {
     let _ = std::fs::write(out.join("compare.md"), md);
     let _ = std::fs::write(out.join("runs.csv"), runs_csv(outcomes));
     write_series(out, args, outcomes);
+}
+
+/// † when a node went NotReady in any of the runs.
+fn dagger(os: &[&Outcome]) -> &'static str {
+    if os.iter().any(|o| o.not_ready > 0) { " †" } else { "" }
 }
 
 fn ratios(md: &mut String, outcomes: &[Outcome]) {
@@ -130,11 +146,17 @@ fn ratios(md: &mut String, outcomes: &[Outcome]) {
         let cpu = |t| m(w, t, &|o| o.tool_cpu);
         let rss = |t| m(w, t, &|o| o.tool_rss);
         let api = |t| m(w, t, &|o| Some(o.apiserver_cpu / f64::from(o.objects.max(1))));
+        let mark = |a: Tool, b: Tool| {
+            let both: Vec<&Outcome> = of(outcomes, w, a).into_iter().chain(of(outcomes, w, b)).collect();
+            dagger(&both)
+        };
         let _ = writeln!(
             md,
-            "| {w} | {} | {} | {} | {} | {} |",
+            "| {w} | {}{} | {}{} | {} | {} | {} |",
             show(r(Tool::KwokPools), r(Tool::Kwok)),
+            mark(Tool::KwokPools, Tool::Kwok),
             show(r(Tool::KwokPools), r(Tool::Bare)),
+            mark(Tool::KwokPools, Tool::Bare),
             show(cpu(Tool::KwokPools), cpu(Tool::Kwok)),
             show(rss(Tool::KwokPools), rss(Tool::Kwok)),
             show(api(Tool::KwokPools), api(Tool::Kwok)),

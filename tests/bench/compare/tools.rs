@@ -33,14 +33,14 @@ impl Tool {
     }
 
     /// Starts the tool against the bench cluster (nothing for the bare writer).
-    pub async fn start(self, bench: &Bench) -> Running {
+    pub async fn start(self, bench: &Bench, lease_seconds: i32) -> Running {
         match self {
-            Tool::Kwok => Running::Kwok(start_kwok(bench).await),
+            Tool::Kwok => Running::Kwok(start_kwok(bench, lease_seconds).await),
             Tool::KwokPools => {
                 // kwok's fast pod-delete stage removes a deleted pod at once: the same here.
-                Running::KwokPools(
-                    Operator::start_command(bench, "run", "kwok-pools", &["--pod-termination-delay", "0s"]).await,
-                )
+                let lease = lease_seconds.to_string();
+                let flags = ["--pod-termination-delay", "0s", "--node-lease-duration-seconds", &lease];
+                Running::KwokPools(Operator::start_command(bench, "run", "kwok-pools", &flags).await)
             }
             Tool::Bare => Running::Bare,
         }
@@ -80,7 +80,7 @@ pub fn kwok_installed() -> bool {
 
 /// kwok as kwokctl runs it: nodes with the `kwok.x-k8s.io/node=fake` annotation, 40 s
 /// leases, the fast node and pod stages with the lease heartbeat.
-async fn start_kwok(bench: &Bench) -> KwokProcess {
+async fn start_kwok(bench: &Bench, lease_seconds: i32) -> KwokProcess {
     let port = free_port();
     let log = std::fs::File::create(bench.home.join("kwok.log")).unwrap();
     let child = Command::new(repo().join("bin/kwok"))
@@ -90,8 +90,8 @@ async fn start_kwok(bench: &Bench) -> KwokProcess {
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--node-ip=10.0.0.1",
-            "--node-lease-duration-seconds=40",
         ])
+        .arg(format!("--node-lease-duration-seconds={lease_seconds}"))
         .arg(format!("--server-address=127.0.0.1:{port}"))
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())

@@ -120,6 +120,7 @@ async fn make_nodes(
     n: u32,
     concurrency: usize,
     leased: writer::Leased,
+    lease_seconds: i32,
 ) -> tokio::task::JoinHandle<usize> {
     let client = bench.client.clone();
     match tool {
@@ -131,7 +132,7 @@ async fn make_nodes(
             tokio::spawn(async { 0 })
         }
         Tool::Kwok | Tool::Bare => {
-            tokio::spawn(async move { writer::create_nodes(&client, n, tool == Tool::Bare, concurrency, leased).await })
+            tokio::spawn(async move { writer::create_nodes(&client, n, tool == Tool::Bare, concurrency, leased, lease_seconds).await })
         }
     }
 }
@@ -158,8 +159,8 @@ pub async fn run_all(args: &Args, tool: Tool, run: usize) -> Vec<Outcome> {
     let smallest = args.nodes.iter().copied().min().unwrap_or(0);
     for &n in &args.nodes {
         println!("\n## {} — {n} nodes (run {run})", tool.label());
-        let bench = Bench::cluster(&format!("cmp-{}", tool.slug())).await;
-        let running = tool.start(&bench).await;
+        let bench = Bench::cluster_with(&format!("cmp-{}", tool.slug()), args.regime.cluster_args()).await;
+        let running = tool.start(&bench, args.regime.lease_seconds()).await;
         let obs = Observer::start(&bench.client);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let cluster = Cluster { args, tool, run, bench: &bench, running: &running, obs: &obs };
@@ -195,6 +196,10 @@ struct Cluster<'a> {
 }
 
 impl Cluster<'_> {
+    fn lease(&self) -> i32 {
+        self.args.regime.lease_seconds()
+    }
+
     async fn measure(&self, done: impl Fn() -> usize + Send + Sync + 'static) -> Measure {
         Measure::begin(self.bench, self.running, done).await
     }
@@ -210,8 +215,8 @@ impl Cluster<'_> {
         // The bare writer renews each lease from its creation on, as any tool must.
         let leased = writer::Leased::default();
         let renewer = (self.tool == Tool::Bare)
-            .then(|| writer::renew_leases(self.bench.client.clone(), leased.clone(), self.args.concurrency));
-        let creating = make_nodes(self.bench, self.tool, n, self.args.concurrency, leased).await;
+            .then(|| writer::renew_leases(self.bench.client.clone(), leased.clone(), self.args.concurrency, self.lease()));
+        let creating = make_nodes(self.bench, self.tool, n, self.args.concurrency, leased, self.lease()).await;
         let secs = wait_for("nodes Ready", n as usize, self.args.timeout(), || self.obs.nodes_ready()).await;
         let made = self.end(m, format!("nodes-{n}"), n, secs).await;
         say(&made);

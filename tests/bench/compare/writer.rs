@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub const NS: &str = "default";
-pub const LEASE_SECONDS: i32 = 40;
 
 /// The node every tool's node looks like before the tool touches it (index `i`).
 pub fn node(i: u32, final_state: bool) -> Node {
@@ -124,7 +123,14 @@ where
 
 /// Creates nodes `0..count` (in their final state, with a lease each, for the bare writer).
 /// `leased`: where the bare writer notes each lease it created (its renewer's list).
-pub async fn create_nodes(client: &kube::Client, count: u32, bare: bool, concurrency: usize, leased: Leased) -> usize {
+pub async fn create_nodes(
+    client: &kube::Client,
+    count: u32,
+    bare: bool,
+    concurrency: usize,
+    leased: Leased,
+    lease_seconds: i32,
+) -> usize {
     let nodes: Api<Node> = Api::all(client.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let pp = PostParams::default();
@@ -139,7 +145,7 @@ pub async fn create_nodes(client: &kube::Client, count: u32, bare: bool, concurr
                 let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
                 let name = created.metadata.name.clone().unwrap_or_default();
                 let uid = created.metadata.uid.clone().unwrap_or_default();
-                let lease = kwok_pools::kinds::nodepool::simulator::leases::lease(&name, &uid, LEASE_SECONDS, now);
+                let lease = kwok_pools::kinds::nodepool::simulator::leases::lease(&name, &uid, lease_seconds, now);
                 match leases.create(pp, &lease).await {
                     Ok(_) => leased.lock().unwrap().push(name),
                     Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -217,11 +223,16 @@ pub type Leased = Arc<std::sync::Mutex<Vec<String>>>;
 /// The bare writer's heartbeat: every lease in `leased` (a list that grows while nodes are
 /// created) renewed once per quarter of its duration, spread evenly over the interval, until
 /// the task is aborted.
-pub fn renew_leases(client: kube::Client, leased: Leased, concurrency: usize) -> tokio::task::JoinHandle<()> {
+pub fn renew_leases(
+    client: kube::Client,
+    leased: Leased,
+    concurrency: usize,
+    lease_seconds: i32,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, "kube-node-lease");
         let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
-        let interval = Duration::from_secs((LEASE_SECONDS / 4) as u64);
+        let interval = Duration::from_secs((lease_seconds / 4) as u64);
         loop {
             let round = tokio::time::Instant::now();
             let names = leased.lock().unwrap().clone();
