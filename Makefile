@@ -193,5 +193,6 @@ plot-tools: ## Install matplotlib into the cached virtualenv (the bench-compare 
 	fi
 
 .PHONY: bench-compare
-bench-compare: controlplane kwok plot-tools ## kwok-pools vs kwok vs a bare writer, medians of 3 runs; table and plots in bench/results/.
-	cargo bench --bench compare -- $(COMPARE_ARGS)
+bench-compare: controlplane kwok plot-tools ## kwok-pools vs kwok vs a bare writer at the kubelet's and kwokctl's heartbeat, medians of 3 runs; bench/results/<regime>/.
+	cargo bench --bench compare -- --regime kubelet $(COMPARE_ARGS)
+	cargo bench --bench compare -- --regime kwokctl $(COMPARE_ARGS)

@@ -108,6 +108,12 @@ pub struct Args {
 }
 
 impl Args {
+    /// Where this regime's results go.
+    pub fn out_dir(&self) -> PathBuf {
+        let base = if self.out.is_absolute() { self.out.clone() } else { harness::repo().join(&self.out) };
+        base.join(self.regime.slug())
+    }
+
     pub fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout)
     }
@@ -117,8 +123,7 @@ impl Args {
 async fn main() {
     let argv: Vec<String> = std::env::args().filter(|a| a != "--bench").collect();
     let args = Args::parse_from(argv);
-    let base = if args.out.is_absolute() { args.out.clone() } else { harness::repo().join(&args.out) };
-    let out = base.join(args.regime.slug());
+    let out = args.out_dir();
     std::fs::create_dir_all(&out).expect("creating the results directory");
     if args.tools.contains(&tools::Tool::Kwok) && !tools::kwok_installed() {
         eprintln!("kwok is not built: run `make kwok` (or `make bench-compare`, which does it)");

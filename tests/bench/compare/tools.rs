@@ -65,6 +65,8 @@ impl Running {
 
 pub struct KwokProcess {
     child: Child,
+    /// The command line it was started with (printed into the results).
+    pub command: String,
 }
 
 impl Drop for KwokProcess {
@@ -83,7 +85,8 @@ pub fn kwok_installed() -> bool {
 async fn start_kwok(bench: &Bench, lease_seconds: i32) -> KwokProcess {
     let port = free_port();
     let log = std::fs::File::create(bench.home.join("kwok.log")).unwrap();
-    let child = Command::new(repo().join("bin/kwok"))
+    let mut cmd = Command::new(repo().join("bin/kwok"));
+    cmd
         .arg(format!("--kubeconfig={}", bench.kubeconfig().display()))
         .arg(format!("--config={}", repo().join("bin/kwok-stages.yaml").display()))
         .args([
@@ -95,14 +98,17 @@ async fn start_kwok(bench: &Bench, lease_seconds: i32) -> KwokProcess {
         .arg(format!("--server-address=127.0.0.1:{port}"))
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("starting kwok (run `make kwok`)");
+        .stderr(log);
+    let command = std::iter::once("kwok".to_string())
+        .chain(cmd.get_args().map(|a| a.to_string_lossy().replace(&*repo().to_string_lossy(), ".")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let child = cmd.spawn().expect("starting kwok (run `make kwok`)");
     if !answers(&format!("http://127.0.0.1:{port}/healthz"), Duration::from_secs(60)).await {
         eprintln!(
             "  kwok did not answer /healthz within 60 s; going on (see {})",
             bench.home.join("kwok.log").display()
         );
     }
-    KwokProcess { child }
+    KwokProcess { child, command }
 }

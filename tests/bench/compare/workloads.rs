@@ -161,6 +161,9 @@ pub async fn run_all(args: &Args, tool: Tool, run: usize) -> Vec<Outcome> {
         println!("\n## {} — {n} nodes (run {run})", tool.label());
         let bench = Bench::cluster_with(&format!("cmp-{}", tool.slug()), args.regime.cluster_args()).await;
         let running = tool.start(&bench, args.regime.lease_seconds()).await;
+        if let Running::Kwok(k) = &running {
+            let _ = std::fs::write(args.out_dir().join("kwok-command.txt"), &k.command);
+        }
         let obs = Observer::start(&bench.client);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let cluster = Cluster { args, tool, run, bench: &bench, running: &running, obs: &obs };
