@@ -23,6 +23,23 @@ if [ ! -s "$cache/stages.yaml" ]; then
   mv "$tmp" "$cache/stages.yaml"
 fi
 mkdir -p bin
+# How kwokctl runs kwok-controller and the controller manager, for the same version, at the
+# kubelet's heartbeat (factor 1) and at its own default (factor 5): bench-compare starts kwok
+# with exactly these flags (its own paths and ports swapped in).
+ctl="$(./hack/go-install-cached.sh kwokctl sigs.k8s.io/kwok/cmd/kwokctl "$KWOK_VERSION")"
+for regime in kubelet:1 kwokctl:5; do
+  name="${regime%%:*}"
+  out="$cache/kwokctl-dry-run-$name.txt"
+  if [ ! -s "$out" ]; then
+    wd="$(mktemp -d)"
+    KWOK_WORKDIR="$wd" "$ctl/kwokctl" create cluster --name cmp --runtime binary --dry-run \
+      --heartbeat-factor "${regime##*:}" > "$out.tmp" 2>/dev/null
+    rm -rf "$wd"
+    grep -q ' kwok-controller ' "$out.tmp" || { echo "kwokctl --dry-run printed no kwok-controller command (see $out.tmp)" >&2; exit 1; }
+    mv "$out.tmp" "$out"
+  fi
+  ln -sf "$out" "bin/kwokctl-dry-run-$name.txt"
+done
 ln -sf "$cache/kwok" bin/kwok
 ln -sf "$cache/stages.yaml" bin/kwok-stages.yaml
 bin/kwok --version 2>/dev/null || bin/kwok --help | head -1

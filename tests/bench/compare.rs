@@ -56,9 +56,15 @@ impl Regime {
         40 * self.factor() as i32
     }
 
-    /// What the controller manager is started with (as `cluster create --heartbeat-factor`).
+    /// What the controller manager is started with: kwokctl's periods for the factor, given
+    /// explicitly at factor 1 too (as kwokctl does: 5 s and 40 s; the 1.37 default grace is 50 s).
     pub fn cluster_args(self) -> Vec<(kwok_pools::cluster::component::Component, String)> {
-        kwok_pools::cli::cluster::heartbeat_args(self.factor())
+        use kwok_pools::cluster::component::Component::KubeControllerManager as Kcm;
+        let f = self.factor();
+        vec![
+            (Kcm, format!("--node-monitor-period={}s", 5 * f)),
+            (Kcm, format!("--node-monitor-grace-period={}s", 40 * f)),
+        ]
     }
 
     pub fn describe(self) -> String {

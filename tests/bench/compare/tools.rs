@@ -33,9 +33,9 @@ impl Tool {
     }
 
     /// Starts the tool against the bench cluster (nothing for the bare writer).
-    pub async fn start(self, bench: &Bench, lease_seconds: i32) -> Running {
+    pub async fn start(self, bench: &Bench, regime: &str, lease_seconds: i32) -> Running {
         match self {
-            Tool::Kwok => Running::Kwok(start_kwok(bench, lease_seconds).await),
+            Tool::Kwok => Running::Kwok(start_kwok(bench, regime).await),
             Tool::KwokPools => {
                 // kwok's fast pod-delete stage removes a deleted pod at once: the same here.
                 let lease = lease_seconds.to_string();
@@ -77,25 +77,45 @@ impl Drop for KwokProcess {
 }
 
 pub fn kwok_installed() -> bool {
-    repo().join("bin/kwok").exists() && repo().join("bin/kwok-stages.yaml").exists()
+    ["bin/kwok", "bin/kwok-stages.yaml", "bin/kwokctl-dry-run-kubelet.txt", "bin/kwokctl-dry-run-kwokctl.txt"]
+        .iter()
+        .all(|f| repo().join(f).exists())
 }
 
-/// kwok as kwokctl runs it: nodes with the `kwok.x-k8s.io/node=fake` annotation, 40 s
-/// leases, the fast node and pod stages with the lease heartbeat.
-async fn start_kwok(bench: &Bench, lease_seconds: i32) -> KwokProcess {
+/// kwok-controller's flags as kwokctl (same version) starts it at the regime's heartbeat
+/// (`bin/kwokctl-dry-run-<regime>.txt`, from `kwokctl create cluster --dry-run`, written by
+/// `make kwok`), with this cluster's kubeconfig, the same stages kwokctl installs, and a
+/// port of its own; kwokctl's serving certificate is dropped (the bench reads /healthz
+/// over plain HTTP).
+pub fn kwokctl_flags(regime: &str, kubeconfig: &str, port: u16) -> Result<Vec<String>, String> {
+    let file = repo().join(format!("bin/kwokctl-dry-run-{regime}.txt"));
+    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e} (run `make kwok`)", file.display()))?;
+    let line = text
+        .lines()
+        .find(|l| l.contains(" kwok-controller "))
+        .ok_or_else(|| format!("{}: no kwok-controller command in kwokctl's dry run", file.display()))?;
+    let args = line.split(" kwok-controller ").nth(1).unwrap_or_default();
+    let mut out = Vec::new();
+    for arg in args.split_whitespace().take_while(|a| !a.starts_with('>')) {
+        let name = arg.split('=').next().unwrap_or(arg);
+        match name {
+            "--kubeconfig" => out.push(format!("--kubeconfig={kubeconfig}")),
+            "--config" => out.push(format!("--config={}", repo().join("bin/kwok-stages.yaml").display())),
+            "--tls-cert-file" | "--tls-private-key-file" => {}
+            "--server-address" => out.push(format!("--server-address=127.0.0.1:{port}")),
+            _ => out.push(arg.to_string()),
+        }
+    }
+    Ok(out)
+}
+
+/// kwok as kwokctl runs it (see [`kwokctl_flags`]).
+async fn start_kwok(bench: &Bench, regime: &str) -> KwokProcess {
     let port = free_port();
+    let flags = kwokctl_flags(regime, &bench.kubeconfig().display().to_string(), port).unwrap_or_else(|e| panic!("{e}"));
     let log = std::fs::File::create(bench.home.join("kwok.log")).unwrap();
     let mut cmd = Command::new(repo().join("bin/kwok"));
-    cmd
-        .arg(format!("--kubeconfig={}", bench.kubeconfig().display()))
-        .arg(format!("--config={}", repo().join("bin/kwok-stages.yaml").display()))
-        .args([
-            "--manage-all-nodes=false",
-            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            "--node-ip=10.0.0.1",
-        ])
-        .arg(format!("--node-lease-duration-seconds={lease_seconds}"))
-        .arg(format!("--server-address=127.0.0.1:{port}"))
+    cmd.args(&flags)
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log);

@@ -160,7 +160,7 @@ pub async fn run_all(args: &Args, tool: Tool, run: usize) -> Vec<Outcome> {
     for &n in &args.nodes {
         println!("\n## {} — {n} nodes (run {run})", tool.label());
         let bench = Bench::cluster_with(&format!("cmp-{}", tool.slug()), args.regime.cluster_args()).await;
-        let running = tool.start(&bench, args.regime.lease_seconds()).await;
+        let running = tool.start(&bench, args.regime.slug(), args.regime.lease_seconds()).await;
         if let Running::Kwok(k) = &running {
             let _ = std::fs::write(args.out_dir().join("kwok-command.txt"), &k.command);
         }
