@@ -229,26 +229,31 @@ where
                     }
                     _ => {}
                 }
-                let old = match &event {
-                    Event::Apply(obj) => this.reader.get(&ObjectRef::from_obj(obj)),
-                    _ => None,
-                };
-                writer.apply_watcher_event(&event);
-                match event {
-                    Event::Apply(obj) => {
-                        let stored = this.reader.get(&ObjectRef::from_obj(&obj)).unwrap_or_else(|| Arc::new(obj));
-                        this.index(|i| i.applied(old.as_deref(), &stored));
-                        this.send(Change::Applied(stored));
-                    }
-                    Event::Delete(obj) => {
-                        this.index(|i| i.deleted(&obj));
-                        this.send(Change::Deleted(Arc::new(obj)));
-                    }
-                    _ => {}
-                }
+                this.store_and_send(&mut writer, event);
             }
             ended.mark("its stream ended");
         });
+    }
+
+    /// Stores a watch event, indexes it by owner and sends the change, in that order.
+    fn store_and_send(&self, writer: &mut reflector::store::Writer<K>, event: Event<K>) {
+        let old = match &event {
+            Event::Apply(obj) => self.reader.get(&ObjectRef::from_obj(obj)),
+            _ => None,
+        };
+        writer.apply_watcher_event(&event);
+        match event {
+            Event::Apply(obj) => {
+                let stored = self.reader.get(&ObjectRef::from_obj(&obj)).unwrap_or_else(|| Arc::new(obj));
+                self.index(|i| i.applied(old.as_deref(), &stored));
+                self.send(Change::Applied(stored));
+            }
+            Event::Delete(obj) => {
+                self.index(|i| i.deleted(&obj));
+                self.send(Change::Deleted(Arc::new(obj)));
+            }
+            _ => {}
+        }
     }
 
     fn set_state(&self, f: impl FnOnce(&mut health::WatchState)) {

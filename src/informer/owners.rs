@@ -24,7 +24,7 @@ impl<K: Resource<DynamicType = ()>> OwnerIndex<K> {
     fn owner<'a>(&self, obj: &'a K) -> Option<&'a str> {
         let refs = obj.meta().owner_references.as_deref()?;
         let owner = refs.iter().find(|o| o.controller == Some(true))?;
-        self.kinds.iter().any(|k| *k == owner.kind).then_some(owner.uid.as_str())
+        self.kinds.contains(&owner.kind).then_some(owner.uid.as_str())
     }
 
     /// Whether objects owned by `kind` are indexed.

@@ -93,16 +93,16 @@ pub async fn run(total: u32) {
     let op = Operator::start(&bench, &[]).await;
     let nodes = total / 100 + 20;
     let api: Api<kwok_pools::kinds::nodepool::NodePool> = Api::all(client.clone());
-    api.patch("bench-many-nodes", &PatchParams::apply("bench").force(), &Patch::Apply(node_pool(nodes)))
-        .await
-        .unwrap();
+    api.patch("bench-many-nodes", &PatchParams::apply("bench").force(), &Patch::Apply(node_pool(nodes))).await.unwrap();
     if !nodes_ready(&client, "bench-many-nodes", node_pool(nodes), nodes).await {
         println!("  ! {nodes} nodes not Ready; giving up");
         return;
     }
     let small = (total / 1000).max(1);
     let shapes = [(10, small), (100, small), (1000, small), (10, total / 10)];
-    println!("| pools × pods | pods in the store | reconciles | operator CPU ms per reconcile | µs per reconcile per pod of its pool |");
+    println!(
+        "| pools × pods | pods in the store | reconciles | operator CPU ms per reconcile | µs per reconcile per pod of its pool |"
+    );
     println!("|---|---|---|---|---|");
     let mut in_store = 0;
     for (round, (pools, size)) in shapes.into_iter().enumerate() {

@@ -112,13 +112,11 @@ pub fn kwokctl_flags(regime: &str, kubeconfig: &str, port: u16) -> Result<Vec<St
 /// kwok as kwokctl runs it (see [`kwokctl_flags`]).
 async fn start_kwok(bench: &Bench, regime: &str) -> KwokProcess {
     let port = free_port();
-    let flags = kwokctl_flags(regime, &bench.kubeconfig().display().to_string(), port).unwrap_or_else(|e| panic!("{e}"));
+    let flags =
+        kwokctl_flags(regime, &bench.kubeconfig().display().to_string(), port).unwrap_or_else(|e| panic!("{e}"));
     let log = std::fs::File::create(bench.home.join("kwok.log")).unwrap();
     let mut cmd = Command::new(repo().join("bin/kwok"));
-    cmd.args(&flags)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log);
+    cmd.args(&flags).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log);
     let command = std::iter::once("kwok".to_string())
         .chain(cmd.get_args().map(|a| a.to_string_lossy().replace(&*repo().to_string_lossy(), ".")))
         .collect::<Vec<_>>()

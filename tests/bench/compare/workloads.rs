@@ -131,9 +131,9 @@ async fn make_nodes(
                 .unwrap();
             tokio::spawn(async { 0 })
         }
-        Tool::Kwok | Tool::Bare => {
-            tokio::spawn(async move { writer::create_nodes(&client, n, tool == Tool::Bare, concurrency, leased, lease_seconds).await })
-        }
+        Tool::Kwok | Tool::Bare => tokio::spawn(async move {
+            writer::create_nodes(&client, n, tool == Tool::Bare, concurrency, leased, lease_seconds).await
+        }),
     }
 }
 
@@ -217,8 +217,9 @@ impl Cluster<'_> {
         let m = self.measure(move || o.nodes_ready()).await;
         // The bare writer renews each lease from its creation on, as any tool must.
         let leased = writer::Leased::default();
-        let renewer = (self.tool == Tool::Bare)
-            .then(|| writer::renew_leases(self.bench.client.clone(), leased.clone(), self.args.concurrency, self.lease()));
+        let renewer = (self.tool == Tool::Bare).then(|| {
+            writer::renew_leases(self.bench.client.clone(), leased.clone(), self.args.concurrency, self.lease())
+        });
         let creating = make_nodes(self.bench, self.tool, n, self.args.concurrency, leased, self.lease()).await;
         let secs = wait_for("nodes Ready", n as usize, self.args.timeout(), || self.obs.nodes_ready()).await;
         let made = self.end(m, format!("nodes-{n}"), n, secs).await;
