@@ -737,16 +737,6 @@ async fn a_malformed_review_gets_a_400_and_the_webhook_keeps_answering() {
     wait_webhook(&s).await;
 }
 
-/// A counter of one process (0 when absent), summed over its label sets.
-async fn metric(op: &Operator, name: &str) -> f64 {
-    op.metrics()
-        .await
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test]
 async fn a_huge_vmipool_is_refused_fast_and_heartbeats_stay_on_time() {
     let client = client().await;
@@ -757,7 +747,7 @@ async fn a_huge_vmipool_is_refused_fast_and_heartbeats_stay_on_time() {
     wait_webhook(&s).await;
     apply(&nodepool_yaml(&s, &s, 20, ""));
     wait_ready_nodes(&client, &s, 20, Duration::from_secs(90)).await;
-    let late_before = metric(&op, "kwok_pools_simulator_late_lease_renewals").await;
+    let late_before = op.metric("kwok_pools_simulator_late_lease_renewals").await;
 
     // 20,000 interfaces and networks (about 1.4 MiB), through kubectl: the schema's bound
     // refuses it at once.
@@ -810,7 +800,7 @@ async fn a_huge_vmipool_is_refused_fast_and_heartbeats_stay_on_time() {
         assert!(message.contains("a VMI takes at most 256"), "{message}");
     }
     tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(metric(&op, "kwok_pools_simulator_late_lease_renewals").await, late_before, "no heartbeat went late");
+    assert_eq!(op.metric("kwok_pools_simulator_late_lease_renewals").await, late_before, "no heartbeat went late");
     let not_ready = pool_nodes(&client, &s).await.iter().filter(|n| !is_ready(n)).count();
     assert_eq!(not_ready, 0);
     op.stop();

@@ -197,7 +197,7 @@ async fn lease_renewals_yield_to_a_saturated_api_server_and_no_node_goes_not_rea
     })
     .await;
     let during = gaps(&seen.lock().unwrap(), busy + Duration::from_secs(5), running);
-    let deferred = metric(&op, "kwok_pools_simulator_deferred_lease_renewals_total").await;
+    let deferred = op.metric("kwok_pools_simulator_deferred_lease_renewals_total").await;
     eprintln!(
         "  renewal gaps (cadence {cadence} s): with room median {:.1} s, under load median {:.1} s (longest {:.1} s), {deferred} renewals put off",
         median(&before),
@@ -225,13 +225,4 @@ async fn lease_renewals_yield_to_a_saturated_api_server_and_no_node_goes_not_rea
     assert_eq!(pool_nodes(&client, &pool).await.iter().filter(|n| is_ready(n)).count(), nodes as usize);
     kubectl_ok(&["delete", "podpool", &app, "-n", &ns.name, "--wait=false"]);
     kubectl_ok(&["delete", "nodepool", &pool, "--wait=false"]);
-}
-
-/// The sum of a metric's samples on the operator's /metrics.
-async fn metric(op: &Operator, name: &str) -> f64 {
-    let text = op.metrics().await;
-    text.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }

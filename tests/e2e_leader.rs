@@ -11,15 +11,6 @@ use kwok_pools_test_support::*;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-/// A counter or gauge of one process (0 when absent), summed over its label sets.
-async fn metric(op: &Operator, name: &str) -> f64 {
-    let text = op.metrics().await;
-    text.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 async fn leader_holder(client: &kube::Client, scope: &str) -> Option<String> {
     let api: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
     api.get_opt(&format!("{scope}-leader")).await.ok()??.spec?.holder_identity
@@ -48,15 +39,15 @@ async fn one_of_two_operators_leads_and_the_other_takes_over_when_it_dies() {
     // Exactly one leads: the Lease names it, its gauge says so, and only it reconciles.
     let holder = leader_holder(&client, &scope).await.expect("a leader Lease with a holder");
     let (lead, standby) = if holder == "op-a" { (0, 1) } else { (1, 0) };
-    assert_eq!(metric(&ops[lead], "kwok_pools_leader").await, 1.0);
-    assert_eq!(metric(&ops[standby], "kwok_pools_leader").await, 0.0);
-    assert!(metric(&ops[lead], "kwok_pools_reconciles_total").await > 0.0);
-    assert_eq!(metric(&ops[standby], "kwok_pools_reconciles_total").await, 0.0, "the standby reconciled");
+    assert_eq!(ops[lead].metric("kwok_pools_leader").await, 1.0);
+    assert_eq!(ops[standby].metric("kwok_pools_leader").await, 0.0);
+    assert!(ops[lead].metric("kwok_pools_reconciles_total").await > 0.0);
+    assert_eq!(ops[standby].metric("kwok_pools_reconciles_total").await, 0.0, "the standby reconciled");
     // Both simulate: the nodes are split between them (once the shard's hand-over is done).
     wait_for("the nodes split between both replicas", Duration::from_secs(30), || async {
         let (a, b) = (
-            metric(&ops[0], "kwok_pools_simulator_managed_nodes").await,
-            metric(&ops[1], "kwok_pools_simulator_managed_nodes").await,
+            ops[0].metric("kwok_pools_simulator_managed_nodes").await,
+            ops[1].metric("kwok_pools_simulator_managed_nodes").await,
         );
         if a > 0.0 && b > 0.0 && a + b == 40.0 { Ok(()) } else { Err(format!("{a} + {b}")) }
     })
@@ -71,7 +62,7 @@ async fn one_of_two_operators_leads_and_the_other_takes_over_when_it_dies() {
     ops[lead].kill();
     let took = wait_for("the standby to lead", Duration::from_secs(30), || async {
         match leader_holder(&client, &scope).await {
-            Some(h) if h == ["op-a", "op-b"][standby] && metric(&ops[standby], "kwok_pools_leader").await == 1.0 => {
+            Some(h) if h == ["op-a", "op-b"][standby] && ops[standby].metric("kwok_pools_leader").await == 1.0 => {
                 Ok(killed.elapsed())
             }
             other => Err(format!("holder {other:?}")),
@@ -96,7 +87,7 @@ async fn one_of_two_operators_leads_and_the_other_takes_over_when_it_dies() {
     ops[lead].start_again();
     ops[lead].wait_ready().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(metric(&ops[lead], "kwok_pools_reconciles_total").await, 0.0, "the returning replica reconciled");
+    assert_eq!(ops[lead].metric("kwok_pools_reconciles_total").await, 0.0, "the returning replica reconciled");
     assert_eq!(leader_holder(&client, &scope).await.as_deref(), Some(["op-a", "op-b"][standby]));
 }
 
@@ -158,7 +149,7 @@ async fn a_leader_cut_off_from_the_api_server_steps_down_before_another_takes_ov
     .await;
     let mut b = Operator::start(&scope, &flags("op-b"));
     b.wait_ready().await;
-    assert_eq!(metric(&b, "kwok_pools_leader").await, 0.0, "b stands by");
+    assert_eq!(b.metric("kwok_pools_leader").await, 0.0, "b stands by");
 
     // The network stalls for a: it can neither renew nor learn that it cannot.
     proxy.pause();
@@ -166,10 +157,10 @@ async fn a_leader_cut_off_from_the_api_server_steps_down_before_another_takes_ov
     let (mut a_gone, mut b_leads) = (None, None);
     while (a_gone.is_none() || b_leads.is_none()) && cut.elapsed() < Duration::from_secs(60) {
         // Stopped leading: its gauge says so (its controllers are stopped with it), or it exited.
-        if a_gone.is_none() && (!a.is_running() || metric(&a, "kwok_pools_leader").await == 0.0) {
+        if a_gone.is_none() && (!a.is_running() || a.metric("kwok_pools_leader").await == 0.0) {
             a_gone = Some(cut.elapsed());
         }
-        if b_leads.is_none() && metric(&b, "kwok_pools_leader").await == 1.0 {
+        if b_leads.is_none() && b.metric("kwok_pools_leader").await == 1.0 {
             b_leads = Some(cut.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

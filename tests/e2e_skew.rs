@@ -14,14 +14,6 @@ use kwok_pools_test_support::*;
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-async fn metric(op: &Operator, name: &str) -> f64 {
-    let text = op.metrics().await;
-    text.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// Which replica renews each node's Lease now.
 async fn renewers(client: &kube::Client, pool: &str) -> BTreeMap<String, String> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
@@ -65,7 +57,7 @@ async fn skewed_clocks_neither_double_nor_drop_a_node() {
     wait_for("the nodes split among the three replicas, each once", Duration::from_secs(60), || async {
         let mut total = 0.0;
         for s in &sims {
-            total += metric(s, "kwok_pools_simulator_managed_nodes").await;
+            total += s.metric("kwok_pools_simulator_managed_nodes").await;
         }
         if total == f64::from(n) { Ok(()) } else { Err(format!("{total} managed of {n}")) }
     })
@@ -77,7 +69,7 @@ async fn skewed_clocks_neither_double_nor_drop_a_node() {
     while start.elapsed() < Duration::from_secs(30) {
         let mut total = 0.0;
         for s in &sims {
-            total += metric(s, "kwok_pools_simulator_managed_nodes").await;
+            total += s.metric("kwok_pools_simulator_managed_nodes").await;
         }
         assert_eq!(total, f64::from(n), "a node simulated twice or by nobody after {:?}", start.elapsed());
         let not_ready: Vec<String> = pool_nodes(&client, &pool)

@@ -432,6 +432,15 @@ impl Operator {
     }
 
     /// The operator's /metrics text.
+    /// The sum of a metric's samples (every label set) on the operator's /metrics; 0 when absent.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = self.metrics().await;
+        text.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     pub async fn metrics(&self) -> String {
         let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
         match reqwest::get(&url).await {
