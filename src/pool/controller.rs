@@ -16,7 +16,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::controller::{Config, Controller};
+use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
@@ -51,6 +51,9 @@ pub fn pools_to_wake<P: PoolKind>(child: &P::Stored) -> Vec<ObjectRef<P>> {
     out
 }
 
+/// How often, at most, changes of its children wake a pool.
+const WAKE_PERIOD: Duration = Duration::from_millis(200);
+
 /// Runs the controller of kind `P` until shutdown, on the operator's shared informer of the
 /// kind's pools (one watch of the kind per process, whoever reads it). `handles` selects which
 /// pools this instance handles; `children` carries every change of the child kind.
@@ -80,7 +83,8 @@ pub async fn run<P>(
         });
         futures::stream::iter(now).chain(later)
     };
-    // A child's change wakes the pools of this instance it names.
+    // A child's change wakes the pools of this instance it names, each pool at most once per
+    // period (see `wake`: kube-runtime's debounce starves a pool whose children keep changing).
     let wake = {
         let (ours, store) = (ours.clone(), store.clone());
         UnboundedReceiverStream::new(children).flat_map(move |change| {
@@ -92,13 +96,13 @@ pub async fn run<P>(
             futures::stream::iter(refs)
         })
     };
+    let wake = super::wake::coalesce(wake, WAKE_PERIOD);
     let reconcile = move |pool: Arc<P>, ctx: Arc<PoolContext<P>>| {
         // A retry scheduled before the pool moved to another instance: not this one's now.
         let handled = ours(&pool);
         async move { if handled { reconcile_contained(pool, ctx).await } else { Ok(Action::await_change()) } }
     };
     Controller::for_shared_stream(own, store)
-        .with_config(Config::default().debounce(Duration::from_millis(200)))
         .reconcile_on(wake)
         .run(reconcile, error_policy::<P>, ctx.clone())
         .for_each(|result| {

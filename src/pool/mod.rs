@@ -17,6 +17,7 @@ pub mod refusal;
 pub mod setup;
 pub mod stamp;
 pub mod status;
+pub mod wake;
 
 use crate::api::PoolStatus;
 use crate::api::lifecycle::Lifecycle;

@@ -17,6 +17,8 @@ mod harness;
 mod observe;
 #[path = "compare/report.rs"]
 mod report;
+#[path = "compare/summary.rs"]
+mod summary;
 #[path = "compare/tools.rs"]
 mod tools;
 #[path = "compare/workloads.rs"]
@@ -58,23 +60,27 @@ impl Regime {
 
     /// What the controller manager is started with: kwokctl's periods for the factor, given
     /// explicitly at factor 1 too (as kwokctl does: 5 s and 40 s; the 1.37 default grace is 50 s).
-    pub fn cluster_args(self) -> Vec<(kwok_pools::cluster::component::Component, String)> {
+    /// `grace`: the node grace period instead of the regime's (a diagnostic).
+    pub fn cluster_args(self, grace: Option<u32>) -> Vec<(kwok_pools::cluster::component::Component, String)> {
         use kwok_pools::cluster::component::Component::KubeControllerManager as Kcm;
         let f = self.factor();
         vec![
             (Kcm, format!("--node-monitor-period={}s", 5 * f)),
-            (Kcm, format!("--node-monitor-grace-period={}s", 40 * f)),
+            (Kcm, format!("--node-monitor-grace-period={}s", grace.unwrap_or(40 * f))),
         ]
     }
 
-    pub fn describe(self) -> String {
+    pub fn describe(self, grace: Option<u32>) -> String {
         let f = self.factor();
+        let grace = match grace {
+            Some(g) => format!("grace {g} s (set by --grace; the regime's is {} s)", 40 * f),
+            None => format!("grace {} s", 40 * f),
+        };
         format!(
-            "{} heartbeat: node leases of {} s renewed every quarter (by every tool), controller manager node-monitor-period {} s, grace {} s",
+            "{} heartbeat: node leases of {} s renewed every quarter (by every tool), controller manager node-monitor-period {} s, {grace}",
             self.slug(),
             40 * f,
             5 * f,
-            40 * f
         )
     }
 }
@@ -111,6 +117,15 @@ pub struct Args {
     /// Give up on a workload after this many seconds (the row then says so).
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// The controller manager's node grace period in seconds instead of the regime's (a
+    /// diagnostic: kwokctl sets the regime's; results of such runs belong outside
+    /// bench/results).
+    #[arg(long)]
+    grace: Option<u32>,
+    /// Run nothing: regenerate README.md's side-by-side table from the committed results
+    /// (every regime's runs.csv under bench/results/). A run into bench/results does it too.
+    #[arg(long)]
+    readme: bool,
 }
 
 impl Args {
@@ -123,20 +138,51 @@ impl Args {
     pub fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout)
     }
+
+    /// Whether results go to the committed directory (the README's table is made from it).
+    fn committed(&self) -> bool {
+        self.out_dir().parent() == Some(harness::repo().join("bench/results").as_path())
+    }
+}
+
+/// README.md's side-by-side table, rewritten from bench/results/<regime>/.
+fn update_readme() -> Result<(), String> {
+    let repo = harness::repo();
+    let regimes = summary::read(&repo.join("bench/results"))?;
+    let path = repo.join("README.md");
+    let readme = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let updated = summary::splice(&readme, &summary::render(&regimes))?;
+    std::fs::write(&path, updated).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
 #[tokio::main]
 async fn main() {
     let argv: Vec<String> = std::env::args().filter(|a| a != "--bench").collect();
     let args = Args::parse_from(argv);
+    if args.readme {
+        match update_readme() {
+            Ok(()) => println!("README.md's side-by-side table rewritten from bench/results/"),
+            Err(e) => {
+                eprintln!("{e}: put the fences back in README.md's performance section");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     let out = args.out_dir();
+    if args.grace.is_some() && args.committed() {
+        eprintln!(
+            "--grace makes a diagnostic run, not the regime's: give it --out outside bench/results (e.g. --out /tmp/grace)"
+        );
+        std::process::exit(2);
+    }
     std::fs::create_dir_all(&out).expect("creating the results directory");
     if args.tools.contains(&tools::Tool::Kwok) && !tools::kwok_installed() {
         eprintln!("kwok is not built: run `make kwok` (or `make bench-compare`, which does it)");
         std::process::exit(2);
     }
     println!("# kwok-pools vs kwok {} vs bare writer ({})", tools::KWOK_VERSION, harness::machine());
-    println!("# {}", args.regime.describe());
+    println!("# {}", args.regime.describe(args.grace));
     println!("# {} run(s); results in {}", args.runs, out.display());
     let mut outcomes = Vec::new();
     for run in 1..=args.runs {
@@ -147,5 +193,11 @@ async fn main() {
     }
     report::write(&out, &args, &outcomes);
     report::plot(&out);
+    if args.committed() {
+        match update_readme() {
+            Ok(()) => println!("README.md's side-by-side table rewritten from bench/results/"),
+            Err(e) => eprintln!("  ! README.md not updated: {e}"),
+        }
+    }
     println!("\n{}", std::fs::read_to_string(out.join("compare.md")).unwrap_or_default());
 }

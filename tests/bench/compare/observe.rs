@@ -35,6 +35,16 @@ struct State {
     window: bool,
     stats: LeaseStats,
     went_not_ready: HashSet<String>,
+    /// Nodes with the node lifecycle controller's not-ready or unreachable taint (a new node
+    /// has the first until the controller manager sees it Ready).
+    tainted: HashSet<String>,
+}
+
+/// The taints the node lifecycle controller puts on a node that is not (yet) Ready.
+fn lifecycle_tainted(node: &Node) -> bool {
+    node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| {
+        ts.iter().any(|t| t.key == "node.kubernetes.io/not-ready" || t.key == "node.kubernetes.io/unreachable")
+    })
 }
 
 #[derive(Clone)]
@@ -62,6 +72,11 @@ fn now_secs() -> f64 {
 impl State {
     fn on_node(&mut self, node: &Node) {
         let name = node.metadata.name.clone().unwrap_or_default();
+        if lifecycle_tainted(node) {
+            self.tainted.insert(name.clone());
+        } else {
+            self.tainted.remove(&name);
+        }
         if kwok_pools::kubelet::node::is_ready(node) {
             if !self.ready.contains(&name) {
                 self.ready_leased += usize::from(self.leases.contains_key(&name));
@@ -127,7 +142,9 @@ impl Observer {
         let state = Arc::new(Mutex::new(State::default()));
         let tasks = vec![
             watch(Api::<Node>::all(client.clone()), state.clone(), State::on_node, |s, n: &Node| {
-                s.unready(n.metadata.name.as_deref().unwrap_or(""));
+                let name = n.metadata.name.as_deref().unwrap_or("");
+                s.unready(name);
+                s.tainted.remove(name);
             }),
             watch(
                 Api::<Lease>::namespaced(client.clone(), "kube-node-lease"),
@@ -159,6 +176,11 @@ impl Observer {
         let mut v: Vec<String> = s.ready.iter().filter(|n| s.leases.contains_key(*n)).cloned().collect();
         v.sort();
         v
+    }
+
+    /// Nodes that still carry the node lifecycle controller's not-ready or unreachable taint.
+    pub fn nodes_tainted(&self) -> usize {
+        self.state.lock().unwrap().tainted.len()
     }
 
     pub fn pods_running(&self) -> usize {

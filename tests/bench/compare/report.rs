@@ -67,7 +67,7 @@ pub fn write(out: &Path, args: &Args, outcomes: &[Outcome]) {
          {lease} s lease), late within the lease, missed after it expired. A rate reached while nodes went NotReady is \
          marked †, in the tables and in the ratios.\n",
         super::harness::machine(),
-        args.regime.describe(),
+        args.regime.describe(args.grace),
         args.concurrency,
         args.runs
     );
@@ -227,6 +227,8 @@ fn write_series(out: &Path, args: &Args, outcomes: &[Outcome]) {
     let mut meta: BTreeMap<&str, String> = BTreeMap::new();
     meta.insert("machine", super::harness::machine());
     meta.insert("runs", args.runs.to_string());
+    let argv: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    meta.insert("command", format!("cargo bench --bench compare -- {}", argv.join(" ")).trim_end().to_string());
     let _ = std::fs::write(out.join("machine.json"), serde_json::to_string_pretty(&meta).unwrap_or_default());
 }
 

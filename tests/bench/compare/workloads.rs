@@ -159,7 +159,7 @@ pub async fn run_all(args: &Args, tool: Tool, run: usize) -> Vec<Outcome> {
     let smallest = args.nodes.iter().copied().min().unwrap_or(0);
     for &n in &args.nodes {
         println!("\n## {} — {n} nodes (run {run})", tool.label());
-        let bench = Bench::cluster_with(&format!("cmp-{}", tool.slug()), args.regime.cluster_args()).await;
+        let bench = Bench::cluster_with(&format!("cmp-{}", tool.slug()), args.regime.cluster_args(args.grace)).await;
         let running = tool.start(&bench, args.regime.slug(), args.regime.lease_seconds()).await;
         if let Running::Kwok(k) = &running {
             let _ = std::fs::write(args.out_dir().join("kwok-command.txt"), &k.command);
@@ -213,6 +213,7 @@ impl Cluster<'_> {
 
     /// `n` nodes to Ready; the bare writer's lease renewals from then on.
     async fn nodes(&self, n: u32) -> (Outcome, Option<tokio::task::JoinHandle<()>>) {
+        self.obs.open_window();
         let o = self.obs.clone();
         let m = self.measure(move || o.nodes_ready()).await;
         // The bare writer renews each lease from its creation on, as any tool must.
@@ -222,7 +223,10 @@ impl Cluster<'_> {
         });
         let creating = make_nodes(self.bench, self.tool, n, self.args.concurrency, leased, self.lease()).await;
         let secs = wait_for("nodes Ready", n as usize, self.args.timeout(), || self.obs.nodes_ready()).await;
-        let made = self.end(m, format!("nodes-{n}"), n, secs).await;
+        let (leases, not_ready) = self.obs.close_window();
+        let mut made = self.end(m, format!("nodes-{n}"), n, secs).await;
+        made.leases = Some(leases);
+        made.not_ready = not_ready;
         say(&made);
         let _ = creating.await;
         (made, renewer)
@@ -255,6 +259,15 @@ impl Cluster<'_> {
     /// deleted.
     async fn pods(&self) -> Vec<Outcome> {
         let (count, args, bench, obs) = (self.args.pods, self.args, self.bench, self.obs);
+        // The controller manager removes each new node's not-ready taint after the node is
+        // Ready, at its own pace; its backlog is not the pods' to pay for (nor would a
+        // scheduler place pods on a tainted node).
+        let settle = Duration::from_secs(300).min(args.timeout());
+        let all = obs.nodes_ready();
+        let _ = wait_for("nodes untainted by the controller manager", all, settle, || {
+            all.saturating_sub(obs.nodes_tainted())
+        })
+        .await;
         let held = obs.nodes_ready();
         println!("  {count} pods on {} nodes, {held} nodes held", args.pod_nodes);
         let nodes: Vec<(String, String)> = obs
@@ -287,13 +300,17 @@ impl Cluster<'_> {
         say(&made);
         let _ = creating.await;
 
+        obs.open_window();
         let o = obs.clone();
         let total = obs.pods();
         let m = self.measure(move || total.saturating_sub(o.pods())).await;
         let client = bench.client.clone();
         let deleting = tokio::spawn(async move { writer::delete_pods(&client, count, bare, conc).await });
         let secs = wait_for("pods deleted", total, args.timeout(), || total.saturating_sub(obs.pods())).await;
-        let gone = self.end(m, format!("delete-{count}"), count, secs).await;
+        let (leases, not_ready) = obs.close_window();
+        let mut gone = self.end(m, format!("delete-{count}"), count, secs).await;
+        gone.leases = Some(leases);
+        gone.not_ready = not_ready;
         say(&gone);
         let _ = deleting.await;
         vec![made, gone]

@@ -18,7 +18,9 @@ pub const NS: &str = "default";
 /// The node every tool's node looks like before the tool touches it (index `i`).
 pub fn node(i: u32, final_state: bool) -> Node {
     let name = format!("cmp-node-{i}");
-    let cidr = format!("10.{}.{}.0/24", 16 + i / 256, i % 256);
+    // Inside the local cluster's cluster CIDR (10.128.0.0/9), as a real node's podCIDR is: the
+    // controller manager's range allocator retries a node outside it for ever.
+    let cidr = format!("10.{}.{}.0/24", 128 + i / 256, i % 256);
     let mut node: Node = serde_json::from_value(serde_json::json!({
         "metadata": {
             "name": name,
@@ -64,7 +66,7 @@ pub fn node_pool(count: u32) -> serde_json::Value {
         "metadata": {"name": "cmp-node"},
         "spec": {
             "nodeCount": count,
-            "podCIDR": {"cidr": "10.0.0.0/8", "maskSize": 24},
+            "podCIDR": {"cidr": "10.128.0.0/9", "maskSize": 24},
             "nodeTemplate": {
                 "metadata": {"labels": {"kubernetes.io/os": "linux"}},
                 "status": {"capacity": capacity(), "allocatable": capacity()}
@@ -147,7 +149,7 @@ pub async fn create_nodes(
                 let uid = created.metadata.uid.clone().unwrap_or_default();
                 let lease = kwok_pools::kinds::nodepool::simulator::leases::lease(&name, &uid, lease_seconds, now);
                 match leases.create(pp, &lease).await {
-                    Ok(_) => leased.lock().unwrap().push(name),
+                    Ok(_) => leased.lock().unwrap().push((name, tokio::time::Instant::now())),
                     Err(kube::Error::Api(s)) if s.code == 409 => {}
                     Err(e) => return Err(e),
                 }
@@ -195,21 +197,34 @@ pub async fn create_pods(
     .await
 }
 
-/// Deletes the pods: as a user does (the tool finishes the deletion), or at once for the
-/// bare writer (its pods are gone when the API server says so).
+/// Deletes the pods as a user does (a graceful delete: the pod gets a deletion timestamp and
+/// the tool finishes it). The bare writer then makes the kubelet's final write itself, at
+/// once: a delete with grace 0 on the pod's UID. Two writes per pod, as any kubelet-like tool
+/// needs.
 pub async fn delete_pods(client: &kube::Client, count: u32, bare: bool, concurrency: usize) -> usize {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let dp = if bare {
-        DeleteParams { grace_period_seconds: Some(0), ..Default::default() }
-    } else {
-        DeleteParams::default()
-    };
+    let dp = DeleteParams::default();
     each((0..count).collect(), concurrency, |i| {
         let (api, dp) = (&api, &dp);
         async move {
-            match api.delete(&format!("cmp-pod-{i}"), dp).await {
+            let name = format!("cmp-pod-{i}");
+            let uid = match api.delete(&name, dp).await {
+                Ok(either) => either.left().and_then(|p| p.metadata.uid),
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            if !bare {
+                return Ok(());
+            }
+            let last = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: uid.map(|uid| kube::api::Preconditions { uid: Some(uid), resource_version: None }),
+                ..Default::default()
+            };
+            match api.delete(&name, &last).await {
                 Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                // Gone already (a retry), or a new pod of the same name (not this one).
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
                 Err(e) => Err(e),
             }
         }
@@ -217,38 +232,45 @@ pub async fn delete_pods(client: &kube::Client, count: u32, bare: bool, concurre
     .await
 }
 
-/// The leases the bare writer has created and renews.
-pub type Leased = Arc<std::sync::Mutex<Vec<String>>>;
+/// The leases the bare writer has created (and when), for its renewer to take over.
+pub type Leased = Arc<std::sync::Mutex<Vec<(String, tokio::time::Instant)>>>;
 
-/// The bare writer's heartbeat: every lease in `leased` (a list that grows while nodes are
-/// created) renewed once per quarter of its duration, spread evenly over the interval, until
-/// the task is aborted.
+/// The bare writer's heartbeat, as the kubelet's: each lease in `leased` (a list that grows
+/// while nodes are created) renewed a quarter of its duration after its creation and after
+/// every renewal since, until the task is aborted.
 pub fn renew_leases(
     client: kube::Client,
     leased: Leased,
     concurrency: usize,
     lease_seconds: i32,
 ) -> tokio::task::JoinHandle<()> {
+    use std::cmp::Reverse;
     tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, "kube-node-lease");
         let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
         let interval = Duration::from_secs((lease_seconds / 4) as u64);
+        let mut due: std::collections::BinaryHeap<Reverse<(tokio::time::Instant, String)>> = Default::default();
         loop {
-            let round = tokio::time::Instant::now();
-            let names = leased.lock().unwrap().clone();
-            let n = names.len().max(1) as u32;
-            for (i, name) in names.into_iter().enumerate() {
-                tokio::time::sleep_until(round + interval * i as u32 / n).await;
-                let permit = permits.clone().acquire_owned().await.unwrap();
-                let api = api.clone();
-                tokio::spawn(async move {
-                    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-                    let patch = serde_json::json!({"spec": {"renewTime": now}});
-                    let _ = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
-                    drop(permit);
-                });
+            due.extend(leased.lock().unwrap().drain(..).map(|(name, created)| Reverse((created + interval, name))));
+            let now = tokio::time::Instant::now();
+            let Some(Reverse((when, _))) = due.peek() else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            if *when > now {
+                tokio::time::sleep_until((*when).min(now + Duration::from_millis(100))).await;
+                continue;
             }
-            tokio::time::sleep_until(round + interval).await;
+            let Some(Reverse((when, name))) = due.pop() else { continue };
+            let permit = permits.clone().acquire_owned().await.unwrap();
+            let api = api.clone();
+            due.push(Reverse((when.max(now) + interval, name.clone())));
+            tokio::spawn(async move {
+                let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+                let patch = serde_json::json!({"spec": {"renewTime": now}});
+                let _ = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+                drop(permit);
+            });
         }
     })
 }
