@@ -90,7 +90,7 @@ kubeconform: ## Build kubeconform from its Go module into a cache (bin/kubeconfo
 
 .PHONY: unit
 unit: schema-tools kubeconform ## Unit tests only (no cluster).
-	cargo test --lib --bins --test crds --test schemas --test rbac --test layout --test dashboard --test webhook_limits --test fuzz --test pod_memory
+	cargo test --lib --bins --test crds --test schemas --test rbac --test layout --test dashboard --test webhook_limits --test fuzz --test pod_memory --test readme_results
 
 # `make chaos`: the fault rounds of tests/e2e_chaos.rs at full size (`make test` runs them small).
 CHAOS_NODES ?= 2000
