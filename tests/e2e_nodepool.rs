@@ -511,3 +511,44 @@ async fn a_topology_spreads_the_nodes_over_zones_and_a_bad_one_is_refused() {
     }
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+/// A pool whose nodes change all the time — each of 60 nodes reports its status every second,
+/// a node change every ~17 ms — is scaled, and says so in its status, at once all the same: a
+/// child's changes wake its pool at most every 200 ms and never hold back its reconcile.
+/// (kube-runtime's debounce, used before, postponed the pool's next reconcile on every change
+/// for as long as they came: the 10 new nodes were made, but the status stayed at 60 Ready
+/// for as long as the test waited.)
+#[tokio::test]
+async fn a_pool_whose_nodes_keep_changing_is_still_scaled_at_once() {
+    let client = client().await;
+    let scope = unique("busy");
+    let _op = Operator::start(&scope, &[]);
+    let pool = format!("{scope}-busy");
+    let beat = "  lifecycle:\n    nodes:\n      heartbeat: {statusReportInterval: 1s}\n";
+    apply(&scoped_nodepool(&pool, &scope, 60, "10.224.0.0/16", 24, 110, beat));
+    wait_ready_nodes(&client, &pool, 60, T).await;
+    // The heartbeats flow: a node's status is written again within a few seconds.
+    let heartbeat = |n: &Node| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready").and_then(|c| c.last_heartbeat_time.clone()))
+    };
+    let nodes: Api<Node> = Api::all(client.clone());
+    let first = heartbeat(&nodes.get(&format!("{pool}-0")).await.unwrap());
+    wait_for("a second status heartbeat of the first node", Duration::from_secs(15), || async {
+        let now = heartbeat(&nodes.get(&format!("{pool}-0")).await.unwrap());
+        if now != first { Ok(()) } else { Err(format!("still {first:?}")) }
+    })
+    .await;
+
+    let asked = std::time::Instant::now();
+    kubectl_ok(&["scale", "nodepool", &pool, "--replicas", "70"]);
+    wait_ready_nodes(&client, &pool, 70, Duration::from_secs(30)).await;
+    println!(
+        "scaled from 60 to 70 Ready nodes in {:.1} s while every node heartbeat each second",
+        asked.elapsed().as_secs_f64()
+    );
+    wait_pool_status(&client, &pool, 70, T).await;
+    delete_quietly("nodepool", &pool);
+}

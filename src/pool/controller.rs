@@ -83,17 +83,27 @@ pub async fn run<P>(
         });
         futures::stream::iter(now).chain(later)
     };
-    // A child's change wakes the pools of this instance it names, each pool at most once per
-    // period (see `wake`: kube-runtime's debounce starves a pool whose children keep changing).
+    // A child's change that alters what its pools see of it wakes the pools of this instance
+    // it names, each pool at most once per period (see `wake`: kube-runtime's debounce starves
+    // a pool whose children keep changing).
     let wake = {
         let (ours, store) = (ours.clone(), store.clone());
+        let mut views = super::wake::Views::default();
         UnboundedReceiverStream::new(children).flat_map(move |change| {
-            let refs = match change {
-                Change::Applied(c) | Change::Deleted(c) => pools_to_wake::<P>(&c),
-                Change::Synced => vec![],
+            let (child, gone) = match change {
+                Change::Applied(c) => (c, false),
+                Change::Deleted(c) => (c, true),
+                Change::Synced => return futures::stream::iter(Vec::new()),
             };
-            let refs: Vec<_> = refs.into_iter().filter(|r| store.get(r).is_some_and(|p| ours(&p))).collect();
-            futures::stream::iter(refs)
+            let refs: Vec<_> =
+                pools_to_wake::<P>(&child).into_iter().filter(|r| store.get(r).is_some_and(|p| ours(&p))).collect();
+            let news = if gone {
+                views.forget(child.as_ref());
+                true
+            } else {
+                !refs.is_empty() && views.changed::<P>(child.as_ref())
+            };
+            futures::stream::iter(if news { refs } else { Vec::new() })
         })
     };
     let wake = super::wake::coalesce(wake, WAKE_PERIOD);

@@ -7,11 +7,59 @@
 //! showed it: the controller manager patches each new node's taints at hundreds a second,
 //! and every round of creations waited seconds for that stream to pause.
 
+use super::PoolKind;
+use crate::api::conventions::SIMULATOR_CONFLICT_ANNOTATION;
 use futures::{Stream, StreamExt};
-use std::collections::HashSet;
-use std::hash::Hash;
+use kube::{Resource, ResourceExt};
+use std::collections::{HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+
+/// What a pool's reconcile reads of a child — whose it is, its template hash, whether it is
+/// ready, terminating, finished or failing, and its simulator conflict — as a hash. Nothing
+/// else of a child changes a pool's plan or status, so a change of anything else (a node's
+/// status heartbeat, a pod's probe time) wakes no pool.
+pub fn child_view<P: PoolKind>(child: &P::Stored) -> u64 {
+    let mut h = DefaultHasher::new();
+    child.meta().uid.hash(&mut h);
+    for owner in child.owner_references().iter().filter(|o| o.controller == Some(true)) {
+        owner.uid.hash(&mut h);
+    }
+    P::child_hash(child).hash(&mut h);
+    P::is_ready(child).hash(&mut h);
+    child.meta().deletion_timestamp.is_some().hash(&mut h);
+    P::is_finished(child).hash(&mut h);
+    P::is_failing(child).hash(&mut h);
+    child.annotations().get(SIMULATOR_CONFLICT_ANNOTATION).hash(&mut h);
+    h.finish()
+}
+
+/// The last view ([`child_view`]) of each child that woke its pools, by the child's
+/// namespace and name (hashed: a few dozen bytes a child).
+#[derive(Default)]
+pub struct Views(HashMap<u64, u64>);
+
+fn key<C: Resource>(child: &C) -> u64 {
+    let mut h = DefaultHasher::new();
+    child.meta().namespace.hash(&mut h);
+    child.meta().name.hash(&mut h);
+    h.finish()
+}
+
+impl Views {
+    /// Whether `child` looks different to its pools than when it last woke them (a child
+    /// not seen before does); remembers how it looks now.
+    pub fn changed<P: PoolKind>(&mut self, child: &P::Stored) -> bool {
+        let view = child_view::<P>(child);
+        self.0.insert(key(child), view) != Some(view)
+    }
+
+    /// Forgets a deleted child.
+    pub fn forget<C: Resource>(&mut self, child: &C) {
+        self.0.remove(&key(child));
+    }
+}
 
 /// `input` with repeats of a key within `period` folded into one, emitted at the end of the
 /// period in which the key last came (and all that is waiting when `input` ends).

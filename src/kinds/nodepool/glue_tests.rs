@@ -344,3 +344,34 @@ fn what_a_round_reports_and_when_it_looks_again() {
     let conflict = Plan { conflicts: vec![1], ..Default::default() };
     assert_eq!(problem_of("node", "np", &conflict, &quiet).unwrap().reason, "NameConflict");
 }
+
+#[test]
+fn only_changes_a_pool_reads_wake_it_not_a_nodes_heartbeat() {
+    use crate::pool::wake::Views;
+    let node = |hash: &str, ready: &str, heartbeat: &str| -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "np-0", "uid": "u-0",
+                         "labels": {crate::api::conventions::HASH_LABEL: hash},
+                         "ownerReferences": [{"apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "NodePool",
+                                              "name": "np", "uid": "uid-np", "controller": true}]},
+            "status": {"conditions": [{"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat,
+                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+        .unwrap()
+    };
+    let mut views = Views::default();
+    assert!(views.changed::<NodePool>(&node("h1", "True", "2026-01-01T00:00:00Z")), "a new child is news");
+    assert!(!views.changed::<NodePool>(&node("h1", "True", "2026-01-01T00:05:00Z")), "a heartbeat is not");
+    assert!(views.changed::<NodePool>(&node("h1", "Unknown", "2026-01-01T00:05:00Z")), "readiness is");
+    assert!(views.changed::<NodePool>(&node("h2", "Unknown", "2026-01-01T00:05:00Z")), "the template hash is");
+    let mut going = node("h2", "Unknown", "2026-01-01T00:06:00Z");
+    going.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_second(1).unwrap(),
+    ));
+    assert!(views.changed::<NodePool>(&going), "a deletion is");
+    let mut foreign = node("h2", "Unknown", "2026-01-01T00:06:00Z");
+    foreign.metadata.owner_references = None;
+    assert!(views.changed::<NodePool>(&foreign), "whose it is, is");
+    views.forget(&foreign);
+    assert!(views.changed::<NodePool>(&foreign), "a child forgotten (deleted) is new again");
+}
