@@ -16,6 +16,7 @@ fn regime(csv: &str) -> summary::Regime {
         meaning: "test".into(),
         machine: "2 cores".into(),
         command: None,
+        bare_delete_writes: 2,
         runs: summary::parse(&format!("{HEADER}\n{csv}")).unwrap(),
     }
 }
@@ -70,6 +71,17 @@ fn a_run_with_nodes_not_ready_is_marked_and_so_are_its_ratios() {
     assert!(r.contains("| 190.5 s † (3978 NotReady) |"), "{r}");
     assert!(r.contains("| 36.5 s |"), "{r}");
     assert!(r.contains("| 5.22 † | 1.62 |"), "{r}");
+}
+
+#[test]
+fn the_bare_writers_delete_says_how_many_writes_it_made() {
+    let md = summary::render(&[regime(
+        "delete-10000,kwok-pools,1,10000,106.2,,,1,52,27311,0,0\n\
+         delete-10000,bare,1,10000,100.4,,,1,45923,0,0,0\n",
+    )]);
+    let r = row(&md, "delete-10000");
+    assert!(r.contains("| 100.4 s (2 writes per pod) |"), "{r}");
+    assert!(r.ends_with("| — | 0.95 |"), "{r}");
 }
 
 #[test]

@@ -227,6 +227,7 @@ fn write_series(out: &Path, args: &Args, outcomes: &[Outcome]) {
     let mut meta: BTreeMap<&str, String> = BTreeMap::new();
     meta.insert("machine", super::harness::machine());
     meta.insert("runs", args.runs.to_string());
+    meta.insert("bare_delete_writes", super::writer::BARE_DELETE_WRITES.to_string());
     let argv: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     meta.insert("command", format!("cargo bench --bench compare -- {}", argv.join(" ")).trim_end().to_string());
     let _ = std::fs::write(out.join("machine.json"), serde_json::to_string_pretty(&meta).unwrap_or_default());

@@ -125,6 +125,8 @@ pub struct Regime {
     pub meaning: String,
     pub machine: String,
     pub command: Option<String>,
+    /// Writes per pod of the bare writer's deletes in these results.
+    pub bare_delete_writes: u32,
     pub runs: Vec<Run>,
 }
 
@@ -157,10 +159,16 @@ pub fn render(regimes: &[Regime]) -> String {
             let [kwok, pools, bare] = TOOLS.map(|(t, _)| of(t));
             let _ = writeln!(
                 md,
-                "| {w} | {} | {} | {} | {} | {} |",
+                "| {w} | {} | {} | {}{} | {} | {} |",
                 cell(&kwok),
                 cell(&pools),
                 cell(&bare),
+                if w.starts_with("delete") && !bare.is_empty() {
+                    let n = g.bare_delete_writes;
+                    format!(" ({n} write{} per pod)", if n == 1 { "" } else { "s" })
+                } else {
+                    String::new()
+                },
                 ratio(&pools, &kwok),
                 ratio(&pools, &bare)
             );
@@ -170,7 +178,7 @@ pub fn render(regimes: &[Regime]) -> String {
     md.push_str(
         "† a node went NotReady while the workload ran (the most in one run in brackets); a ratio is of median \
          rates (objects per second). The bare writer writes every object in its final state with the same lease \
-         work (and for deletes the same two writes per pod).\n",
+         work; for deletes, the user's graceful delete and (where it says two writes) the kubelet's final one.\n",
     );
     md
 }
@@ -191,6 +199,7 @@ pub fn read(results: &Path) -> Result<Vec<Regime>, String> {
             meaning: meaning.into(),
             machine: meta["machine"].as_str().unwrap_or("machine not recorded").into(),
             command: meta["command"].as_str().map(str::to_string),
+            bare_delete_writes: meta["bare_delete_writes"].as_str().and_then(|w| w.parse().ok()).unwrap_or(1),
             runs,
         });
     }

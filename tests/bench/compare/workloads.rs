@@ -262,7 +262,7 @@ impl Cluster<'_> {
         // The controller manager removes each new node's not-ready taint after the node is
         // Ready, at its own pace; its backlog is not the pods' to pay for (nor would a
         // scheduler place pods on a tainted node).
-        let settle = Duration::from_secs(300).min(args.timeout());
+        let settle = Duration::from_secs(120).min(args.timeout());
         let all = obs.nodes_ready();
         let _ = wait_for("nodes untainted by the controller manager", all, settle, || {
             all.saturating_sub(obs.nodes_tainted())

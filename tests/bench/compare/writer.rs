@@ -197,6 +197,10 @@ pub async fn create_pods(
     .await
 }
 
+/// The writes per pod of the bare writer's deletes (recorded with the results; results from
+/// before it made the kubelet's final delete too have none recorded: one).
+pub const BARE_DELETE_WRITES: u32 = 2;
+
 /// Deletes the pods as a user does (a graceful delete: the pod gets a deletion timestamp and
 /// the tool finishes it). The bare writer then makes the kubelet's final write itself, at
 /// once: a delete with grace 0 on the pod's UID. Two writes per pod, as any kubelet-like tool
