@@ -35,6 +35,12 @@ fn hostname(n: &Node) -> String {
         .unwrap_or_default()
 }
 
+/// The Ready condition's lastHeartbeatTime.
+fn heartbeat(n: &Node) -> Option<k8s_openapi::jiff::Timestamp> {
+    let conditions = n.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    conditions.iter().find(|c| c.type_ == "Ready").and_then(|c| c.last_heartbeat_time.clone()).map(|t| t.0)
+}
+
 async fn wait_podcidrs(client: &kube::Client, pool: &str, count: usize) -> Vec<Node> {
     wait_for("podCIDRs on every node", T, || async {
         let nodes = pool_nodes(client, pool).await;
@@ -462,10 +468,6 @@ async fn conditions_other_components_own_survive_the_heartbeat() {
     let patch = r#"{"status":{"conditions":[{"type":"KernelDeadlock","status":"False","reason":"KernelHasNoDeadlock","message":"kernel has no deadlock"}]}}"#;
     kubectl_ok(&["patch", "node", &name, "--subresource=status", "--type=strategic", "-p", patch]);
     let api: Api<Node> = Api::all(client.clone());
-    let heartbeat = |n: &Node| {
-        let conditions = n.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
-        conditions.iter().find(|c| c.type_ == "Ready").and_then(|c| c.last_heartbeat_time.clone()).map(|t| t.0)
-    };
     let before = heartbeat(&api.get(&name).await.unwrap());
     let after = wait_for("two heartbeats of the node's conditions", T, || async {
         let n = api.get(&name).await.unwrap();
@@ -528,12 +530,6 @@ async fn a_pool_whose_nodes_keep_changing_is_still_scaled_at_once() {
     apply(&scoped_nodepool(&pool, &scope, 60, "10.224.0.0/16", 24, 110, beat));
     wait_ready_nodes(&client, &pool, 60, T).await;
     // The heartbeats flow: a node's status is written again within a few seconds.
-    let heartbeat = |n: &Node| {
-        n.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Ready").and_then(|c| c.last_heartbeat_time.clone()))
-    };
     let nodes: Api<Node> = Api::all(client.clone());
     let first = heartbeat(&nodes.get(&format!("{pool}-0")).await.unwrap());
     wait_for("a second status heartbeat of the first node", Duration::from_secs(15), || async {

@@ -9,14 +9,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// The median, min and max of the finite values of `v`.
 fn median_min_max(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
     v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let mid = if v.len() % 2 == 1 { v[v.len() / 2] } else { (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0 };
-    Some((mid, v[0], v[v.len() - 1]))
+    super::summary::median_min_max(v)
 }
 
 fn cell(v: Vec<f64>, digits: usize) -> String {

@@ -62,7 +62,8 @@ pub fn parse(csv: &str) -> Result<Vec<Run>, String> {
     Ok(runs)
 }
 
-fn median_min_max(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
+/// The median, min and max of `v` (None when empty).
+pub fn median_min_max(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
     if v.is_empty() {
         return None;
     }
