@@ -46,8 +46,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 96)]
     pub max_writes_in_flight: usize,
     /// Writes in flight from the simulator (node, pod and VMI status and node lease renewals):
-    /// a quarter is reserved for lease renewals, which may use all of it, so heartbeats never
-    /// wait behind status writes.
+    /// a quarter is reserved for lease renewals, so heartbeats never wait long behind status
+    /// writes; a renewal whose lease is half expired takes the first free place of any.
     #[arg(long, default_value_t = 96)]
     pub max_simulator_writes_in_flight: usize,
     /// Writes in flight for one pool.

@@ -14,7 +14,7 @@ use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::time::{DelayQueue, delay_queue};
@@ -109,14 +109,23 @@ impl Attempts {
 }
 
 /// The simulator's write budget, shared by every simulated kind: at most `total` writes in
-/// flight. Heartbeats (lease renewals) may use all of it; every other write at most
-/// `total - reserved`, so a flood of pod or status writes never makes a heartbeat wait (a
-/// kubelet's lease does not queue behind its status updates), and the API server never sees
-/// more than `total` at once from this replica.
+/// flight, in one queue (first come, first served). A quarter is reserved for heartbeats (lease
+/// renewals), so a flood of pod or status writes never makes a heartbeat wait long (a kubelet's
+/// lease does not queue behind its status updates); every other write may use the rest.
+///
+/// Neither class may crowd the other out of the queue: other writes hold at most their room
+/// there, and heartbeats at most theirs — a renewal beyond it waits outside the queue until it
+/// is urgent (its lease getting old), then joins the queue at once. Without that cap thousands of
+/// renewals falling due together queue ahead of every pod write, which then waits seconds behind
+/// writes that were not urgent; with it, a pod write waits behind at most the heartbeats' room
+/// and the urgent renewals, and the API server never sees more than `total` at once from this
+/// replica.
 #[derive(Clone, Debug)]
 pub struct WriteBudget {
     all: Arc<Semaphore>,
     others: Arc<Semaphore>,
+    /// Heartbeats that are not urgent, in the queue or in flight.
+    beats: Arc<Semaphore>,
     /// Room for writes other than heartbeats.
     others_total: usize,
     /// Writes other than heartbeats waiting for room: the backlog a saturated API server
@@ -132,6 +141,7 @@ impl WriteBudget {
         Self {
             all: Arc::new(Semaphore::new(total)),
             others: Arc::new(Semaphore::new(total - reserved)),
+            beats: Arc::new(Semaphore::new(reserved.max(1))),
             others_total: total - reserved,
             waiting: Arc::new(AtomicUsize::new(0)),
         }
@@ -150,18 +160,40 @@ impl WriteBudget {
         Writes { budget: self.clone(), class, done }
     }
 
-    /// Waits for room for a write of `class`; the room is held until the guard drops.
-    async fn room(&self, class: Class) -> Room {
+    /// Waits for room for a write of `class`; the room is held until the guard drops. A
+    /// heartbeat becomes urgent at `urgent_at` (never, without one).
+    async fn room(&self, class: Class, urgent_at: Option<Instant>) -> Room {
         // Closed semaphores (never done here) still let the write through.
-        let other = match class {
-            Class::Heartbeat => None,
+        match class {
             Class::Other => {
-                let _waiting = Waiting::new(&self.waiting);
-                self.others.clone().acquire_owned().await.ok()
+                let other = {
+                    let _waiting = Waiting::new(&self.waiting);
+                    self.others.clone().acquire_owned().await.ok()
+                };
+                let all = self.all.clone().acquire_owned().await.ok();
+                Room { _all: all, _class: other }
             }
-        };
-        let all = self.all.clone().acquire_owned().await.ok();
-        Room { _all: all, _other: other }
+            Class::Heartbeat => {
+                let in_turn = async {
+                    let beat = self.beats.clone().acquire_owned().await.ok();
+                    (beat, self.all.clone().acquire_owned().await.ok())
+                };
+                let urgent = async {
+                    match urgent_at {
+                        Some(at) if at > Instant::now() => tokio::time::sleep_until(at.into()).await,
+                        Some(_) => {}
+                        None => std::future::pending::<()>().await,
+                    }
+                    (None, self.all.clone().acquire_owned().await.ok())
+                };
+                let (beat, all) = tokio::select! {
+                    biased;
+                    room = in_turn => room,
+                    room = urgent => room,
+                };
+                Room { _all: all, _class: beat }
+            }
+        }
     }
 }
 
@@ -190,7 +222,7 @@ pub enum Class {
 
 struct Room {
     _all: Option<tokio::sync::OwnedSemaphorePermit>,
-    _other: Option<tokio::sync::OwnedSemaphorePermit>,
+    _class: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Writes of one class run as background tasks within the budget, each reporting its outcome
@@ -212,9 +244,19 @@ impl<D: Send + 'static> Writes<D> {
         F: FnOnce() -> W + Send + 'static,
         W: Future<Output = D> + Send + 'static,
     {
+        self.spawn_by(None, make);
+    }
+
+    /// As [`Writes::spawn`], for a heartbeat that becomes urgent at `urgent_at`: from then on
+    /// it takes the first free place in the budget rather than waiting for the heartbeats'.
+    pub fn spawn_by<F, W>(&self, urgent_at: Option<Instant>, make: F)
+    where
+        F: FnOnce() -> W + Send + 'static,
+        W: Future<Output = D> + Send + 'static,
+    {
         let (budget, class, done) = (self.budget.clone(), self.class, self.done.clone());
         tokio::spawn(async move {
-            let _room = budget.room(class).await;
+            let _room = budget.room(class, urgent_at).await;
             let write = Box::pin(make());
             let _ = done.send(write.await);
         });
@@ -271,9 +313,20 @@ mod tests {
         busy: &Arc<std::sync::atomic::AtomicUsize>,
         release: &Arc<tokio::sync::Notify>,
     ) {
+        hold_by(writes, None, n, busy, release);
+    }
+
+    /// As [`hold`], heartbeats urgent at `urgent_at`.
+    fn hold_by(
+        writes: &Writes<usize>,
+        urgent_at: Option<Instant>,
+        n: usize,
+        busy: &Arc<std::sync::atomic::AtomicUsize>,
+        release: &Arc<tokio::sync::Notify>,
+    ) {
         for i in 0..n {
             let (busy, release) = (busy.clone(), release.clone());
-            writes.spawn(move || async move {
+            writes.spawn_by(urgent_at, move || async move {
                 busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 release.notified().await;
                 i
@@ -316,15 +369,72 @@ mod tests {
         assert_eq!(busy_beats.load(std::sync::atomic::Ordering::SeqCst), 5);
     }
 
+    fn count(busy: &Arc<std::sync::atomic::AtomicUsize>) -> usize {
+        busy.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     #[tokio::test]
-    async fn heartbeats_may_use_the_whole_budget_when_nothing_else_writes() {
+    async fn renewals_falling_due_together_never_crowd_other_writes_out() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let budget = WriteBudget::new(8); // 6 for other writes, 2 for heartbeats in turn
+        let (busy_beats, busy_others) =
+            (Arc::new(std::sync::atomic::AtomicUsize::new(0)), Arc::new(std::sync::atomic::AtomicUsize::new(0)));
+        let release = Arc::new(tokio::sync::Notify::new());
+        // A thousand renewals fall due at once, none urgent yet: they take their own room…
+        let later = Some(Instant::now() + Duration::from_secs(3600));
+        hold_by(&budget.writes(Class::Heartbeat, tx.clone()), later, 1000, &busy_beats, &release);
+        settle().await;
+        assert_eq!(count(&busy_beats), 2);
+        // …and pod writes coming after them go at once, not behind the thousand.
+        hold(&budget.writes(Class::Other, tx), 6, &busy_others, &release);
+        settle().await;
+        assert_eq!(count(&busy_others), 6);
+        release.notify_waiters();
+    }
+
+    #[tokio::test]
+    async fn an_urgent_renewal_takes_the_first_free_place_before_waiting_writes() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let budget = WriteBudget::new(8);
+        let (beats, others) = (budget.writes(Class::Heartbeat, tx.clone()), budget.writes(Class::Other, tx));
+        let (busy_beats, busy_others, busy_urgent) = (
+            Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        );
+        let release = Arc::new(tokio::sync::Notify::new());
+        // The budget full: 2 renewals and 6 other writes in flight, more of both waiting.
+        hold_by(&beats, Some(Instant::now() + Duration::from_secs(3600)), 10, &busy_beats, &release);
+        hold(&others, 50, &busy_others, &release);
+        settle().await;
+        assert_eq!((count(&busy_beats), count(&busy_others)), (2, 6));
+        // Renewals of leases half expired: in the shared queue at once, so they go with the
+        // next places freed, before the 44 other writes that wait for their room and the
+        // renewals still in turn.
+        hold_by(&beats, Some(Instant::now()), 3, &busy_urgent, &release);
+        settle().await;
+        assert_eq!(count(&busy_urgent), 0, "no place is free yet");
+        release.notify_one(); // one write finishes, its place goes to an urgent renewal
+        settle().await;
+        while rx.try_recv().is_ok() {}
+        assert_eq!(count(&busy_urgent), 1);
+        assert_eq!(count(&busy_beats) + count(&busy_others), 8, "the others still wait");
+        release.notify_waiters();
+    }
+
+    #[tokio::test]
+    async fn heartbeats_without_urgency_or_other_writes_use_their_room() {
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         let budget = WriteBudget::new(8);
         let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let release = Arc::new(tokio::sync::Notify::new());
-        hold(&budget.writes(Class::Heartbeat, tx), 12, &busy, &release);
+        hold(&budget.writes(Class::Heartbeat, tx.clone()), 12, &busy, &release);
         settle().await;
-        assert_eq!(busy.load(std::sync::atomic::Ordering::SeqCst), 8);
+        assert_eq!(count(&busy), 2);
+        // Urgent ones may use the whole budget.
+        hold_by(&budget.writes(Class::Heartbeat, tx), Some(Instant::now()), 12, &busy, &release);
+        settle().await;
+        assert_eq!(count(&busy), 8);
         release.notify_waiters();
     }
 
@@ -360,11 +470,12 @@ mod tests {
     #[test]
     fn a_budget_of_one_still_lets_every_class_write() {
         let b = WriteBudget::new(1);
-        assert_eq!((b.all.available_permits(), b.others.available_permits()), (1, 1));
+        let room = |b: &WriteBudget| (b.all.available_permits(), b.others.available_permits(), b.beats.available_permits());
+        assert_eq!(room(&b), (1, 1, 1));
         let b = WriteBudget::new(0);
-        assert_eq!((b.all.available_permits(), b.others.available_permits()), (1, 1));
+        assert_eq!(room(&b), (1, 1, 1));
         let b = WriteBudget::new(96);
-        assert_eq!((b.all.available_permits(), b.others.available_permits()), (96, 72));
+        assert_eq!(room(&b), (96, 72, 24));
     }
 
     #[test]

@@ -122,6 +122,11 @@ pub struct Args {
     /// bench/results).
     #[arg(long)]
     grace: Option<u32>,
+    /// Write a CPU profile of the API server for the first 60 s of every workload window into
+    /// this directory (`<workload>-<tool>-run<N>.pprof`; read with `go tool pprof -top`): where
+    /// the API server's time goes, to explain a row (a diagnostic).
+    #[arg(long)]
+    profile: Option<PathBuf>,
     /// Run nothing: regenerate README.md's side-by-side table from the committed results
     /// (every regime's runs.csv under bench/results/). A run into bench/results does it too.
     #[arg(long)]
@@ -170,9 +175,9 @@ async fn main() {
         return;
     }
     let out = args.out_dir();
-    if args.grace.is_some() && args.committed() {
+    if (args.grace.is_some() || args.profile.is_some()) && args.committed() {
         eprintln!(
-            "--grace makes a diagnostic run, not the regime's: give it --out outside bench/results (e.g. --out /tmp/grace)"
+            "--grace and --profile make diagnostic runs, not the regime's: give them --out outside bench/results (e.g. --out /tmp/grace)"
         );
         std::process::exit(2);
     }

@@ -159,7 +159,12 @@ pub async fn run_all(args: &Args, tool: Tool, run: usize) -> Vec<Outcome> {
     let smallest = args.nodes.iter().copied().min().unwrap_or(0);
     for &n in &args.nodes {
         println!("\n## {} — {n} nodes (run {run})", tool.label());
-        let bench = Bench::cluster_with(&format!("cmp-{}", tool.slug()), args.regime.cluster_args(args.grace)).await;
+        let mut extra = args.regime.cluster_args(args.grace);
+        if args.profile.is_some() {
+            // Local clusters run without the profiling endpoints.
+            extra.push((kwok_pools::cluster::component::Component::KubeApiserver, "--profiling=true".into()));
+        }
+        let bench = Bench::cluster_with(&format!("cmp-{}", tool.slug()), extra).await;
         let running = tool.start(&bench, args.regime.slug(), args.regime.lease_seconds()).await;
         if let Running::Kwok(k) = &running {
             let _ = std::fs::write(args.out_dir().join("kwok-command.txt"), &k.command);
@@ -207,6 +212,31 @@ impl Cluster<'_> {
         Measure::begin(self.bench, self.running, done).await
     }
 
+    /// With `--profile`: the API server's CPU profile for the window's first 60 s (its own
+    /// pprof endpoint, read through kubectl as the cluster's admin), in the background.
+    fn profile(&self, workload: &str) {
+        let Some(dir) = &self.args.profile else { return };
+        let file = dir.join(format!("{workload}-{}-run{}.pprof", self.tool.slug(), self.run));
+        let _ = std::fs::create_dir_all(dir);
+        let Ok(out) = std::fs::File::create(&file) else {
+            eprintln!("  ! cannot write {}: no profile", file.display());
+            return;
+        };
+        let spawned = std::process::Command::new(super::harness::repo().join("bin/kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.bench.kubeconfig())
+            .args(["get", "--raw", "/debug/pprof/profile?seconds=60"])
+            .stdout(out)
+            .spawn();
+        match spawned {
+            Ok(mut child) => {
+                std::thread::spawn(move || child.wait());
+                println!("  profiling the API server for 60 s into {}", file.display());
+            }
+            Err(e) => eprintln!("  ! kubectl for the profile: {e}"),
+        }
+    }
+
     async fn end(&self, m: Measure, workload: String, objects: u32, seconds: Option<f64>) -> Outcome {
         m.end(self.bench, self.tool, workload, self.run, objects, seconds).await
     }
@@ -216,6 +246,7 @@ impl Cluster<'_> {
         self.obs.open_window();
         let o = self.obs.clone();
         let m = self.measure(move || o.nodes_ready()).await;
+        self.profile(&format!("nodes-{n}"));
         // The bare writer renews each lease from its creation on, as any tool must.
         let leased = writer::Leased::default();
         let renewer = (self.tool == Tool::Bare).then(|| {
@@ -290,6 +321,7 @@ impl Cluster<'_> {
         obs.open_window();
         let o = obs.clone();
         let m = self.measure(move || o.pods_running()).await;
+        self.profile(&format!("pods-{count}"));
         let (client, conc, bare) = (bench.client.clone(), args.concurrency, self.tool == Tool::Bare);
         let creating = tokio::spawn(async move { writer::create_pods(&client, count, &nodes, bare, conc).await });
         let secs = wait_for("pods Running", count as usize, args.timeout(), || obs.pods_running()).await;
@@ -304,6 +336,7 @@ impl Cluster<'_> {
         let o = obs.clone();
         let total = obs.pods();
         let m = self.measure(move || total.saturating_sub(o.pods())).await;
+        self.profile(&format!("delete-{count}"));
         let client = bench.client.clone();
         let deleting = tokio::spawn(async move { writer::delete_pods(&client, count, bare, conc).await });
         let secs = wait_for("pods deleted", total, args.timeout(), || total.saturating_sub(obs.pods())).await;

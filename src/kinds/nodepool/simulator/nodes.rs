@@ -433,7 +433,10 @@ impl NodeLoop {
         // The last renewal has not come back: not a second one beside it.
         if t.lease.begin() {
             let (sim, first, expect) = (self.sim.clone(), !t.lease_written, t.lease_version.clone());
-            self.lease_writes.spawn(move || {
+            // Urgent once the lease is half its duration old: from then on it goes before
+            // writes that are not heartbeats.
+            let urgent_at = t.renewed_at.unwrap_or_else(Instant::now) + self.sim.lease_duration_of(&node) / 2;
+            self.lease_writes.spawn_by(Some(urgent_at), move || {
                 // One span per heartbeat, made once the write has room (a backlog holds none).
                 let span = tracing::debug_span!("heartbeat", node = %node.name_any(), first);
                 lease_write(sim, node, due, first, expect).instrument(span)
