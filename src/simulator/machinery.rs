@@ -470,7 +470,8 @@ mod tests {
     #[test]
     fn a_budget_of_one_still_lets_every_class_write() {
         let b = WriteBudget::new(1);
-        let room = |b: &WriteBudget| (b.all.available_permits(), b.others.available_permits(), b.beats.available_permits());
+        let room =
+            |b: &WriteBudget| (b.all.available_permits(), b.others.available_permits(), b.beats.available_permits());
         assert_eq!(room(&b), (1, 1, 1));
         let b = WriteBudget::new(0);
         assert_eq!(room(&b), (1, 1, 1));
