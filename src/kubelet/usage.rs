@@ -120,8 +120,8 @@ pub fn node_base(usage: Option<&crate::api::kubelet::NodeUsage>) -> (f64, f64) {
     )
 }
 
-/// A cumulative counter kept monotonic as its rate changes (a node's CPU: its pods come and
-/// go, yet a kubelet's node counter only grows): the trapezoid of the rate between readings.
+/// A cumulative counter kept monotonic as its rate changes: the trapezoid of the rate
+/// between readings (a node's own daemons, whose level a pool edit may change).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Counter {
     /// (when, rate then, total then).
@@ -139,6 +139,50 @@ impl Counter {
         };
         self.last = Some((now.max(self.last.map_or(now, |l| l.0)), rate, total));
         total.max(1e-6)
+    }
+}
+
+/// A node's CPU counter as a kubelet keeps it: its daemons' share plus every container's own
+/// counter, with the CPU of containers that have gone (or restarted) kept. Over any window
+/// the node's rate is its base plus exactly what its containers used in that window, the
+/// same figures a metrics pipeline computes for the pods — never a blend of two readings.
+#[derive(Clone, Debug, Default)]
+pub struct NodeCounter {
+    base: Counter,
+    /// CPU-seconds of containers no longer running.
+    gone: f64,
+    /// Each running container's counter at the last reading.
+    running: std::collections::HashMap<String, f64>,
+    /// (when, total) of the last reading.
+    last: Option<(f64, f64)>,
+}
+
+impl NodeCounter {
+    /// The node's total at `now`: the base at `base_rate` counted since `since`, and the
+    /// running containers' own counters (`key`, CPU-seconds). A reading older than the
+    /// last changes nothing.
+    pub fn read(&mut self, now: f64, base_rate: f64, since: f64, containers: impl IntoIterator<Item = (String, f64)>) -> f64 {
+        if let Some((at, total)) = self.last
+            && now < at
+        {
+            return total;
+        }
+        let mut running = std::collections::HashMap::new();
+        for (key, seconds) in containers {
+            if let Some(before) = self.running.remove(&key)
+                && seconds < before
+            {
+                // Restarted: its counter began again.
+                self.gone += before;
+            }
+            running.insert(key, seconds);
+        }
+        self.gone += self.running.values().sum::<f64>();
+        self.running = running;
+        let total = self.base.read(now, base_rate, since) + self.gone + self.running.values().sum::<f64>();
+        let total = self.last.map_or(total, |(_, before)| total.max(before));
+        self.last = Some((now, total));
+        total
     }
 }
 
@@ -181,6 +225,20 @@ mod tests {
             (s.cpu - 0.05).abs() < 1e-9 && s.memory == 1024.0 * 1024.0 * 1024.0,
             "the annotation's level, the pool's shape"
         );
+    }
+
+    #[test]
+    fn a_node_counter_is_its_base_and_its_containers_own_counters() {
+        let mut c = NodeCounter::default();
+        let a = c.read(100.0, 0.1, 90.0, [("a".to_string(), 5.0)]);
+        assert!((a - 6.0).abs() < 1e-9, "{a}");
+        // A container that started after the last reading counts only what it used since.
+        let b = c.read(115.0, 0.1, 90.0, [("a".to_string(), 12.5), ("b".to_string(), 3.75)]);
+        assert!((b - a - (1.5 + 7.5 + 3.75)).abs() < 1e-9, "{b}");
+        // One gone, one restarted: their CPU is kept; the node's counter only grows.
+        let c2 = c.read(125.0, 0.1, 90.0, [("b".to_string(), 1.0)]);
+        assert!((c2 - (0.1 * 35.0 + 12.5 + 3.75 + 1.0)).abs() < 1e-9, "{c2}");
+        assert_eq!(c.read(120.0, 5.0, 90.0, []), c2, "an older reading changes nothing");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use crate::informer::pod::SlimPod;
 use crate::kubelet::resource_metrics::{ContainerReading, NodeReading};
-use crate::kubelet::usage::{self, Counter, Identity, Model, Overrides};
+use crate::kubelet::usage::{self, Identity, Model, NodeCounter, Overrides};
 use crate::simulator::lifecycle::{Knobs, Lifecycles};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -18,16 +18,17 @@ fn secs(t: &k8s_openapi::jiff::Timestamp) -> f64 {
 
 /// The node counters of this replica's nodes.
 #[derive(Default)]
-pub struct Counters(Mutex<HashMap<String, Counter>>);
+pub struct Counters(Mutex<HashMap<String, NodeCounter>>);
 
 impl Counters {
     pub fn forget(&self, node: &str) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(node);
     }
 
-    fn read(&self, node: &str, now: f64, rate: f64, since: f64) -> f64 {
+    fn read(&self, node: &str, now: f64, base: f64, since: f64, containers: &[ContainerReading<'_>]) -> f64 {
         let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        all.entry(node.to_string()).or_default().read(now, rate, since)
+        let running = containers.iter().map(|c| (format!("{}/{}", c.uid, c.container), c.cpu_seconds));
+        all.entry(node.to_string()).or_default().read(now, base, since, running)
     }
 }
 
@@ -82,7 +83,7 @@ pub fn reading<'a>(node: &'a Node, pods: &'a [Arc<SlimPod>], lifecycles: &Lifecy
         node: node_name,
         started: node_started,
         cpu_cores,
-        cpu_seconds: counters.read(&node.name_any(), now, cpu_cores, node_started),
+        cpu_seconds: counters.read(&node.name_any(), now, base_cpu, node_started, &containers),
         memory_capacity: memory_capacity(node).unwrap_or(256.0 * 1024.0 * 1024.0 * 1024.0),
         memory_bytes,
         containers,
