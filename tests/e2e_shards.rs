@@ -38,6 +38,8 @@ async fn managed(op: &Operator) -> Option<usize> {
 #[derive(Default)]
 struct Record {
     renewals: HashMap<String, BTreeMap<Timestamp, String>>,
+    /// Per lease, every event seen in order: (renew time, replica, resourceVersion).
+    events: HashMap<String, Vec<(Timestamp, String, String)>>,
     not_ready: HashSet<String>,
 }
 
@@ -55,7 +57,10 @@ fn watch_leases(client: kube::Client, prefix: String, record: Arc<Mutex<Record>>
             let sim = lease.metadata.annotations.as_ref().and_then(|a| a.get(SIMULATOR_ANNOTATION)).cloned();
             let renewed = lease.spec.as_ref().and_then(|s| s.renew_time.clone());
             if let (Some(sim), Some(t)) = (sim, renewed) {
-                record.lock().unwrap().renewals.entry(name).or_default().insert(t.0, sim);
+                let version = lease.metadata.resource_version.clone().unwrap_or_default();
+                let mut r = record.lock().unwrap();
+                r.events.entry(name.clone()).or_default().push((t.0, sim.clone(), version));
+                r.renewals.entry(name).or_default().insert(t.0, sim);
             }
         }
     });
@@ -244,7 +249,13 @@ async fn three_simulators_share_the_nodes_and_take_over_a_killed_one() {
         // one's last, with the hand-over between them.
         for pair in runs.windows(2) {
             let gap = pair[1].1.duration_since(pair[0].2);
-            assert!(gap.as_secs_f64() >= 0.5, "{lease}: {} renewed {gap:?} after {} stopped", pair[1].0, pair[0].0);
+            assert!(
+                gap.as_secs_f64() >= 0.5,
+                "{lease}: {} renewed {gap:?} after {} stopped; its events (renew time, replica, version): {:?}",
+                pair[1].0,
+                pair[0].0,
+                r.events.get(lease)
+            );
         }
     }
     assert!(moved * 4 >= n, "only {moved} of {n} leases moved to another replica and back");

@@ -161,7 +161,13 @@ impl NodeCounter {
     /// The node's total at `now`: the base at `base_rate` counted since `since`, and the
     /// running containers' own counters (`key`, CPU-seconds). A reading older than the
     /// last changes nothing.
-    pub fn read(&mut self, now: f64, base_rate: f64, since: f64, containers: impl IntoIterator<Item = (String, f64)>) -> f64 {
+    pub fn read(
+        &mut self,
+        now: f64,
+        base_rate: f64,
+        since: f64,
+        containers: impl IntoIterator<Item = (String, f64)>,
+    ) -> f64 {
         if let Some((at, total)) = self.last
             && now < at
         {

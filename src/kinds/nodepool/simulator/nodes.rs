@@ -487,6 +487,15 @@ async fn lease_write(
     let result = leases::renew(&api, &node, secs, this.identity.as_deref(), first, expect.as_deref()).await;
     let ok = result.is_ok();
     let ours = result.as_ref().is_ok_and(|r| r.ours);
+    tracing::debug!(
+        node = %node.name_any(),
+        replica = this.identity.as_deref().unwrap_or_default(),
+        first,
+        ok,
+        ours,
+        version = result.as_ref().ok().and_then(|r| r.version.as_deref()).unwrap_or_default(),
+        "lease written"
+    );
     if ok && !ours {
         tracing::debug!(node = %node.name_any(), "its lease names another replica; this replica writes it whole next time");
     }
