@@ -8,6 +8,7 @@
 //! is tracked.
 
 use super::timer_delay;
+use crate::shard::Shard;
 use futures::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
@@ -157,7 +158,7 @@ impl WriteBudget {
 
     /// Writes of one class under this budget, reporting on `done`.
     pub fn writes<D>(&self, class: Class, done: UnboundedSender<D>) -> Writes<D> {
-        Writes { budget: self.clone(), class, done }
+        Writes { budget: self.clone(), class, done, shard: Shard::whole() }
     }
 
     /// Waits for room for a write of `class`; the room is held until the guard drops. A
@@ -231,9 +232,18 @@ pub struct Writes<D> {
     budget: WriteBudget,
     class: Class,
     done: UnboundedSender<D>,
+    /// The shard a write must still hold its object in when it gets room (see
+    /// [`Writes::spawn_for`]).
+    shard: Shard,
 }
 
 impl<D: Send + 'static> Writes<D> {
+    /// These writes, each sent only while this replica's shard holds its object.
+    #[must_use]
+    pub fn fenced_by(self, shard: Shard) -> Self {
+        Self { shard, ..self }
+    }
+
     /// Runs the write `make` builds once there is room for it. A write waiting for room holds
     /// only `make` (what it captures): the request's own state, several KiB for a kube call,
     /// exists only for the writes in flight. Tens of thousands can wait at once (a client
@@ -254,9 +264,38 @@ impl<D: Send + 'static> Writes<D> {
         F: FnOnce() -> W + Send + 'static,
         W: Future<Output = D> + Send + 'static,
     {
+        self.run(None, urgent_at, make);
+    }
+
+    /// As [`Writes::spawn_by`], for a write on behalf of `key` in the shard (a node's name,
+    /// or a VMI's key without one): if the shard has handed `key` to another replica by the
+    /// time the write has room, it is not sent and `dropped` is reported instead. A write can
+    /// queue for seconds behind a busy API server, far longer than a hand-over waits for the
+    /// previous owner's writes in flight; sent late, it would renew a lease (or move a pod)
+    /// the new owner already writes: two replicas at once.
+    pub fn spawn_for<F, W>(&self, key: String, dropped: D, urgent_at: Option<Instant>, make: F)
+    where
+        F: FnOnce() -> W + Send + 'static,
+        W: Future<Output = D> + Send + 'static,
+    {
+        self.run(Some((self.shard.clone(), key, dropped)), urgent_at, make);
+    }
+
+    fn run<F, W>(&self, fence: Option<(Shard, String, D)>, urgent_at: Option<Instant>, make: F)
+    where
+        F: FnOnce() -> W + Send + 'static,
+        W: Future<Output = D> + Send + 'static,
+    {
         let (budget, class, done) = (self.budget.clone(), self.class, self.done.clone());
         tokio::spawn(async move {
             let _room = budget.room(class, urgent_at).await;
+            if let Some((shard, key, dropped)) = fence
+                && !shard.owns(&key)
+            {
+                tracing::debug!(key = %key, "write not sent: the shard handed its object to another replica");
+                let _ = done.send(dropped);
+                return;
+            }
             let write = Box::pin(make());
             let _ = done.send(write.await);
         });
@@ -367,6 +406,40 @@ mod tests {
         }
         assert_eq!(busy_others.load(std::sync::atomic::Ordering::SeqCst), 20);
         assert_eq!(busy_beats.load(std::sync::atomic::Ordering::SeqCst), 5);
+    }
+
+    #[tokio::test]
+    async fn a_write_whose_object_the_shard_handed_over_while_it_waited_is_not_sent() {
+        use crate::shard::view::Ownership;
+        let members = || vec!["a".to_string(), "b".to_string()];
+        let (view_tx, view_rx) = tokio::sync::watch::channel(Arc::new(Ownership::settled("a", members())));
+        let shard = Shard::new(view_rx);
+        let key = (0..100).map(|i| format!("node-{i}")).find(|k| shard.owns(k)).expect("a key of a's");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let writes = WriteBudget::new(1).writes(Class::Other, tx).fenced_by(shard);
+        let (busy, release) = (Arc::new(std::sync::atomic::AtomicUsize::new(0)), Arc::new(tokio::sync::Notify::new()));
+        // The only place is taken; the fenced write queues while the key is still ours.
+        hold(&writes, 1, &busy, &release);
+        settle().await;
+        let sent = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = sent.clone();
+        writes.spawn_for(key.clone(), 999, None, move || async move {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            7
+        });
+        settle().await;
+        // Handed to b meanwhile: when the place frees, the write reports dropped, unsent.
+        view_tx.send_replace(Arc::new(Ownership::settled("a", vec!["b".to_string()])));
+        release.notify_waiters();
+        settle().await;
+        let reports: Vec<usize> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert_eq!(reports, vec![0, 999]);
+        assert!(!sent.load(std::sync::atomic::Ordering::SeqCst), "never sent");
+        // Ours again: sent.
+        view_tx.send_replace(Arc::new(Ownership::settled("a", members())));
+        writes.spawn_for(key, 999, None, || async { 7 });
+        settle().await;
+        assert_eq!(rx.try_recv().ok(), Some(7));
     }
 
     fn count(busy: &Arc<std::sync::atomic::AtomicUsize>) -> usize {

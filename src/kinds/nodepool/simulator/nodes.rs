@@ -107,6 +107,10 @@ enum Done {
     },
     /// The node's conflict annotation was written.
     Noted,
+    /// A renewal not sent: the shard handed the node to another replica while it waited.
+    LeaseDropped {
+        name: String,
+    },
 }
 
 fn jittered(base: Duration, low: f64, high: f64) -> Duration {
@@ -147,8 +151,8 @@ impl NodeSimulator {
     /// Runs until the change stream ends.
     pub async fn run(self, mut changes: UnboundedReceiver<Change<Node>>) {
         let (done_tx, mut done_rx) = unbounded_channel::<Done>();
-        let writes = self.writes.writes(Class::Other, done_tx.clone());
-        let lease_writes = self.writes.writes(Class::Heartbeat, done_tx);
+        let writes = self.writes.writes(Class::Other, done_tx.clone()).fenced_by(self.shard.clone());
+        let lease_writes = self.writes.writes(Class::Heartbeat, done_tx).fenced_by(self.shard.clone());
         let mut shard = self.shard.clone();
         let mut l =
             NodeLoop {
@@ -196,6 +200,11 @@ impl NodeLoop {
                 }
             }
             Done::Noted => {}
+            Done::LeaseDropped { name } => {
+                if let Some(t) = self.tracked.get_mut(&name) {
+                    t.lease.finish(true);
+                }
+            }
             Done::Lease { name, ok, ours, version, foreign, sent, took } => {
                 self.latency.observe(took);
                 let Some(t) = self.tracked.get_mut(&name) else { return };
@@ -435,8 +444,9 @@ impl NodeLoop {
             let (sim, first, expect) = (self.sim.clone(), !t.lease_written, t.lease_version.clone());
             // Urgent once the lease is half its duration old: from then on it goes before
             // writes that are not heartbeats.
-            let urgent_at = t.renewed_at.unwrap_or_else(Instant::now) + self.sim.lease_duration_of(&node) / 2;
-            self.lease_writes.spawn_by(Some(urgent_at), move || {
+            let urgent_at = urgency(t.renewed_at, &node, self.sim.lease_duration_of(&node));
+            let dropped = Done::LeaseDropped { name: name.clone() };
+            self.lease_writes.spawn_for(name, dropped, Some(urgent_at), move || {
                 // One span per heartbeat, made once the write has room (a backlog holds none).
                 let span = tracing::debug_span!("heartbeat", node = %node.name_any(), first);
                 lease_write(sim, node, due, first, expect).instrument(span)
@@ -543,9 +553,26 @@ fn note_conflict(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, name: &str, ot
 /// heartbeat.
 /// A status write of `node` (`full`: the whole kubelet status, else a heartbeat), made once
 /// the budget has room.
+/// When a renewal becomes urgent: half its lease's duration after the last renewal. A node
+/// this replica has not renewed yet (new, or just taken over from another replica) may carry
+/// a lease as old as the node: urgent half a duration after the node was made.
+fn urgency(renewed_at: Option<Instant>, node: &Node, lease: Duration) -> Instant {
+    if let Some(at) = renewed_at {
+        return at + lease / 2;
+    }
+    let made = node.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let age = made.map_or(Duration::MAX, |t| {
+        let ms = k8s_openapi::jiff::Timestamp::now().as_millisecond() - t.as_millisecond();
+        Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    });
+    Instant::now() + (lease / 2).saturating_sub(age)
+}
+
 fn spawn_status(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad: Vec<BadCondition>) {
     let sim = sim.clone();
-    writes.spawn(move || {
+    let name = node.name_any();
+    let dropped = Done::Status { name: name.clone() };
+    writes.spawn_for(name, dropped, None, move || {
         let span = tracing::debug_span!("node_status", node = %node.name_any(), full);
         status_write(sim, node, full, bad).instrument(span)
     });

@@ -126,7 +126,7 @@ impl VmiSimulator {
         mut pods: UnboundedReceiver<Change<SlimPod>>,
     ) {
         let (done_tx, mut done_rx) = unbounded_channel::<Done>();
-        let writes = self.writes.writes(Class::Other, done_tx);
+        let writes = self.writes.writes(Class::Other, done_tx).fenced_by(self.shard.clone());
         let mut l = VmiLoop {
             sim: Arc::new(self),
             launchers: HashMap::new(),
@@ -288,7 +288,8 @@ impl VmiLoop {
             return;
         }
         let (sim, vmi, key) = (self.sim.clone(), vmi.clone(), ObjectRef::from_obj(vmi.as_ref()));
-        self.writes.spawn(move || {
+        let dropped = Done { vmi: key.clone(), uid: uid.clone(), step: step.clone(), ok: false };
+        self.writes.spawn_for(shard_key, dropped, None, move || {
             // One span per VMI step, made once the write has room (a backlog holds none).
             let span = tracing::debug_span!("vmi_step", namespace = vmi.metadata.namespace.as_deref().unwrap_or_default(), vmi = vmi.metadata.name.as_deref().unwrap_or_default(), step = ?step);
             async move {

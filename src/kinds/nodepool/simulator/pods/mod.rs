@@ -164,6 +164,11 @@ pub fn node_cidrs(node: &Node) -> Vec<IpNet> {
     cidrs
 }
 
+/// The shard key of a pod's writes: its node (every write is for a pod bound to one).
+fn shard_key(pod: &SlimPod) -> String {
+    pod.node_name.clone().unwrap_or_default()
+}
+
 fn now_value() -> serde_json::Value {
     serde_json::to_value(Time(k8s_openapi::jiff::Timestamp::now())).unwrap_or_default()
 }
@@ -188,7 +193,7 @@ impl PodSimulator {
         let _ = self.nodes.wait_until_ready().await;
         let recorder = Recorder::new(self.client.clone(), Reporter { controller: "kwok-pools".into(), instance: None });
         let (done_tx, mut done_rx) = unbounded_channel();
-        let writes = self.writes.writes(Class::Other, done_tx);
+        let writes = self.writes.writes(Class::Other, done_tx).fenced_by(self.shard.clone());
         let (claims_tx, mut claims_rx) = unbounded_channel();
         let mut fallback = self.config.fallback.clone().map(|(range, after)| fallback::Fallback::new(range, after));
         if let Some(f) = fallback.as_mut() {
@@ -937,7 +942,7 @@ impl Loop {
 
     fn spawn_status(&self, pod: Arc<SlimPod>, patch: serde_json::Value, transition: &'static str) {
         let sim = self.sim.clone();
-        self.writes.spawn(move || {
+        self.writes.spawn_for(shard_key(&pod), Done::after(&pod, false, false), None, move || {
             // One span per transition, made once the write has room (a backlog holds none).
             let ns = pod.metadata.namespace.clone().unwrap_or_default();
             let span = tracing::debug_span!("pod_transition", namespace = %ns, pod = pod.name(), transition);
@@ -947,7 +952,7 @@ impl Loop {
 
     fn spawn_resize(&self, pod: Arc<SlimPod>, node: Arc<Node>) {
         let (sim, recorder) = (self.sim.clone(), self.recorder.clone());
-        self.writes.spawn(move || {
+        self.writes.spawn_for(shard_key(&pod), Done::after(&pod, false, false), None, move || {
             let ns = pod.metadata.namespace.clone().unwrap_or_default();
             let span = tracing::debug_span!("pod_resize", namespace = %ns, pod = pod.name());
             resize(sim, pod, node, recorder).instrument(span)
@@ -956,7 +961,7 @@ impl Loop {
 
     fn spawn_remove(&self, pod: Arc<SlimPod>) {
         let sim = self.sim.clone();
-        self.writes.spawn(move || {
+        self.writes.spawn_for(shard_key(&pod), Done::after(&pod, false, false), None, move || {
             let ns = pod.metadata.namespace.clone().unwrap_or_default();
             let span = tracing::debug_span!("pod_removal", namespace = %ns, pod = pod.name());
             remove(sim, pod).instrument(span)
