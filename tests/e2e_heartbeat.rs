@@ -1,13 +1,17 @@
 //! A NodePool's own heartbeat (`spec.lifecycle.nodes.heartbeat`), end to end: its nodes'
 //! Leases carry its lease duration and are renewed on its cadence, its status reports come at
 //! its interval, a change reaches the existing Leases on their next renewal, the nodes stay
-//! Ready throughout, and a value outside the range is refused with the field named.
+//! Ready throughout, and a value outside the range is refused with the field named. Under an
+//! API server slowed on purpose the simulator's writes yield to the workload: renewals stretch,
+//! and a deleted pod nothing keeps goes in two writes instead of three.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use kwok_pools_test_support::pools::{is_ready, pool_nodes, scoped_nodepool, scoped_podpool, wait_ready_nodes};
+use kwok_pools_test_support::pools::{
+    is_ready, pool_nodes, scoped_nodepool, scoped_pod, scoped_podpool, wait_ready_nodes,
+};
 use kwok_pools_test_support::*;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -225,4 +229,148 @@ async fn lease_renewals_yield_to_a_saturated_api_server_and_no_node_goes_not_rea
     assert_eq!(pool_nodes(&client, &pool).await.iter().filter(|n| is_ready(n)).count(), nodes as usize);
     kubectl_ok(&["delete", "podpool", &app, "-n", &ns.name, "--wait=false"]);
     kubectl_ok(&["delete", "nodepool", &pool, "--wait=false"]);
+}
+
+/// Watches the namespace's pods: for each pod deleted, whether a version with phase Failed was
+/// seen before it went.
+fn record_endings(client: kube::Client, ns: &str) -> (Arc<Mutex<Vec<(String, bool)>>>, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::watcher::{self, Event};
+    let ended = Arc::new(Mutex::new(Vec::new()));
+    let out = ended.clone();
+    let api: Api<Pod> = Api::namespaced(client, ns);
+    let task = tokio::spawn(async move {
+        let mut failed = HashSet::new();
+        let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = events.next().await {
+            let failed_now = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed");
+            match event {
+                Ok(Event::Apply(p) | Event::InitApply(p)) if failed_now(&p) => {
+                    failed.insert(p.metadata.name.clone().unwrap_or_default());
+                }
+                Ok(Event::Delete(p)) => {
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    let seen = failed.remove(&name) || failed_now(&p);
+                    out.lock().unwrap().push((name, seen));
+                }
+                _ => {}
+            }
+        }
+    });
+    (ended, task)
+}
+
+/// The operator's count of deleted pods removed without their terminal status.
+async fn skipped(op: &Operator) -> f64 {
+    let series = "kwok_pools_simulator_pod_transitions_total{result=\"terminal-status-skipped\"}";
+    let text = op.metrics().await;
+    text.lines().filter_map(|l| l.strip_prefix(series)).filter_map(|v| v.trim().parse::<f64>().ok()).sum()
+}
+
+/// With room, a deleted pod gets its terminal status (phase Failed) before the final delete,
+/// as the kubelet writes it. With the API server slowed and a burst of deletes queueing the
+/// simulator's writes, pods that nothing keeps go straight to the final delete (the operator
+/// counts each), while a Job's pod — its tracking finalizer keeps it — still ends Failed and
+/// is replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_pods_skip_their_terminal_status_only_under_pressure_and_never_a_jobs_pod() {
+    let client = client().await;
+    let scope = unique("ends");
+    let ns = TestNamespace::new(&client, "ends").await;
+    let proxy =
+        kwok_pools_test_support::proxy::Proxy::start(kwok_pools_test_support::proxy::api_server(&kubeconfig())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let via_proxy = proxy.kubeconfig(&kubeconfig(), dir.path());
+    // Two places in the write budget: one for pod writes, one kept for heartbeats.
+    let flags = ["--no-shard", "--max-simulator-writes-in-flight", "2", "--no-webhook", "--job-run-time", "10m"];
+    let mut op = Operator::start_as(&scope, &flags, via_proxy);
+    op.wait_ready().await;
+    apply(&scoped_nodepool(&scope, &scope, 2, "10.235.0.0/16", 24, 110, ""));
+    wait_ready_nodes(&client, &scope, 2, T).await;
+    let n = &ns.name;
+    let (count, plain) = (80, format!("group={scope}"));
+    let pods: Vec<String> = (0..count)
+        .map(|i| {
+            scoped_pod(&format!("p-{i}"), n, &scope, "").replacen(
+                &format!("namespace: {n}}}"),
+                &format!("namespace: {n}, labels: {{group: {scope}}}}}"),
+                1,
+            )
+        })
+        .collect();
+    apply(&pods.join("---\n"));
+    apply(&format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {{name: kept, namespace: {n}}}
+spec:
+  backoffLimit: 3
+  podReplacementPolicy: Failed
+  template:
+    spec:
+      restartPolicy: Never
+      nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+      tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
+      containers: [{{name: work, image: busybox}}]
+"
+    ));
+    let running = |selector: String, want: usize| {
+        let client = client.clone();
+        async move {
+            wait_for(&format!("{want} pods Running ({selector})"), T, || async {
+                let ps = kwok_pools_test_support::pools::list_pods(&client, n, &selector).await;
+                let live: Vec<_> = ps.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+                let up = live.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+                if up.count() == want { Ok(live) } else { Err(format!("{} pods", live.len())) }
+            })
+            .await
+        }
+    };
+    running(plain.clone(), count).await;
+    let job_pod = running("batch.kubernetes.io/job-name=kept".into(), 1).await.remove(0);
+    let (endings, watch) = record_endings(client.clone(), n);
+    tokio::time::sleep(Duration::from_millis(500)).await; // the watch is established
+
+    // With room (one pod at a time: the budget has one place for pod writes): each Failed
+    // before it goes, nothing skipped.
+    for (i, name) in ["p-0", "p-1"].into_iter().enumerate() {
+        kubectl_ok(&["delete", "pod", name, "-n", n, "--wait=false"]);
+        wait_for(&format!("{name} gone"), T, || async {
+            let e = endings.lock().unwrap().clone();
+            if e.len() > i { Ok(()) } else { Err(format!("{e:?}")) }
+        })
+        .await;
+    }
+    assert!(endings.lock().unwrap().iter().all(|(_, failed)| *failed), "with room: {:?}", endings.lock().unwrap());
+    assert_eq!(skipped(&op).await, 0.0, "nothing skipped with room");
+
+    // Slowed, and the rest deleted at once with the Job's pod among them.
+    proxy.slow_down(Duration::from_millis(200));
+    let job_pod_name = job_pod.metadata.name.clone().unwrap();
+    kubectl_ok(&["delete", "pod", &job_pod_name, "-n", n, "--wait=false"]);
+    kubectl_ok(&["delete", "pods", "-l", &plain, "-n", n, "--wait=false"]);
+    let all = count + 1;
+    wait_for("every deleted pod gone through the slowed API server", Duration::from_secs(300), || async {
+        let e = endings.lock().unwrap().len();
+        if e >= all { Ok(()) } else { Err(format!("{e}/{all} gone")) }
+    })
+    .await;
+    proxy.slow_down(Duration::ZERO);
+    watch.abort();
+    let e = endings.lock().unwrap().clone();
+    let job_failed = e.iter().find(|(name, _)| *name == job_pod_name).map(|(_, f)| *f);
+    assert_eq!(job_failed, Some(true), "a Job's pod ends Failed before it goes: {e:?}");
+    let without: usize = e.iter().filter(|(name, failed)| !failed && name.starts_with("p-")).count();
+    let counted = skipped(&op).await;
+    eprintln!("  {count} pods deleted under pressure: {without} without a terminal status, {counted} counted");
+    assert!(without > 0, "under pressure some pods go straight to the final delete: {e:?}");
+    assert_eq!(without as f64, counted, "each pod without its terminal status is counted");
+    // The Job replaces its pod: it counted the Failed one.
+    wait_for("the Job to count the deleted pod as failed", T, || async {
+        let failed = kubectl_ok(&["get", "job", "kept", "-n", n, "-o", "jsonpath={.status.failed}"]);
+        if failed == "1" { Ok(()) } else { Err(format!("failed={failed:?}")) }
+    })
+    .await;
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }

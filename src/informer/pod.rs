@@ -267,6 +267,8 @@ impl SlimPod {
             owner_references: m.owner_references,
             deletion_timestamp: m.deletion_timestamp,
             deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+            // What keeps the pod after its final delete (a Job's tracking finalizer).
+            finalizers: m.finalizers.filter(|f| !f.is_empty()),
             ..Default::default()
         };
         let usage = crate::api::kubelet::Overrides::from_annotations(m.annotations.as_ref()).map(Box::new);

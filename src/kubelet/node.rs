@@ -243,6 +243,15 @@ pub fn needs_write(node: &Node, endpoint: Option<&Endpoint>, bad_now: &[BadCondi
     !(healthy && has_host && endpoint && resources)
 }
 
+/// How long before `now` the node's status was last reported: the age of its Ready
+/// condition's heartbeat (none without one; zero for one in the future).
+pub fn report_age(node: &Node, now: k8s_openapi::jiff::Timestamp) -> Option<std::time::Duration> {
+    let conditions = node.status.as_ref()?.conditions.as_ref()?;
+    let beat = conditions.iter().find(|c| c.type_ == "Ready")?.last_heartbeat_time.as_ref()?;
+    let secs = (now - beat.0).total(k8s_openapi::jiff::Unit::Second).ok()?;
+    Some(std::time::Duration::from_secs_f64(secs.clamp(0.0, 1e9)))
+}
+
 /// Whether the node's Ready condition is True.
 pub fn is_ready(node: &Node) -> bool {
     node.status

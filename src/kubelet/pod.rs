@@ -67,3 +67,44 @@ impl Exit {
         self.container.as_deref().is_none_or(|c| c == container)
     }
 }
+
+/// Whether something keeps the pod after its final delete: a finalizer, such as the tracking
+/// finalizer of a Job's pods, whose controller then reads the pod's last status.
+pub fn outlives_final_delete(pod: &SlimPod) -> bool {
+    pod.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty())
+}
+
+/// Whether a deleted pod whose containers stopped has its terminal status (phase, terminated
+/// containers) written before the final delete, given the simulator's write `pressure` (0 to
+/// 1). The kubelet always writes it. The simulator leaves it out while its writes queue behind
+/// a saturated API server, for a pod nothing keeps after the final delete — that pod is gone
+/// a moment later whatever its status said, and the write would cost the workload a third of
+/// a delete's writes (kwok's delete stage never writes it). A pod that outlives the final
+/// delete always gets it: its controller judges it by that status (`podFailurePolicy`,
+/// `podReplacementPolicy: Failed`).
+pub fn reports_termination(pod: &SlimPod, pressure: f64) -> bool {
+    outlives_final_delete(pod) || pressure <= 0.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+
+    fn deleted(finalizers: &[&str]) -> SlimPod {
+        let mut pod = Pod::default();
+        pod.metadata.finalizers = Some(finalizers.iter().map(|f| f.to_string()).collect());
+        SlimPod::from(pod)
+    }
+
+    #[test]
+    fn a_deleted_pod_reports_its_end_unless_writes_queue_and_nothing_keeps_it() {
+        let plain = deleted(&[]);
+        let job = deleted(&["batch.kubernetes.io/job-tracking"]);
+        assert!(reports_termination(&plain, 0.0), "with room, as the kubelet does");
+        assert!(!reports_termination(&plain, 0.3), "writes queue: straight to the final delete");
+        assert!(!reports_termination(&plain, 1.0));
+        assert!(reports_termination(&job, 1.0), "a Job's pod outlives the delete: its controller reads the status");
+        assert!(!outlives_final_delete(&plain), "an empty list keeps nothing");
+    }
+}

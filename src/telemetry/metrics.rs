@@ -78,6 +78,8 @@ pub struct Metrics {
     pub lease_lateness: Histogram,
     /// Lease renewals put off because the simulator's writes queue behind the API server.
     pub deferred_lease_renewals: Counter,
+    /// Unchanged node status reports put off while the simulator's writes queue.
+    pub deferred_status_reports: Counter,
     /// The simulator's write backlog as a share of its budget (0 to 1).
     pub write_pressure: Gauge<f64, AtomicU64>,
     /// 1 while this replica runs the pool controllers (holds the leader Lease).
@@ -105,6 +107,7 @@ struct Operations {
     child_writes: Family<ChildWriteLabels, Counter>,
     lease_lateness: Histogram,
     deferred_lease_renewals: Counter,
+    deferred_status_reports: Counter,
     write_pressure: Gauge<f64, AtomicU64>,
     leader: Gauge,
     shard_members: Gauge,
@@ -134,6 +137,7 @@ fn register_operations(registry: &mut Registry) -> Operations {
         // 10 ms .. ~82 s
         lease_lateness: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
         deferred_lease_renewals: Counter::default(),
+        deferred_status_reports: Counter::default(),
         write_pressure: Gauge::default(),
         leader: Gauge::default(),
         shard_members: Gauge::default(),
@@ -167,6 +171,11 @@ fn register_operations(registry: &mut Registry) -> Operations {
         "simulator_deferred_lease_renewals",
         "Node lease renewals put off (inside the lease's safe share) while the simulator's writes queue behind a saturated API server",
         o.deferred_lease_renewals.clone(),
+    );
+    registry.register(
+        "simulator_deferred_status_reports",
+        "Node status reports that would change nothing put off (at most one more report interval) while the simulator's writes queue behind a saturated API server",
+        o.deferred_status_reports.clone(),
     );
     registry.register(
         "simulator_write_pressure",
@@ -226,7 +235,11 @@ impl Default for Metrics {
             "Lease renewals written later than a quarter of the lease duration after they were due",
             late_lease_renewals.clone(),
         );
-        registry.register("simulator_pod_transitions", "Pod lifecycle writes by transition", pod_transitions.clone());
+        registry.register(
+            "simulator_pod_transitions",
+            "Pod lifecycle writes by transition (terminal-status-skipped: a deleted pod removed without its terminal status while the simulator's writes queued)",
+            pod_transitions.clone(),
+        );
         registry.register("simulator_vmi_transitions", "VMI lifecycle steps by kind of step", vmi_transitions.clone());
         registry.register(
             "admission_reviews",
@@ -243,6 +256,7 @@ impl Default for Metrics {
             child_writes: ops.child_writes,
             lease_lateness: ops.lease_lateness,
             deferred_lease_renewals: ops.deferred_lease_renewals,
+            deferred_status_reports: ops.deferred_status_reports,
             write_pressure: ops.write_pressure,
             leader: ops.leader,
             shard_members: ops.shard_members,

@@ -5,7 +5,7 @@
 //! lease, no status, as if its kubelet were gone.
 
 use super::leases;
-use super::renewal::{Latency, Stretch};
+use super::renewal::{self, Latency, Stretch};
 use crate::api::lifecycle::BadCondition;
 use crate::simulator::lifecycle::{self, Lifecycles, epoch_now};
 use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
@@ -367,6 +367,9 @@ impl NodeLoop {
                 }
                 let Some(node) = node else { return };
                 let bad = self.bad_now(&node, &name);
+                if self.defer_report(&node, &name, &bad, every) {
+                    return;
+                }
                 let Some(t) = self.tracked.get_mut(&name) else { return };
                 if t.status.begin() {
                     spawn_status(&self.writes, &self.sim, node, false, bad);
@@ -456,6 +459,21 @@ impl NodeLoop {
 }
 
 impl NodeLoop {
+    /// Whether the node's periodic status report waits (its timer moved) because it would
+    /// change nothing and the simulator's writes queue ([`renewal::defer_report`]).
+    fn defer_report(&mut self, node: &Node, name: &str, bad: &[BadCondition], every: Duration) -> bool {
+        let endpoint = self.sim.kubelet.as_ref().and_then(|k| k.lock().unwrap_or_else(|e| e.into_inner()).get(name));
+        let age = node_status::report_age(node, k8s_openapi::jiff::Timestamp::now());
+        if node_status::needs_write(node, endpoint.as_ref(), bad)
+            || !renewal::defer_report(self.sim.writes.pressure(), age, every)
+        {
+            return false;
+        }
+        self.timers.set(Timer::Status(name.to_string()), jittered(every / 10, 0.5, 1.0));
+        self.sim.metrics.deferred_status_reports.inc();
+        true
+    }
+
     /// Whether the node's renewal waits (its timer moved) because the simulator's writes queue
     /// behind a saturated API server and its lease is still young enough ([`Stretch`]). The
     /// wait is re-judged at least every half cadence, so renewals return to the kubelet's

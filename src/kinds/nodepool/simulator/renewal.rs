@@ -5,6 +5,8 @@
 //! duration by default), so renewing on the kubelet's cadence buys nothing a user sees when
 //! the API server is the bottleneck, and every renewal is a write the workload waits behind.
 //!
+//! Unchanged node status reports wait the same way ([`defer_report`]).
+//!
 //! Pure: the node simulator asks [`Stretch::interval`] when a renewal comes due.
 
 use std::time::Duration;
@@ -51,6 +53,15 @@ impl Stretch {
         let ceiling = self.ceiling(duration, base, latency);
         base + ceiling.saturating_sub(base).mul_f64(pressure.clamp(0.0, 1.0))
     }
+}
+
+/// Whether a node status report that would change nothing, due now, waits: while the
+/// simulator's writes queue (`pressure` above 0) and the last report (`age`) is younger than
+/// twice the report interval `every`. The node lifecycle controller takes a renewed Lease as
+/// the node's heartbeat, so an unchanged report put off costs no one anything, and the
+/// workload gets the write; the bound keeps every report at most two intervals old.
+pub fn defer_report(pressure: f64, age: Option<Duration>, every: Duration) -> bool {
+    pressure > 0.0 && age.is_some_and(|age| age < every * 2)
 }
 
 /// A smoothed measure of how long renewals take from due to done (each new one weighs a fifth).
@@ -110,6 +121,16 @@ mod tests {
         assert_eq!(sharded.interval(S(200), S(50), Duration::ZERO, 1.0), S(120));
         let slow_takeover = Stretch { fraction: 0.6, reserve: S(30) };
         assert_eq!(slow_takeover.interval(S(40), S(10), Duration::ZERO, 1.0), S(10));
+    }
+
+    #[test]
+    fn unchanged_reports_wait_only_under_pressure_and_at_most_two_intervals() {
+        let every = S(300);
+        assert!(!defer_report(0.0, Some(S(300)), every), "with room, on the report interval");
+        assert!(defer_report(0.1, Some(S(300)), every), "writes queue: the workload goes first");
+        assert!(defer_report(1.0, Some(S(599)), every));
+        assert!(!defer_report(1.0, Some(S(600)), every), "never more than two intervals old");
+        assert!(!defer_report(1.0, None, every), "a node never reported is reported");
     }
 
     #[test]

@@ -838,7 +838,9 @@ impl Loop {
     }
 
     /// A deleted pod whose exit delay has passed: first its terminal status, as the kubelet
-    /// (since 1.27) writes it, then — when that is written — the final delete.
+    /// (since 1.27) writes it, then — when that is written — the final delete. While the
+    /// simulator's writes queue, a pod nothing keeps after the final delete goes straight to
+    /// it ([`crate::kubelet::pod::reports_termination`]).
     fn remove_or_end(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
         let Some(pod) = self.sim.pods.get(key) else { return };
         if pod.metadata.uid.as_deref() != Some(uid) {
@@ -852,6 +854,12 @@ impl Loop {
             return;
         }
         if terminal {
+            self.spawn_remove(pod);
+            return;
+        }
+        if !crate::kubelet::pod::reports_termination(&pod, self.sim.writes.pressure()) {
+            let skipped = ResultLabels { result: "terminal-status-skipped".into() };
+            self.sim.metrics.pod_transitions.get_or_create(&skipped).inc();
             self.spawn_remove(pod);
             return;
         }
