@@ -233,7 +233,9 @@ async fn lease_renewals_yield_to_a_saturated_api_server_and_no_node_goes_not_rea
 
 /// Watches the namespace's pods: for each pod deleted, whether a version with phase Failed was
 /// seen before it went.
-fn record_endings(client: kube::Client, ns: &str) -> (Arc<Mutex<Vec<(String, bool)>>>, tokio::task::JoinHandle<()>) {
+type Endings = Arc<Mutex<Vec<(String, bool)>>>;
+
+fn record_endings(client: kube::Client, ns: &str) -> (Endings, tokio::task::JoinHandle<()>) {
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::Pod;
     use kube::runtime::watcher::{self, Event};
@@ -268,31 +270,12 @@ async fn skipped(op: &Operator) -> f64 {
     text.lines().filter_map(|l| l.strip_prefix(series)).filter_map(|v| v.trim().parse::<f64>().ok()).sum()
 }
 
-/// With room, a deleted pod gets its terminal status (phase Failed) before the final delete,
-/// as the kubelet writes it. With the API server slowed and a burst of deletes queueing the
-/// simulator's writes, pods that nothing keeps go straight to the final delete (the operator
-/// counts each), while a Job's pod — its tracking finalizer keeps it — still ends Failed and
-/// is replaced.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleted_pods_skip_their_terminal_status_only_under_pressure_and_never_a_jobs_pod() {
-    let client = client().await;
-    let scope = unique("ends");
-    let ns = TestNamespace::new(&client, "ends").await;
-    let proxy =
-        kwok_pools_test_support::proxy::Proxy::start(kwok_pools_test_support::proxy::api_server(&kubeconfig())).await;
-    let dir = tempfile::tempdir().unwrap();
-    let via_proxy = proxy.kubeconfig(&kubeconfig(), dir.path());
-    // Two places in the write budget: one for pod writes, one kept for heartbeats.
-    let flags = ["--no-shard", "--max-simulator-writes-in-flight", "2", "--no-webhook", "--job-run-time", "10m"];
-    let mut op = Operator::start_as(&scope, &flags, via_proxy);
-    op.wait_ready().await;
-    apply(&scoped_nodepool(&scope, &scope, 2, "10.235.0.0/16", 24, 110, ""));
-    wait_ready_nodes(&client, &scope, 2, T).await;
-    let n = &ns.name;
-    let (count, plain) = (80, format!("group={scope}"));
+/// `count` bare pods labelled `group=<scope>` and a Job `kept` of one pod (its pod replaced
+/// only once Failed) on the scope's nodes.
+fn apply_pods_and_a_job(n: &str, scope: &str, count: usize) {
     let pods: Vec<String> = (0..count)
         .map(|i| {
-            scoped_pod(&format!("p-{i}"), n, &scope, "").replacen(
+            scoped_pod(&format!("p-{i}"), n, scope, "").replacen(
                 &format!("namespace: {n}}}"),
                 &format!("namespace: {n}, labels: {{group: {scope}}}}}"),
                 1,
@@ -315,6 +298,31 @@ spec:
       containers: [{{name: work, image: busybox}}]
 "
     ));
+}
+
+/// With room, a deleted pod gets its terminal status (phase Failed) before the final delete,
+/// as the kubelet writes it. With the API server slowed and a burst of deletes queueing the
+/// simulator's writes, pods that nothing keeps go straight to the final delete (the operator
+/// counts each), while a Job's pod — its tracking finalizer keeps it — still ends Failed and
+/// is replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_pods_skip_their_terminal_status_only_under_pressure_and_never_a_jobs_pod() {
+    let client = client().await;
+    let scope = unique("ends");
+    let ns = TestNamespace::new(&client, "ends").await;
+    let proxy =
+        kwok_pools_test_support::proxy::Proxy::start(kwok_pools_test_support::proxy::api_server(&kubeconfig())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let via_proxy = proxy.kubeconfig(&kubeconfig(), dir.path());
+    // Two places in the write budget: one for pod writes, one kept for heartbeats.
+    let flags = ["--no-shard", "--max-simulator-writes-in-flight", "2", "--no-webhook", "--job-run-time", "10m"];
+    let mut op = Operator::start_as(&scope, &flags, via_proxy);
+    op.wait_ready().await;
+    apply(&scoped_nodepool(&scope, &scope, 2, "10.235.0.0/16", 24, 110, ""));
+    wait_ready_nodes(&client, &scope, 2, T).await;
+    let n = &ns.name;
+    let (count, plain) = (80, format!("group={scope}"));
+    apply_pods_and_a_job(n, &scope, count);
     let running = |selector: String, want: usize| {
         let client = client.clone();
         async move {
