@@ -522,11 +522,8 @@ async fn lease_write(
         ok,
         ours,
         version = result.as_ref().ok().and_then(|r| r.version.as_deref()).unwrap_or_default(),
-        "lease written"
+        "lease written (not ours: it names another replica, written whole next time)"
     );
-    if ok && !ours {
-        tracing::debug!(node = %node.name_any(), "its lease names another replica; this replica writes it whole next time");
-    }
     let (version, foreign) = match &result {
         Ok(r) => (r.version.clone(), r.foreign.clone()),
         Err(_) => (None, None),
@@ -567,10 +564,6 @@ fn note_conflict(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, name: &str, ot
     });
 }
 
-/// Writes the node status: the full healthy status when `full`, else only the conditions'
-/// heartbeat.
-/// A status write of `node` (`full`: the whole kubelet status, else a heartbeat), made once
-/// the budget has room.
 /// When a renewal becomes urgent: half its lease's duration after the last renewal. A node
 /// this replica has not renewed yet (new, or just taken over from another replica) may carry
 /// a lease as old as the node: urgent half a duration after the node was made.
@@ -586,6 +579,8 @@ fn urgency(renewed_at: Option<Instant>, node: &Node, lease: Duration) -> Instant
     Instant::now() + (lease / 2).saturating_sub(age)
 }
 
+/// A status write of `node` (`full`: the whole kubelet status, else a heartbeat), made once
+/// the budget has room.
 fn spawn_status(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad: Vec<BadCondition>) {
     let sim = sim.clone();
     let name = node.name_any();
