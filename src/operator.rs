@@ -48,6 +48,8 @@ pub struct OperatorConfig {
     /// the other way round.
     pub max_simulator_writes_in_flight: usize,
     pub max_creates_per_round: usize,
+    /// How long a reconcile round may start writes (`--round-seconds`).
+    pub round_time: std::time::Duration,
     pub metrics_addr: SocketAddr,
     /// The instance name (`--instance`).
     pub instance: String,
@@ -136,6 +138,7 @@ impl Wiring<'_> {
             ctx.writes = writes;
             ctx.max_in_flight_per_pool = config.max_writes_per_pool;
             ctx.max_creates = config.max_creates_per_round;
+            ctx.round_time = config.round_time;
             ctx.events = Some(events.clone());
             controller::run(pools.clone(), handles, changes, Arc::new(ctx))
         };

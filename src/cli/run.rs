@@ -53,9 +53,13 @@ pub struct RunArgs {
     /// Writes in flight for one pool.
     #[arg(long, default_value_t = 64)]
     pub max_writes_per_pool: usize,
-    /// Children created per reconcile round (status shows progress between rounds).
-    #[arg(long, default_value_t = 1000)]
+    /// Children created per reconcile round (status shows progress between rounds; a round
+    /// also ends after --round-seconds, the writes not started then wait for the next).
+    #[arg(long, default_value_t = 5000)]
     pub max_creates_per_round: usize,
+    /// Seconds a reconcile round may start writes for (status shows progress between rounds).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub round_seconds: u64,
 
     /// Do not serve the validating admission webhook.
     #[arg(long)]
@@ -208,6 +212,7 @@ impl RunArgs {
             max_writes_per_pool: self.max_writes_per_pool.max(1),
             max_simulator_writes_in_flight: self.max_simulator_writes_in_flight.max(1),
             max_creates_per_round: self.max_creates_per_round.max(1),
+            round_time: std::time::Duration::from_secs(self.round_seconds),
             metrics_addr: self.metrics_addr,
             instance: self.instance.clone(),
             webhook: self.webhook()?,

@@ -28,6 +28,9 @@ pub struct Outcome {
     pub created: Vec<String>,
     /// Children deleted by this round.
     pub deleted: Vec<String>,
+    /// Writes of the plan this round left for the next: it ran out of its time
+    /// ([`PoolContext::round_time`]), so that the pool's status shows progress meanwhile.
+    pub left: usize,
 }
 
 /// One write's verb, child name, error (if it failed) and the API server's refusal of the
@@ -279,11 +282,21 @@ pub async fn execute<P: PoolKind>(
         namespace: pool.namespace().unwrap_or_default(),
         name: pool.name_any(),
     };
+    // A write not started when the round's time is up is left for the next round (the plan
+    // is made again from what the store shows then).
+    let deadline = tokio::time::Instant::now() + ctx.round_time;
+    let planned = ops.len();
+    let started = std::sync::atomic::AtomicUsize::new(0);
     let results: Vec<Vec<WriteResult>> = futures::stream::iter(ops)
+        .take_while(|_| std::future::ready(tokio::time::Instant::now() < deadline))
+        .inspect(|_| {
+            started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })
         .map(|op| run_op(api.clone(), op, ctx, &labels))
         .buffer_unordered(ctx.max_in_flight_per_pool)
         .collect()
         .await;
+    outcome.left = planned - started.into_inner();
     tally(&mut outcome, results.into_iter().flatten());
     outcome
 }

@@ -29,6 +29,9 @@ pub struct PoolContext<P: PoolKind> {
     pub max_in_flight_per_pool: usize,
     /// Creations per round, so a big pool shows progress in its status.
     pub max_creates: usize,
+    /// How long a round may start writes: the rest wait for the next round, so the status of
+    /// a pool whose writes are slow still shows progress.
+    pub round_time: Duration,
     /// Writes made but not yet seen in the store.
     pub expectations: Expectations,
     /// Consecutive failed rounds per pool (by UID), for the retry delay.
@@ -55,6 +58,7 @@ impl<P: PoolKind> PoolContext<P> {
             writes: Arc::new(Semaphore::new(100)),
             max_in_flight_per_pool: 50,
             max_creates: 500,
+            round_time: Duration::from_secs(10),
             expectations: Expectations::default(),
             backoff: Backoffs::new(Duration::from_secs(300)),
             events: None,

@@ -217,6 +217,9 @@ pub fn next_action(plan: &Plan, outcome: &Outcome, retry: impl FnOnce() -> Durat
         Action::requeue(Duration::from_secs(30))
     } else if !outcome.failures.is_empty() || !outcome.render_problems.is_empty() {
         Action::requeue(retry())
+    } else if outcome.left > 0 {
+        // The round ran out of time: the rest right away.
+        Action::requeue(Duration::from_millis(50))
     } else if plan.pending {
         // More to create right away (the round was capped), or children still terminating.
         Action::requeue(Duration::from_millis(if plan.create.is_empty() { 1000 } else { 50 }))

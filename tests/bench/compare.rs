@@ -15,6 +15,8 @@
 mod harness;
 #[path = "compare/observe.rs"]
 mod observe;
+#[path = "compare/profile.rs"]
+mod profile;
 #[path = "compare/report.rs"]
 mod report;
 #[path = "compare/summary.rs"]
@@ -122,8 +124,8 @@ pub struct Args {
     /// bench/results).
     #[arg(long)]
     grace: Option<u32>,
-    /// Write a CPU profile of the API server for the first 60 s of every workload window into
-    /// this directory (`<workload>-<tool>-run<N>.pprof`; read with `go tool pprof -top`): where
+    /// Write a CPU profile of the API server over every workload window (from its start to a
+    /// few seconds past its end) into this directory (`<workload>-<tool>-run<N>.pprof`; read with `go tool pprof -top`): where
     /// the API server's time goes, to explain a row (a diagnostic).
     #[arg(long)]
     profile: Option<PathBuf>,

@@ -121,6 +121,21 @@ async fn children_created_but_not_yet_seen_are_not_created_again() {
 }
 
 #[tokio::test]
+async fn a_round_out_of_time_leaves_its_writes_for_the_next_one_at_once() {
+    let (client, verifier) = strict_api(vec![pool_read(2), node_creates(2), status_write(2)]);
+    // No time at all: the round starts no write and asks to come back at once.
+    let mut hurried = Arc::into_inner(context(client.clone(), vec![], vec![])).unwrap();
+    hurried.round_time = Duration::ZERO;
+    let action = reconcile(Arc::new(plain_pool()), Arc::new(hurried)).await.unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_millis(50)));
+    assert!(node_writes(&verifier.seen()).is_empty(), "{:?}", verifier.seen());
+    // The next round (time enough) makes both.
+    reconcile(Arc::new(plain_pool()), context(client, vec![], vec![])).await.unwrap();
+    verifier.assert_done();
+    assert_eq!(node_writes(&verifier.seen()).len(), 2);
+}
+
+#[tokio::test]
 async fn an_invalid_pool_is_reported_and_waits_for_a_change_without_touching_children() {
     // Only the status is written: no read, no child.
     let (client, verifier) = strict_api(vec![status_write(1)]);
@@ -339,6 +354,8 @@ fn what_a_round_reports_and_when_it_looks_again() {
     };
     assert_eq!(problem_of("node", "np", &plan, &refused).unwrap().reason, "InvalidTemplate");
     assert_eq!(next_action(&plan, &refused, || Duration::from_secs(7)), Action::requeue(Duration::from_secs(30)));
+    let cut_short = Outcome { left: 40, writes: 60, ..Default::default() };
+    assert_eq!(next_action(&plan, &cut_short, || Duration::from_secs(7)), Action::requeue(Duration::from_millis(50)));
     let busy = Plan { pending: true, create: vec![3], ..Default::default() };
     assert_eq!(next_action(&busy, &quiet, || Duration::from_secs(7)), Action::requeue(Duration::from_millis(50)));
     let conflict = Plan { conflicts: vec![1], ..Default::default() };

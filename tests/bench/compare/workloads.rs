@@ -4,6 +4,7 @@
 use super::Args;
 use super::harness::{Bench, cpu_seconds, peak_rss_mib};
 use super::observe::{LeaseStats, Observer, Sample, Sampler};
+use super::profile::Profile;
 use super::tools::{Running, Tool};
 use super::writer;
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -212,29 +213,13 @@ impl Cluster<'_> {
         Measure::begin(self.bench, self.running, done).await
     }
 
-    /// With `--profile`: the API server's CPU profile for the window's first 60 s (its own
-    /// pprof endpoint, read through kubectl as the cluster's admin), in the background.
-    fn profile(&self, workload: &str) {
-        let Some(dir) = &self.args.profile else { return };
-        let file = dir.join(format!("{workload}-{}-run{}.pprof", self.tool.slug(), self.run));
+    /// With `--profile`: the API server's CPU profile over this window, recorded until
+    /// [`Profile::finish`].
+    fn profile(&self, workload: &str) -> Option<Profile> {
+        let dir = self.args.profile.as_ref()?;
         let _ = std::fs::create_dir_all(dir);
-        let Ok(out) = std::fs::File::create(&file) else {
-            eprintln!("  ! cannot write {}: no profile", file.display());
-            return;
-        };
-        let spawned = std::process::Command::new(super::harness::repo().join("bin/kubectl"))
-            .arg("--kubeconfig")
-            .arg(self.bench.kubeconfig())
-            .args(["get", "--raw", "/debug/pprof/profile?seconds=60"])
-            .stdout(out)
-            .spawn();
-        match spawned {
-            Ok(mut child) => {
-                std::thread::spawn(move || child.wait());
-                println!("  profiling the API server for 60 s into {}", file.display());
-            }
-            Err(e) => eprintln!("  ! kubectl for the profile: {e}"),
-        }
+        let file = dir.join(format!("{workload}-{}-run{}.pprof", self.tool.slug(), self.run));
+        Some(Profile::start(super::harness::repo().join("bin/kubectl"), self.bench.kubeconfig(), file))
     }
 
     async fn end(&self, m: Measure, workload: String, objects: u32, seconds: Option<f64>) -> Outcome {
@@ -246,7 +231,7 @@ impl Cluster<'_> {
         self.obs.open_window();
         let o = self.obs.clone();
         let m = self.measure(move || o.nodes_ready()).await;
-        self.profile(&format!("nodes-{n}"));
+        let profile = self.profile(&format!("nodes-{n}"));
         // The bare writer renews each lease from its creation on, as any tool must.
         let leased = writer::Leased::default();
         let renewer = (self.tool == Tool::Bare).then(|| {
@@ -254,6 +239,7 @@ impl Cluster<'_> {
         });
         let creating = make_nodes(self.bench, self.tool, n, self.args.concurrency, leased, self.lease()).await;
         let secs = wait_for("nodes Ready", n as usize, self.args.timeout(), || self.obs.nodes_ready()).await;
+        profile.map(Profile::finish);
         let (leases, not_ready) = self.obs.close_window();
         let mut made = self.end(m, format!("nodes-{n}"), n, secs).await;
         made.leases = Some(leases);
@@ -321,10 +307,11 @@ impl Cluster<'_> {
         obs.open_window();
         let o = obs.clone();
         let m = self.measure(move || o.pods_running()).await;
-        self.profile(&format!("pods-{count}"));
+        let profile = self.profile(&format!("pods-{count}"));
         let (client, conc, bare) = (bench.client.clone(), args.concurrency, self.tool == Tool::Bare);
         let creating = tokio::spawn(async move { writer::create_pods(&client, count, &nodes, bare, conc).await });
         let secs = wait_for("pods Running", count as usize, args.timeout(), || obs.pods_running()).await;
+        profile.map(Profile::finish);
         let (leases, not_ready) = obs.close_window();
         let mut made = self.end(m, format!("pods-{count}"), count, secs).await;
         made.leases = Some(leases);
@@ -336,10 +323,11 @@ impl Cluster<'_> {
         let o = obs.clone();
         let total = obs.pods();
         let m = self.measure(move || total.saturating_sub(o.pods())).await;
-        self.profile(&format!("delete-{count}"));
+        let profile = self.profile(&format!("delete-{count}"));
         let client = bench.client.clone();
         let deleting = tokio::spawn(async move { writer::delete_pods(&client, count, bare, conc).await });
         let secs = wait_for("pods deleted", total, args.timeout(), || total.saturating_sub(obs.pods())).await;
+        profile.map(Profile::finish);
         let (leases, not_ready) = obs.close_window();
         let mut gone = self.end(m, format!("delete-{count}"), count, secs).await;
         gone.leases = Some(leases);

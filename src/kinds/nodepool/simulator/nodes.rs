@@ -445,9 +445,9 @@ impl NodeLoop {
         // The last renewal has not come back: not a second one beside it.
         if t.lease.begin() {
             let (sim, first, expect) = (self.sim.clone(), !t.lease_written, t.lease_version.clone());
-            // Urgent once the lease is half its duration old: from then on it goes before
-            // writes that are not heartbeats.
-            let urgent_at = urgency(t.renewed_at, &node, self.sim.lease_duration_of(&node));
+            // Urgent once the lease is half its duration old (a first one at once): from then
+            // on it goes before writes that are not heartbeats.
+            let urgent_at = urgency(t.renewed_at, self.sim.lease_duration_of(&node));
             let dropped = Done::LeaseDropped { name: name.clone() };
             self.lease_writes.spawn_for(name, dropped, Some(urgent_at), move || {
                 // One span per heartbeat, made once the write has room (a backlog holds none).
@@ -565,18 +565,13 @@ fn note_conflict(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, name: &str, ot
 }
 
 /// When a renewal becomes urgent: half its lease's duration after the last renewal. A node
-/// this replica has not renewed yet (new, or just taken over from another replica) may carry
-/// a lease as old as the node: urgent half a duration after the node was made.
-fn urgency(renewed_at: Option<Instant>, node: &Node, lease: Duration) -> Instant {
-    if let Some(at) = renewed_at {
-        return at + lease / 2;
-    }
-    let made = node.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    let age = made.map_or(Duration::MAX, |t| {
-        let ms = k8s_openapi::jiff::Timestamp::now().as_millisecond() - t.as_millisecond();
-        Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-    });
-    Instant::now() + (lease / 2).saturating_sub(age)
+/// this replica has not renewed yet is urgent at once: a new node has no lease at all (a
+/// kubelet makes its lease right after registering, and a node without one is not alive to
+/// the node lifecycle controller nor to any client that checks), and one just taken over from
+/// another replica may carry a lease as old as the node. Only later renewals wait their turn
+/// among the heartbeats.
+fn urgency(renewed_at: Option<Instant>, lease: Duration) -> Instant {
+    renewed_at.map_or_else(Instant::now, |at| at + lease / 2)
 }
 
 /// A status write of `node` (`full`: the whole kubelet status, else a heartbeat), made once
@@ -649,4 +644,20 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad
         tracing::warn!(node = %name, error = %e, "node status write failed");
     }
     Done::Status { name }
+}
+
+#[cfg(test)]
+mod urgency_tests {
+    use super::urgency;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_first_renewal_is_urgent_at_once_and_later_ones_half_a_lease_after_the_last() {
+        let lease = Duration::from_secs(40);
+        let before = Instant::now();
+        let first = urgency(None, lease);
+        assert!(first >= before && first <= Instant::now(), "a node without a renewal by this replica: now");
+        let renewed = Instant::now();
+        assert_eq!(urgency(Some(renewed), lease), renewed + Duration::from_secs(20));
+    }
 }
