@@ -45,43 +45,91 @@ enum Op<C> {
     Delete(String, Option<String>),
 }
 
-/// The operations of `plan`: deletes first, then creates and in-place updates, each child
-/// rendered (render problems are collected in `outcome`).
-fn operations<P: PoolKind>(
+/// The steps of `plan` in order: deletes first, then creates and in-place updates.
+#[derive(Clone, Copy)]
+enum Step<'a> {
+    Delete(&'a str),
+    Create(u32),
+    Update(u32),
+}
+
+fn steps(plan: &Plan) -> Vec<Step<'_>> {
+    let deletes = plan.delete.iter().map(|n| Step::Delete(n));
+    deletes
+        .chain(plan.create.iter().map(|&i| Step::Create(i)))
+        .chain(plan.update.iter().map(|&i| Step::Update(i)))
+        .collect()
+}
+
+/// A round's operations, each rendered when the writes pull it, until the round's time is up.
+/// (An iterator of its own rather than adapters with closures: the reconcile's future must
+/// stay `Send` for every lifetime.)
+struct Rendering<'a, P: PoolKind> {
+    pool: &'a P,
+    steps: std::vec::IntoIter<Step<'a>>,
+    owned: &'a HashMap<String, Arc<P::Stored>>,
+    hash: &'a str,
+    env: &'a P::Env,
+    deadline: tokio::time::Instant,
+    started: usize,
+    writes: usize,
+    problems: Vec<Problem>,
+}
+
+impl<P: PoolKind> Iterator for Rendering<'_, P> {
+    type Item = Op<P::Child>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while tokio::time::Instant::now() < self.deadline {
+            let step = self.steps.next()?;
+            self.started += 1;
+            if let Some(op) = operation(self.pool, step, self.owned, self.hash, self.env, &mut self.problems) {
+                self.writes += if let Op::Update(_, w) = &op { w.len() } else { 1 };
+                return Some(op);
+            }
+        }
+        None
+    }
+}
+
+/// The operation of one step, its child rendered only now (a round's children are not all
+/// held at once, and the first write goes out without waiting for the last render).
+/// `None`: nothing to write (a render problem, collected in `problems`; a child gone).
+fn operation<P: PoolKind>(
     pool: &P,
-    plan: &Plan,
+    step: Step<'_>,
     owned: &HashMap<String, Arc<P::Stored>>,
     hash: &str,
     env: &P::Env,
-    outcome: &mut Outcome,
-) -> Vec<Op<P::Child>> {
+    problems: &mut Vec<Problem>,
+) -> Option<Op<P::Child>> {
     let pool_name = pool.name_any();
-    let mut ops: Vec<Op<P::Child>> = Vec::new();
-    for name in &plan.delete {
-        let uid = owned.get(name).and_then(|c| c.meta().uid.clone());
-        ops.push(Op::Delete(name.clone(), uid));
-    }
-    for &i in &plan.create {
-        match child(pool, i, hash, env) {
-            Ok(rendered) => ops.push(Op::Create(child_name(&pool_name, i), rendered)),
-            Err(p) => outcome.render_problems.push(p),
-        }
-    }
-    for &i in &plan.update {
-        let name = child_name(&pool_name, i);
-        let Some(current) = owned.get(&name) else { continue };
-        match child(pool, i, hash, env) {
-            Ok(mut desired) => {
-                // Guard: if the object was replaced by another with the same name, the API
-                // server refuses a write that carries the old UID.
-                desired.meta_mut().uid = current.meta().uid.clone();
-                ops.push(Op::Update(name, P::in_place(current, desired)));
+    match step {
+        Step::Delete(name) => Some(Op::Delete(name.to_string(), owned.get(name).and_then(|c| c.meta().uid.clone()))),
+        Step::Create(i) => match child(pool, i, hash, env) {
+            Ok(rendered) => Some(Op::Create(child_name(&pool_name, i), rendered)),
+            Err(p) => {
+                problems.push(p);
+                None
             }
-            Err(p) => outcome.render_problems.push(p),
+        },
+        Step::Update(i) => {
+            let name = child_name(&pool_name, i);
+            let current = owned.get(&name)?;
+            match child(pool, i, hash, env) {
+                Ok(mut desired) => {
+                    // Guard: if the object was replaced by another with the same name, the API
+                    // server refuses a write that carries the old UID.
+                    desired.meta_mut().uid = current.meta().uid.clone();
+                    Some(Op::Update(name, P::in_place(current, desired)))
+                }
+                Err(p) => {
+                    problems.push(p);
+                    None
+                }
+            }
         }
     }
-    outcome.writes = ops.iter().map(|op| if let Op::Update(_, w) = op { w.len() } else { 1 }).sum();
-    ops
 }
 
 /// Creates a child: a POST (never takes over an object of the same name) or a forced apply.
@@ -272,8 +320,8 @@ pub async fn execute<P: PoolKind>(
     ctx: &PoolContext<P>,
 ) -> Outcome {
     let mut outcome = Outcome::default();
-    let ops = operations(pool, plan, owned, hash, &ctx.env, &mut outcome);
-    if ops.is_empty() {
+    let planned = plan.delete.len() + plan.create.len() + plan.update.len();
+    if planned == 0 {
         return outcome;
     }
     let api: Api<P::Child> = P::child_api(ctx.client.clone(), pool);
@@ -282,21 +330,28 @@ pub async fn execute<P: PoolKind>(
         namespace: pool.namespace().unwrap_or_default(),
         name: pool.name_any(),
     };
-    // A write not started when the round's time is up is left for the next round (the plan
+    // A step not started when the round's time is up is left for the next round (the plan
     // is made again from what the store shows then).
     let deadline = tokio::time::Instant::now() + ctx.round_time;
-    let planned = ops.len();
-    let started = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<Vec<WriteResult>> = futures::stream::iter(ops)
-        .take_while(|_| std::future::ready(tokio::time::Instant::now() < deadline))
-        .inspect(|_| {
-            started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        })
+    let mut ops = Rendering {
+        pool,
+        steps: steps(plan).into_iter(),
+        owned,
+        hash,
+        env: &ctx.env,
+        deadline,
+        started: 0,
+        writes: 0,
+        problems: Vec::new(),
+    };
+    let results: Vec<Vec<WriteResult>> = futures::stream::iter(ops.by_ref())
         .map(|op| run_op(api.clone(), op, ctx, &labels))
         .buffer_unordered(ctx.max_in_flight_per_pool)
         .collect()
         .await;
-    outcome.left = planned - started.into_inner();
+    outcome.left = planned - ops.started;
+    outcome.writes = ops.writes;
+    outcome.render_problems = ops.problems;
     tally(&mut outcome, results.into_iter().flatten());
     outcome
 }
