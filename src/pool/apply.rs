@@ -66,6 +66,7 @@ fn steps(plan: &Plan) -> Vec<Step<'_>> {
 /// stay `Send` for every lifetime.)
 struct Rendering<'a, P: PoolKind> {
     pool: &'a P,
+    pool_name: String,
     steps: std::vec::IntoIter<Step<'a>>,
     owned: &'a HashMap<String, Arc<P::Stored>>,
     hash: &'a str,
@@ -83,7 +84,8 @@ impl<P: PoolKind> Iterator for Rendering<'_, P> {
         while tokio::time::Instant::now() < self.deadline {
             let step = self.steps.next()?;
             self.started += 1;
-            if let Some(op) = operation(self.pool, step, self.owned, self.hash, self.env, &mut self.problems) {
+            let (pool, name) = (self.pool, self.pool_name.as_str());
+            if let Some(op) = operation(pool, name, step, self.owned, self.hash, self.env, &mut self.problems) {
                 self.writes += if let Op::Update(_, w) = &op { w.len() } else { 1 };
                 return Some(op);
             }
@@ -97,24 +99,24 @@ impl<P: PoolKind> Iterator for Rendering<'_, P> {
 /// `None`: nothing to write (a render problem, collected in `problems`; a child gone).
 fn operation<P: PoolKind>(
     pool: &P,
+    pool_name: &str,
     step: Step<'_>,
     owned: &HashMap<String, Arc<P::Stored>>,
     hash: &str,
     env: &P::Env,
     problems: &mut Vec<Problem>,
 ) -> Option<Op<P::Child>> {
-    let pool_name = pool.name_any();
     match step {
         Step::Delete(name) => Some(Op::Delete(name.to_string(), owned.get(name).and_then(|c| c.meta().uid.clone()))),
         Step::Create(i) => match child(pool, i, hash, env) {
-            Ok(rendered) => Some(Op::Create(child_name(&pool_name, i), rendered)),
+            Ok(rendered) => Some(Op::Create(child_name(pool_name, i), rendered)),
             Err(p) => {
                 problems.push(p);
                 None
             }
         },
         Step::Update(i) => {
-            let name = child_name(&pool_name, i);
+            let name = child_name(pool_name, i);
             let current = owned.get(&name)?;
             match child(pool, i, hash, env) {
                 Ok(mut desired) => {
@@ -335,6 +337,7 @@ pub async fn execute<P: PoolKind>(
     let deadline = tokio::time::Instant::now() + ctx.round_time;
     let mut ops = Rendering {
         pool,
+        pool_name: pool.name_any(),
         steps: steps(plan).into_iter(),
         owned,
         hash,

@@ -125,8 +125,9 @@ pub struct Args {
     #[arg(long)]
     grace: Option<u32>,
     /// Write a CPU profile of the API server over every workload window (from its start to a
-    /// few seconds past its end) into this directory (`<workload>-<tool>-run<N>.pprof`; read with `go tool pprof -top`): where
-    /// the API server's time goes, to explain a row (a diagnostic).
+    /// few seconds past its end) into this directory (`<workload>-<tool>-run<N>.pprof`; read
+    /// with `go tool pprof -top`): where the API server's time goes, to explain a row (a
+    /// diagnostic).
     #[arg(long)]
     profile: Option<PathBuf>,
     /// Run nothing: regenerate README.md's side-by-side table from the committed results

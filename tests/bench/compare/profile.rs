@@ -50,8 +50,13 @@ impl Profile {
         Self { stop, thread, file }
     }
 
-    /// Ends the recording (waits for the piece in progress) and merges the pieces.
-    pub fn finish(self) {
+    /// Ends the recording (waits for the piece in progress, off the runtime's threads) and
+    /// merges the pieces.
+    pub async fn finish(self) {
+        let _ = tokio::task::spawn_blocking(move || self.finish_blocking()).await;
+    }
+
+    fn finish_blocking(self) {
         self.stop.store(true, Ordering::Relaxed);
         let pieces = self.thread.join().unwrap_or_default();
         if pieces.is_empty() {

@@ -239,11 +239,12 @@ impl Cluster<'_> {
         });
         let creating = make_nodes(self.bench, self.tool, n, self.args.concurrency, leased, self.lease()).await;
         let secs = wait_for("nodes Ready", n as usize, self.args.timeout(), || self.obs.nodes_ready()).await;
-        if let Some(p) = profile {
-            p.finish();
-        }
         let (leases, not_ready) = self.obs.close_window();
         let mut made = self.end(m, format!("nodes-{n}"), n, secs).await;
+        // After the window's measures: the piece in progress runs a few seconds past its end.
+        if let Some(p) = profile {
+            p.finish().await;
+        }
         made.leases = Some(leases);
         made.not_ready = not_ready;
         say(&made);
@@ -313,11 +314,12 @@ impl Cluster<'_> {
         let (client, conc, bare) = (bench.client.clone(), args.concurrency, self.tool == Tool::Bare);
         let creating = tokio::spawn(async move { writer::create_pods(&client, count, &nodes, bare, conc).await });
         let secs = wait_for("pods Running", count as usize, args.timeout(), || obs.pods_running()).await;
-        if let Some(p) = profile {
-            p.finish();
-        }
         let (leases, not_ready) = obs.close_window();
         let mut made = self.end(m, format!("pods-{count}"), count, secs).await;
+        // After the window's measures: the piece in progress runs a few seconds past its end.
+        if let Some(p) = profile {
+            p.finish().await;
+        }
         made.leases = Some(leases);
         made.not_ready = not_ready;
         say(&made);
@@ -331,11 +333,12 @@ impl Cluster<'_> {
         let client = bench.client.clone();
         let deleting = tokio::spawn(async move { writer::delete_pods(&client, count, bare, conc).await });
         let secs = wait_for("pods deleted", total, args.timeout(), || total.saturating_sub(obs.pods())).await;
-        if let Some(p) = profile {
-            p.finish();
-        }
         let (leases, not_ready) = obs.close_window();
         let mut gone = self.end(m, format!("delete-{count}"), count, secs).await;
+        // After the window's measures: the piece in progress runs a few seconds past its end.
+        if let Some(p) = profile {
+            p.finish().await;
+        }
         gone.leases = Some(leases);
         gone.not_ready = not_ready;
         say(&gone);
