@@ -79,9 +79,13 @@ schema-tools: ## Install check-jsonschema into a cached virtualenv.
 	  python3 -m venv $(VENV) && $(VENV)/bin/pip install --quiet check-jsonschema==$(CHECK_JSONSCHEMA_VERSION); \
 	fi
 
+.PHONY: fmt
+fmt: ## rustfmt every Rust file (cargo fmt misses the kind directories the `kinds!` macro declares).
+	./hack/fmt.sh
+
 .PHONY: lint
-lint: ## cargo fmt --check and clippy -D warnings (with the test-only kind, so every target is linted).
-	cargo fmt --all -- --check
+lint: ## rustfmt --check on every Rust file and clippy -D warnings (with the test-only kind, so every target is linted).
+	./hack/fmt.sh --check
 	cargo clippy --workspace --all-targets --features test-kinds -- -D warnings
 
 .PHONY: kubeconform

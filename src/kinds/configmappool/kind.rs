@@ -52,10 +52,14 @@ impl PoolKind for ConfigMapPool {
     fn validation_env() {}
 
     fn example() -> Self {
-        let mut pool = ConfigMapPool::new("settings", serde_json::from_value(serde_json::json!({
-            "configMapCount": 2,
-            "configMapTemplate": {"metadata": {"labels": {"app": "settings"}}, "data": {"mode": "fast"}},
-        })).unwrap_or_else(|e| unreachable!("the example ConfigMapPool spec decodes: {e}")));
+        let mut pool = ConfigMapPool::new(
+            "settings",
+            serde_json::from_value(serde_json::json!({
+                "configMapCount": 2,
+                "configMapTemplate": {"metadata": {"labels": {"app": "settings"}}, "data": {"mode": "fast"}},
+            }))
+            .unwrap_or_else(|e| unreachable!("the example ConfigMapPool spec decodes: {e}")),
+        );
         pool.metadata.namespace = Some("default".into());
         pool.metadata.uid = Some("example-uid".into());
         pool

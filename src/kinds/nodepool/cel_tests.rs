@@ -73,7 +73,6 @@ fn api_version_and_kind_in_the_template() {
     assert!(e.contains("must be Node"), "{e}");
 }
 
-
 #[test]
 fn topology_weights_go_with_zones() {
     let e = cel_errors(&node_pool("  nodeCount: 1\n  topology: {zones: [a, b], weights: [1]}\n"));
@@ -87,7 +86,8 @@ fn devices_are_checked() {
     assert_eq!(cel_errors(&node_pool(ok)), "");
     let e = cel_errors(&node_pool("  nodeCount: 1\n  devices: [{driver: Not_A_Domain}]\n"));
     assert!(e.contains("must be a DNS subdomain"), "{e}");
-    let e = cel_errors(&node_pool("  nodeCount: 1\n  devices: [{driver: a.b, attributes: {m: {string: x, int: 1}}}]\n"));
+    let e =
+        cel_errors(&node_pool("  nodeCount: 1\n  devices: [{driver: a.b, attributes: {m: {string: x, int: 1}}}]\n"));
     assert!(e.contains("exactly one of: string, int, bool, version"), "{e}");
     let e = cel_errors(&node_pool("  nodeCount: 1\n  devices: [{driver: a.b}, {driver: a.b}]\n"));
     assert!(e.contains("list each driver once"), "{e}");

@@ -5,9 +5,9 @@
 use super::{NodeFlags, NodePool};
 use crate::informer::{Change, Informer, Informers};
 use crate::kinds::KindFlags;
+use crate::pool::context::PoolContext;
 use crate::pool::controller::pools_to_wake;
 use crate::pool::fixtures::{Call, Reply, Seen, echo, mock_api, store, strict_api};
-use crate::pool::context::PoolContext;
 use crate::pool::reconcile::{reconcile, validate};
 use crate::pool::{PoolKind, Shared, child};
 use crate::telemetry::metrics::Metrics;
@@ -60,8 +60,12 @@ fn node_creates(times: usize) -> Call {
 }
 
 fn context(client: kube::Client, children: Vec<Node>, pools: Vec<NodePool>) -> Arc<PoolContext<NodePool>> {
-    let shared =
-        Shared { client: client.clone(), informers: Informers::new(client.clone()), simulate: false, instance: "kwok-pools".into() };
+    let shared = Shared {
+        client: client.clone(),
+        informers: Informers::new(client.clone()),
+        simulate: false,
+        instance: "kwok-pools".into(),
+    };
     let mut flags: NodeFlags = KindFlags::default().get::<NodePool>();
     flags.node_ip_range = "100.64.0.0/16".parse().unwrap();
     let env = NodePool::env(&flags, &shared).unwrap();
@@ -158,7 +162,9 @@ async fn an_invalid_pool_is_reported_and_waits_for_a_change_without_touching_chi
 #[tokio::test]
 async fn failed_child_writes_are_counted_reported_and_retried_with_backoff() {
     // Six rounds: each reads the pool, tries both creates again and writes the status once.
-    let sad = |_: &Seen| Reply::json(500, json!({"kind": "Status", "apiVersion": "v1", "code": 500, "message": "etcd is sad"}));
+    let sad = |_: &Seen| {
+        Reply::json(500, json!({"kind": "Status", "apiVersion": "v1", "code": 500, "message": "etcd is sad"}))
+    };
     let (client, verifier) = strict_api(vec![pool_read(6), Call::new("POST", NODES, 12, sad), status_write(6)]);
     let ctx = context(client, vec![], vec![]);
     let first = reconcile(Arc::new(plain_pool()), ctx.clone()).await.unwrap();
@@ -196,7 +202,8 @@ fn an_in_place_update_keeps_the_podcidr_the_node_has() {
     current.spec.as_mut().unwrap().pod_cidrs = Some(vec!["10.9.0.0/24".into()]);
     let desired = child(&pool, 1, "new", &env).unwrap();
     let writes = NodePool::in_place(&current, desired);
-    let applied = writes.iter().find_map(|w| if let crate::pool::Write::Apply(n) = w { Some(n) } else { None }).unwrap();
+    let applied =
+        writes.iter().find_map(|w| if let crate::pool::Write::Apply(n) = w { Some(n) } else { None }).unwrap();
     let spec = applied.spec.as_ref().unwrap();
     assert_eq!(spec.pod_cidr.as_deref(), Some("10.9.0.0/24"));
     assert_eq!(spec.pod_cidrs.as_deref(), Some(&["10.9.0.0/24".to_string()][..]));
@@ -287,8 +294,8 @@ async fn a_relist_reports_what_disappeared_as_deleted() {
 
 #[tokio::test]
 async fn a_missing_child_crd_marks_the_pools_degraded_until_it_is_established() {
-    use crate::pool::controller::await_child_crd;
     use crate::pool::ChildCrd;
+    use crate::pool::controller::await_child_crd;
     let established = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = established.clone();
     let crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/things.example.com";
@@ -313,7 +320,11 @@ async fn a_missing_child_crd_marks_the_pools_degraded_until_it_is_established() 
         // Told once per generation, not on every check.
         status_write(1),
     ]);
-    let crd = ChildCrd { name: "things.example.com", install: "kubectl apply -f things.yaml", stand_in: crate::kinds::vmipool::kubevirt_crd::crd };
+    let crd = ChildCrd {
+        name: "things.example.com",
+        install: "kubectl apply -f things.yaml",
+        stand_in: crate::kinds::vmipool::kubevirt_crd::crd,
+    };
     let pools = store(vec![plain_pool()]);
     let wait =
         tokio::spawn(async move { await_child_crd::<NodePool>(&client, crd, &pools, Duration::from_millis(50)).await });

@@ -3,8 +3,11 @@
 
 use super::api::{KubevirtNodes, NodePool};
 use super::rules::node_template_warnings;
+use super::simulator::kubelet_api::{KubeletApiFlags, KubeletEnv};
 use crate::api::PoolStatus;
-use crate::api::conventions::{FAKE_NODE_ANNOTATION, FAKE_TAINT_KEY, FAKE_VALUE, HOSTNAME_LABEL, TYPE_LABEL, TYPE_VALUE};
+use crate::api::conventions::{
+    FAKE_NODE_ANNOTATION, FAKE_TAINT_KEY, FAKE_VALUE, HOSTNAME_LABEL, TYPE_LABEL, TYPE_VALUE,
+};
 use crate::api::lifecycle::Lifecycle;
 use crate::api::ranges::{nth_host, nth_subnet};
 use crate::cli::duration::parse_duration;
@@ -13,7 +16,6 @@ use crate::ipam::HostAllocator;
 use crate::ipam::fallback::FallbackRange;
 use crate::kubelet::endpoint::{RESOURCE_METRICS_PATH_ANNOTATION, resource_metrics_path};
 use crate::kubelet::node::{self as node_status, NodeDefaults};
-use super::simulator::kubelet_api::{KubeletApiFlags, KubeletEnv};
 use crate::pool::plan::UpdateMode;
 use crate::pool::stamp::from_template;
 use crate::pool::status::{Problem, Reason};
@@ -76,11 +78,14 @@ pub struct NodeFlags {
 }
 
 fn parse_stretch(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number: give a share of the lease duration such as 0.6"))?;
+    let v: f64 =
+        s.parse().map_err(|_| format!("{s:?} is not a number: give a share of the lease duration such as 0.6"))?;
     if (0.25..=0.875).contains(&v) {
         Ok(v)
     } else {
-        Err(format!("{v} is outside 0.25 (the kubelet's cadence, never stretch) to 0.875 (all but the monitor period's share)"))
+        Err(format!(
+            "{v} is outside 0.25 (the kubelet's cadence, never stretch) to 0.875 (all but the monitor period's share)"
+        ))
     }
 }
 
@@ -119,10 +124,9 @@ pub struct NodeEnv {
 }
 
 fn pool_net(text: &str, field: &str) -> Result<IpNet, Problem> {
-    text.parse::<IpNet>().map(|n| n.trunc()).map_err(|e| Problem {
-        reason: Reason::InvalidSpec,
-        message: format!("{field}: {text:?} is not a CIDR ({e})"),
-    })
+    text.parse::<IpNet>()
+        .map(|n| n.trunc())
+        .map_err(|e| Problem { reason: Reason::InvalidSpec, message: format!("{field}: {text:?} is not a CIDR ({e})") })
 }
 
 fn fake_taint() -> Taint {
@@ -185,15 +189,19 @@ impl PoolKind for NodePool {
     }
 
     fn example() -> Self {
-        let mut pool = NodePool::new("nodes", serde_json::from_value(serde_json::json!({
-            "nodeCount": 3,
-            "podCIDR": {"cidr": "10.0.0.0/16", "maskSize": 24},
-            "internalIPs": "10.1.0.0/24",
-            "nodeTemplate": {"metadata": {"labels": {"node.kubernetes.io/instance-type": "m5.large"}},
-                             "status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-                                        "allocatable": {"cpu": "7"}}},
-            "lifecycle": {"seed": 1, "pods": {"startDelay": {"fixed": "1s"}}},
-        })).unwrap_or_else(|e| unreachable!("the example NodePool spec decodes: {e}")));
+        let mut pool = NodePool::new(
+            "nodes",
+            serde_json::from_value(serde_json::json!({
+                "nodeCount": 3,
+                "podCIDR": {"cidr": "10.0.0.0/16", "maskSize": 24},
+                "internalIPs": "10.1.0.0/24",
+                "nodeTemplate": {"metadata": {"labels": {"node.kubernetes.io/instance-type": "m5.large"}},
+                                 "status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                                            "allocatable": {"cpu": "7"}}},
+                "lifecycle": {"seed": 1, "pods": {"startDelay": {"fixed": "1s"}}},
+            }))
+            .unwrap_or_else(|e| unreachable!("the example NodePool spec decodes: {e}")),
+        );
         pool.metadata.uid = Some("example-uid".into());
         pool
     }
@@ -232,8 +240,11 @@ impl PoolKind for NodePool {
     fn env(flags: &NodeFlags, shared: &Shared) -> Result<NodeEnv, crate::pool::setup::SetupError> {
         let range = flags.node_ip_range.trunc();
         // The default instance counts from the start of the range; others from a point of their own.
-        let addresses =
-            if shared.instance == "kwok-pools" { HostAllocator::new(range) } else { HostAllocator::seeded(range, &shared.instance) };
+        let addresses = if shared.instance == "kwok-pools" {
+            HostAllocator::new(range)
+        } else {
+            HostAllocator::seeded(range, &shared.instance)
+        };
         let kubelet = if shared.simulate { KubeletEnv::new(&flags.kubelet)? } else { None };
         flags.fallback()?;
         Ok(NodeEnv {
@@ -270,7 +281,10 @@ impl PoolKind for NodePool {
             labels.insert(KubevirtNodes::SCHEDULABLE_LABEL.into(), "true".into());
         }
         metadata.annotations.get_or_insert_default().insert(FAKE_NODE_ANNOTATION.into(), FAKE_VALUE.into());
-        let endpoint = env.kubelet.as_ref().and_then(|k| k.endpoints.lock().unwrap_or_else(|e| e.into_inner()).assign(&name, None));
+        let endpoint = env
+            .kubelet
+            .as_ref()
+            .and_then(|k| k.endpoints.lock().unwrap_or_else(|e| e.into_inner()).assign(&name, None));
         if endpoint.is_some() {
             // Where metrics-server scrapes the node (a path that names it works at any address).
             metadata

@@ -165,7 +165,9 @@ fn subnet_count(net: &IpNet, mask: u8) -> u128 {
 impl NodePoolSpec {
     /// garde's rule on `spec.topology`: label values, no zone twice, a weight per zone, and
     /// no template label saying otherwise (`api.rs` names it).
-    pub fn topology_rules(template: &NodeTemplate) -> impl FnOnce(&Option<Topology>, &NodePoolRules) -> garde::Result + '_ {
+    pub fn topology_rules(
+        template: &NodeTemplate,
+    ) -> impl FnOnce(&Option<Topology>, &NodePoolRules) -> garde::Result + '_ {
         move |topology, _| lines(topology.as_ref().map(|t| topology_problems(t, template)).unwrap_or_default())
     }
 
@@ -210,7 +212,11 @@ fn topology_problems(t: &Topology, template: &NodeTemplate) -> Vec<String> {
         out.push(format!(".region: {p}"));
     }
     if !t.weights.is_empty() && t.weights.len() != t.zones.len() {
-        out.push(format!(".weights: {} weights for {} zones: give one weight per zone", t.weights.len(), t.zones.len()));
+        out.push(format!(
+            ".weights: {} weights for {} zones: give one weight per zone",
+            t.weights.len(),
+            t.zones.len()
+        ));
     }
     for (i, w) in t.weights.iter().enumerate().filter(|(_, w)| !(1..=1000).contains(*w)) {
         out.push(format!(".weights[{i}]: {w} is not from 1 to 1000"));

@@ -194,7 +194,11 @@ fn topology_spreads_zones_by_index_round_robin_or_by_weight() {
     let uneven = t(&["a", "b"], &[3, 1]);
     assert_eq!((0..8).map(|i| uneven.zone_of(i).unwrap()).collect::<String>(), "aaabaaab");
     assert_eq!(t(&[], &[]).zone_of(5), None);
-    assert_eq!(t(&["a", "b"], &[1]).zone_of(3), Some("b"), "mismatched weights (refused at admission) fall back to round-robin");
+    assert_eq!(
+        t(&["a", "b"], &[1]).zone_of(3),
+        Some("b"),
+        "mismatched weights (refused at admission) fall back to round-robin"
+    );
 }
 
 #[test]
@@ -203,7 +207,9 @@ fn topology_rules_name_the_field() {
     assert_eq!(errors_of(&ok, &NodePoolRules::default()), Vec::<String>::new());
     let bad = nodepool_spec("  topology: {zones: [a, 'no spaces', a], weights: [1, 0]}\n");
     let errs = errors_of(&bad, &NodePoolRules::default());
-    for want in ["spec.topology.zones[1]:", "spec.topology.zones[2]:", "spec.topology.weights:", "spec.topology.weights[1]: 0"] {
+    for want in
+        ["spec.topology.zones[1]:", "spec.topology.zones[2]:", "spec.topology.weights:", "spec.topology.weights[1]: 0"]
+    {
         assert!(errs.iter().any(|e| e.starts_with(want)), "no {want} in {errs:?}");
     }
     let both = nodepool_spec(
@@ -229,7 +235,11 @@ fn device_rules_name_the_field() {
     assert_eq!(errors_of(&ok, &NodePoolRules::default()), Vec::<String>::new());
     let bad = nodepool_spec("  devices: [{driver: a.b, count: 200}, {driver: a.b, capacity: {memory: lots}}]\n");
     let errs = errors_of(&bad, &NodePoolRules::default());
-    for want in ["spec.devices[0].count: 200", "spec.devices[1].driver: a.b is listed twice", "spec.devices[1].capacity[memory]:"] {
+    for want in [
+        "spec.devices[0].count: 200",
+        "spec.devices[1].driver: a.b is listed twice",
+        "spec.devices[1].capacity[memory]:",
+    ] {
         assert!(errs.iter().any(|e| e.starts_with(want)), "no {want} in {errs:?}");
     }
 }

@@ -27,4 +27,3 @@ fn pod_templates_keep_names_empty() {
     let e = format!("{:?}", p.validate_cel().unwrap_err());
     assert!(e.contains("pool's namespace"), "{e}");
 }
-

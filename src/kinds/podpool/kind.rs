@@ -2,9 +2,9 @@
 //! template says otherwise), judged ready, and replaced on a template change.
 
 use super::PodPool;
-use crate::api::{Placement, PoolStatus};
 use crate::api::conventions::HASH_LABEL;
 use crate::api::lifecycle::Lifecycle;
+use crate::api::{Placement, PoolStatus};
 use crate::informer::pod::SlimPod;
 use crate::informer::{Informer, Informers};
 use crate::kubelet::pod as pod_status;
@@ -196,14 +196,21 @@ mod tests {
         let zone = || Some([("zone".to_string(), "a".to_string())].into());
         let mut p = pool(PodSpec { containers: container(), node_selector: zone(), ..Default::default() });
         let selector = child(&p, 0, "h", &PodEnv).unwrap().spec.unwrap().node_selector.unwrap();
-        assert_eq!((selector["zone"].as_str(), selector["type"].as_str()), ("a", "kwok"), "the template's and the confinement");
+        assert_eq!(
+            (selector["zone"].as_str(), selector["type"].as_str()),
+            ("a", "kwok"),
+            "the template's and the confinement"
+        );
         let named = pool(PodSpec { containers: container(), node_name: Some("n1".into()), ..Default::default() });
         let spec = child(&named, 0, "h", &PodEnv).unwrap().spec.unwrap();
         assert_eq!(spec.node_selector.unwrap()["type"], "kwok", "a real node's kubelet refuses it");
         p.spec.placement = Placement::Any;
         let spec = child(&p, 0, "h", &PodEnv).unwrap().spec.unwrap();
         assert_eq!(spec.node_selector.unwrap().get("type"), None, "Any: the template's own placement wins");
-        assert_ne!(p.template_hash(), pool(PodSpec { containers: container(), node_selector: zone(), ..Default::default() }).template_hash());
+        assert_ne!(
+            p.template_hash(),
+            pool(PodSpec { containers: container(), node_selector: zone(), ..Default::default() }).template_hash()
+        );
     }
 
     #[test]

@@ -73,14 +73,18 @@ impl PoolKind for VMIPool {
     }
 
     fn example() -> Self {
-        let mut pool = VMIPool::new("vms", serde_json::from_value(serde_json::json!({
-            "vmiCount": 2,
-            "maxUnavailable": 1,
-            "vmiTemplate": {"metadata": {"labels": {"app": "vm"}},
-                            "spec": {"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}}]},
-                                                "resources": {"requests": {"memory": "1Gi"}}},
-                                     "networks": [{"name": "default", "pod": {}}]}},
-        })).unwrap_or_else(|e| unreachable!("the example VMIPool spec decodes: {e}")));
+        let mut pool = VMIPool::new(
+            "vms",
+            serde_json::from_value(serde_json::json!({
+                "vmiCount": 2,
+                "maxUnavailable": 1,
+                "vmiTemplate": {"metadata": {"labels": {"app": "vm"}},
+                                "spec": {"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}}]},
+                                                    "resources": {"requests": {"memory": "1Gi"}}},
+                                         "networks": [{"name": "default", "pod": {}}]}},
+            }))
+            .unwrap_or_else(|e| unreachable!("the example VMIPool spec decodes: {e}")),
+        );
         pool.metadata.namespace = Some("default".into());
         pool.metadata.uid = Some("example-uid".into());
         pool

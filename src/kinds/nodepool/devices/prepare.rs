@@ -20,14 +20,23 @@ pub fn may_fail(sets: &[DeviceSet]) -> bool {
 }
 
 /// The claims reserved for the pod with `uid`.
-pub fn claims_of<'a>(uid: &'a str, claims: impl IntoIterator<Item = &'a ResourceClaim> + 'a) -> impl Iterator<Item = &'a ResourceClaim> + 'a {
+pub fn claims_of<'a>(
+    uid: &'a str,
+    claims: impl IntoIterator<Item = &'a ResourceClaim> + 'a,
+) -> impl Iterator<Item = &'a ResourceClaim> + 'a {
     claims.into_iter().filter(move |c| {
         c.status.as_ref().and_then(|s| s.reserved_for.as_ref()).is_some_and(|r| r.iter().any(|r| r.uid == uid))
     })
 }
 
 /// The first of the pod's allocated devices whose prepare fails, if any.
-pub fn failure<'a>(sets: &[DeviceSet], seed: i64, namespace: &str, pod: &str, claims: impl IntoIterator<Item = &'a ResourceClaim>) -> Option<Failure> {
+pub fn failure<'a>(
+    sets: &[DeviceSet],
+    seed: i64,
+    namespace: &str,
+    pod: &str,
+    claims: impl IntoIterator<Item = &'a ResourceClaim>,
+) -> Option<Failure> {
     for claim in claims {
         let results = claim.status.as_ref().and_then(|s| s.allocation.as_ref()).and_then(|a| a.devices.as_ref());
         for r in results.and_then(|d| d.results.as_ref()).into_iter().flatten() {
@@ -68,9 +77,12 @@ mod tests {
 
     #[test]
     fn a_seeded_share_of_pods_fails_to_prepare_their_drivers_devices() {
-        let sets: Vec<DeviceSet> = serde_yaml::from_str("- {driver: bad.example.com, prepareFailPercent: 30}\n- {driver: good.example.com}\n").unwrap();
+        let sets: Vec<DeviceSet> =
+            serde_yaml::from_str("- {driver: bad.example.com, prepareFailPercent: 30}\n- {driver: good.example.com}\n")
+                .unwrap();
         assert!(may_fail(&sets));
-        let claims: Vec<ResourceClaim> = (0..400).map(|i| claim(&format!("c{i}"), &format!("u{i}"), "bad.example.com")).collect();
+        let claims: Vec<ResourceClaim> =
+            (0..400).map(|i| claim(&format!("c{i}"), &format!("u{i}"), "bad.example.com")).collect();
         let failed = (0..400)
             .filter(|i| failure(&sets, 5, "n", &format!("p{i}"), claims_of(&format!("u{i}"), &claims)).is_some())
             .count();
@@ -81,7 +93,10 @@ mod tests {
         assert_eq!(f, Failure { claim: "c".into(), driver: "bad.example.com".into(), set: 0 });
         assert!(note(&f).contains("ResourceClaim c") && note(&f).contains("spec.devices[0].prepareFailPercent"));
         let good = claim("g", "u", "good.example.com");
-        assert!((0..400).all(|i| failure(&sets, 5, "n", &format!("p{i}"), [&good]).is_none()), "the other driver prepares");
+        assert!(
+            (0..400).all(|i| failure(&sets, 5, "n", &format!("p{i}"), [&good]).is_none()),
+            "the other driver prepares"
+        );
         assert_eq!(claims_of("u7", &claims).count(), 1);
     }
 }

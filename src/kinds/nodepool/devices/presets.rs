@@ -99,7 +99,14 @@ impl Preset {
 
     /// The attributes a partition (`profile`, the `k`th of device `parent`) has besides its
     /// parent's, and the word in its name before the profile.
-    pub fn partition(self, node: &str, parent: &str, parent_attributes: &BTreeMap<String, V>, profile: &str, k: u32) -> (BTreeMap<String, V>, &'static str) {
+    pub fn partition(
+        self,
+        node: &str,
+        parent: &str,
+        parent_attributes: &BTreeMap<String, V>,
+        profile: &str,
+        k: u32,
+    ) -> (BTreeMap<String, V>, &'static str) {
         match self {
             Preset::NvidiaGpu => {
                 let mut a = BTreeMap::new();

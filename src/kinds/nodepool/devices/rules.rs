@@ -61,11 +61,17 @@ fn amount(q: &Quantity) -> Option<f64> {
     crate::api::validation::quantity::approximate(&q.0).filter(|v| *v >= 0.0)
 }
 
-fn value_problems(path: &str, attributes: &BTreeMap<String, AttributeValue>, capacity: &BTreeMap<String, Quantity>) -> Vec<String> {
+fn value_problems(
+    path: &str,
+    attributes: &BTreeMap<String, AttributeValue>,
+    capacity: &BTreeMap<String, Quantity>,
+) -> Vec<String> {
     let mut out = Vec::new();
     for (name, v) in attributes {
         if !is_qualified(name) {
-            out.push(format!("{path}.attributes[{name}]: not an attribute name such as model or gpu.example.com/model"));
+            out.push(format!(
+                "{path}.attributes[{name}]: not an attribute name such as model or gpu.example.com/model"
+            ));
         }
         let set = [v.string.is_some(), v.int.is_some(), v.bool.is_some(), v.version.is_some()];
         if set.iter().filter(|s| **s).count() != 1 {
@@ -108,7 +114,11 @@ fn longest_name(set: &DeviceSet) -> usize {
         (None, Some(p)) => p.device("", last).name.len(),
         (name, _) => name.as_deref().unwrap_or("gpu").len() + 1 + last.to_string().len(),
     };
-    let part = set.partitions.iter().map(|p| p.name.replace('.', "").len() + 1 + p.count.saturating_sub(1).to_string().len()).max();
+    let part = set
+        .partitions
+        .iter()
+        .map(|p| p.name.replace('.', "").len() + 1 + p.count.saturating_sub(1).to_string().len())
+        .max();
     // "-mig-" is the longest word a preset puts before a profile.
     base + part.map_or(0, |p| 5 + p)
 }
@@ -120,8 +130,16 @@ fn partition_problems(path: &str, set: &DeviceSet) -> Vec<String> {
     for (k, p) in set.partitions.iter().enumerate() {
         let ppath = format!("{path}.partitions[{k}]");
         let word = p.name.replace('.', "");
-        if p.name.is_empty() || p.name.len() > 20 || !is_dns_label(&word) || p.name.starts_with('.') || p.name.ends_with('.') {
-            out.push(format!("{ppath}.name: {:?} is not a profile such as 1g.10gb (lowercase letters, digits, '-' and '.')", p.name));
+        if p.name.is_empty()
+            || p.name.len() > 20
+            || !is_dns_label(&word)
+            || p.name.starts_with('.')
+            || p.name.ends_with('.')
+        {
+            out.push(format!(
+                "{ppath}.name: {:?} is not a profile such as 1g.10gb (lowercase letters, digits, '-' and '.')",
+                p.name
+            ));
         }
         if !names.insert(word) {
             out.push(format!("{ppath}.name: {} is listed twice", p.name));
@@ -130,7 +148,9 @@ fn partition_problems(path: &str, set: &DeviceSet) -> Vec<String> {
             out.push(format!("{ppath}.count: {} is not a partition count from 1 to 16", p.count));
         }
         if p.consumes.is_empty() {
-            out.push(format!("{ppath}.consumes: name what one partition takes of the device's capacity, such as memory: 10Gi"));
+            out.push(format!(
+                "{ppath}.consumes: name what one partition takes of the device's capacity, such as memory: 10Gi"
+            ));
         }
         for (name, q) in &p.consumes {
             match (capacity.get(name).and_then(amount), amount(q)) {
@@ -265,7 +285,12 @@ mod tests {
     fn partitions_must_fit_their_device() {
         let ok = "- {driver: g.example.com, capacity: {memory: 40Gi, multiProcessors: 98}, partitions: [{name: 1g.10gb, count: 4, consumes: {memory: 10Gi, multiProcessors: 14}}]}\n";
         assert_eq!(problems(&sets(ok)), Vec::<String>::new());
-        assert_eq!(problems(&sets("- {preset: nvidia-gpu, partitions: [{name: 1g.10gb, count: 7, consumes: {memory: 10Gi}}]}\n")), Vec::<String>::new());
+        assert_eq!(
+            problems(&sets(
+                "- {preset: nvidia-gpu, partitions: [{name: 1g.10gb, count: 7, consumes: {memory: 10Gi}}]}\n"
+            )),
+            Vec::<String>::new()
+        );
         let bad = sets(
             "- {driver: g.example.com, count: 128, capacity: {memory: 40Gi}, partitions: [{name: 'Big!', count: 16, consumes: {memory: 50Gi, cores: 2}}, {name: x, count: 0, consumes: {}}]}\n",
         );

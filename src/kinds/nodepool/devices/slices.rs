@@ -43,7 +43,13 @@ pub struct NodeRef<'a> {
 }
 
 fn attribute(v: &AttributeValue) -> DeviceAttribute {
-    DeviceAttribute { string: v.string.clone(), int: v.int, bool: v.bool, version: v.version.clone(), ..Default::default() }
+    DeviceAttribute {
+        string: v.string.clone(),
+        int: v.int,
+        bool: v.bool,
+        version: v.version.clone(),
+        ..Default::default()
+    }
 }
 
 fn attributes(a: &BTreeMap<String, AttributeValue>) -> Option<BTreeMap<String, DeviceAttribute>> {
@@ -51,7 +57,9 @@ fn attributes(a: &BTreeMap<String, AttributeValue>) -> Option<BTreeMap<String, D
 }
 
 fn capacities(c: &BTreeMap<String, Quantity>) -> Option<BTreeMap<String, DeviceCapacity>> {
-    (!c.is_empty()).then(|| c.iter().map(|(k, q)| (k.clone(), DeviceCapacity { value: q.clone(), ..Default::default() })).collect())
+    (!c.is_empty()).then(|| {
+        c.iter().map(|(k, q)| (k.clone(), DeviceCapacity { value: q.clone(), ..Default::default() })).collect()
+    })
 }
 
 fn counters(c: &BTreeMap<String, Quantity>) -> BTreeMap<String, Counter> {
@@ -82,7 +90,9 @@ fn devices_of(set: &DeviceSet, at: &NodeRef) -> (Vec<Device>, Vec<CounterSet>) {
             attrs.extend(v.attributes.iter().map(|(k, v)| (k.clone(), v.clone())));
             capacity.extend(v.capacity.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
-        let unhealthy = set.unhealthy_percent.is_some_and(|p| unit(at.seed, &[at.node, driver, &name, "unhealthy"]) * 100.0 < f64::from(p));
+        let unhealthy = set
+            .unhealthy_percent
+            .is_some_and(|p| unit(at.seed, &[at.node, driver, &name, "unhealthy"]) * 100.0 < f64::from(p));
         let taints = unhealthy.then(|| {
             vec![DeviceTaint {
                 key: UNHEALTHY_TAINT.into(),
@@ -97,7 +107,13 @@ fn devices_of(set: &DeviceSet, at: &NodeRef) -> (Vec<Device>, Vec<CounterSet>) {
             counter_sets.push(CounterSet { name: counter_set.clone(), counters: counters(&capacity) });
         }
         let consume = |what: &BTreeMap<String, Quantity>| {
-            partitioned.then(|| vec![DeviceCounterConsumption { counter_set: counter_set.clone(), counters: counters(what), ..Default::default() }])
+            partitioned.then(|| {
+                vec![DeviceCounterConsumption {
+                    counter_set: counter_set.clone(),
+                    counters: counters(what),
+                    ..Default::default()
+                }]
+            })
         };
         devices.push(Device {
             name: name.clone(),
@@ -111,7 +127,8 @@ fn devices_of(set: &DeviceSet, at: &NodeRef) -> (Vec<Device>, Vec<CounterSet>) {
         for p in &set.partitions {
             let word = p.name.replace('.', "");
             for k in 0..p.count {
-                let (own, prefix) = set.preset.map_or((BTreeMap::new(), ""), |pr| pr.partition(at.node, &name, &attrs, &p.name, k));
+                let (own, prefix) =
+                    set.preset.map_or((BTreeMap::new(), ""), |pr| pr.partition(at.node, &name, &attrs, &p.name, k));
                 let mut pattrs = attrs.clone();
                 pattrs.extend(own);
                 pattrs.extend(p.attributes.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -138,7 +155,8 @@ pub fn slices(sets: &[DeviceSet], at: &NodeRef) -> Vec<ResourceSlice> {
         let advanced = devices.iter().any(|d| d.consumes_counters.is_some() || d.taints.is_some());
         let per_slice = if advanced { ADVANCED_DEVICES_PER_SLICE } else { DEVICES_PER_SLICE };
         let device_chunks: Vec<Vec<Device>> = devices.chunks(per_slice).map(<[Device]>::to_vec).collect();
-        let counter_chunks: Vec<Vec<CounterSet>> = counter_sets.chunks(COUNTER_SETS_PER_SLICE).map(<[CounterSet]>::to_vec).collect();
+        let counter_chunks: Vec<Vec<CounterSet>> =
+            counter_sets.chunks(COUNTER_SETS_PER_SLICE).map(<[CounterSet]>::to_vec).collect();
         let count = (device_chunks.len() + counter_chunks.len()) as i64;
         let first = slice_name(at.node, driver);
         let mut push = |name: String, devices: Option<Vec<Device>>, shared_counters: Option<Vec<CounterSet>>| {
@@ -204,10 +222,16 @@ mod tests {
         let gpu = &out[0];
         assert_eq!(gpu.metadata.name.as_deref(), Some("gpus-0-gpu-example-com"));
         assert_eq!(gpu.spec.node_name.as_deref(), Some("gpus-0"));
-        assert_eq!((gpu.spec.pool.name.as_str(), gpu.spec.pool.generation, gpu.spec.pool.resource_slice_count), ("gpus-0", 4, 1));
+        assert_eq!(
+            (gpu.spec.pool.name.as_str(), gpu.spec.pool.generation, gpu.spec.pool.resource_slice_count),
+            ("gpus-0", 4, 1)
+        );
         let devices = gpu.spec.devices.as_ref().unwrap();
         assert_eq!(devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["gpu-0", "gpu-1"]);
-        assert_eq!((attr(&devices[0], "model").string.as_deref(), attr(&devices[0], "cores").int), (Some("A100"), Some(6912)));
+        assert_eq!(
+            (attr(&devices[0], "model").string.as_deref(), attr(&devices[0], "cores").int),
+            (Some("A100"), Some(6912))
+        );
         assert_eq!(attr(&devices[0], "driverVersion").version.as_deref(), Some("1.2.3"));
         assert_eq!(devices[0].capacity.as_ref().unwrap()["memory"].value, Quantity("80Gi".into()));
         let owner = &gpu.metadata.owner_references.as_ref().unwrap()[0];
@@ -217,7 +241,9 @@ mod tests {
 
     #[test]
     fn a_seeded_share_of_nodes_has_the_variant() {
-        let s = sets("- {driver: gpu.example.com, attributes: {model: {string: A100}}, variants: [{percent: 25, attributes: {model: {string: H100}}, capacity: {memory: 96Gi}}]}\n");
+        let s = sets(
+            "- {driver: gpu.example.com, attributes: {model: {string: A100}}, variants: [{percent: 25, attributes: {model: {string: H100}}, capacity: {memory: 96Gi}}]}\n",
+        );
         let model = |node: &str| {
             let out = slices(&s, &at(node));
             attr(&out[0].spec.devices.as_ref().unwrap()[0], "model").string.clone().unwrap()
@@ -257,7 +283,9 @@ mod tests {
 
     #[test]
     fn partitions_consume_the_devices_counters_from_a_slice_of_their_own() {
-        let s = sets("- {preset: nvidia-gpu, count: 2, partitions: [{name: 3g.40gb, count: 2, consumes: {memory: 40Gi}}, {name: 1g.10gb, count: 7, consumes: {memory: 10Gi}}]}\n");
+        let s = sets(
+            "- {preset: nvidia-gpu, count: 2, partitions: [{name: 3g.40gb, count: 2, consumes: {memory: 40Gi}}, {name: 1g.10gb, count: 7, consumes: {memory: 10Gi}}]}\n",
+        );
         let out = slices(&s, &at("n-0"));
         assert_eq!(out.len(), 2, "devices, then counters");
         assert!(out.iter().all(|s| s.spec.pool.resource_slice_count == 2));
@@ -279,17 +307,27 @@ mod tests {
 
     #[test]
     fn many_devices_spread_over_slices_within_the_limits() {
-        let s = sets("- {driver: g.example.com, count: 100, capacity: {memory: 8Gi}, partitions: [{name: half, count: 2, consumes: {memory: 4Gi}}]}\n");
+        let s = sets(
+            "- {driver: g.example.com, count: 100, capacity: {memory: 8Gi}, partitions: [{name: half, count: 2, consumes: {memory: 4Gi}}]}\n",
+        );
         let out = slices(&s, &at("n-0"));
-        let devices: usize = out.iter().filter_map(|s| s.spec.devices.as_ref()).map(|d| {
-            assert!(d.len() <= 64);
-            d.len()
-        }).sum();
+        let devices: usize = out
+            .iter()
+            .filter_map(|s| s.spec.devices.as_ref())
+            .map(|d| {
+                assert!(d.len() <= 64);
+                d.len()
+            })
+            .sum();
         assert_eq!(devices, 300);
-        let sets_: usize = out.iter().filter_map(|s| s.spec.shared_counters.as_ref()).map(|c| {
-            assert!(c.len() <= 8);
-            c.len()
-        }).sum();
+        let sets_: usize = out
+            .iter()
+            .filter_map(|s| s.spec.shared_counters.as_ref())
+            .map(|c| {
+                assert!(c.len() <= 8);
+                c.len()
+            })
+            .sum();
         assert_eq!(sets_, 100);
         assert!(out.iter().all(|s| s.spec.pool.resource_slice_count == out.len() as i64));
         let mut names: Vec<_> = out.iter().map(|s| s.metadata.name.clone().unwrap()).collect();
@@ -301,7 +339,8 @@ mod tests {
     fn a_seeded_share_of_devices_is_tainted_unhealthy() {
         let s = sets("- {driver: g.example.com, count: 100, unhealthyPercent: 20}\n");
         let out = slices(&s, &at("n-0"));
-        let tainted: Vec<&Device> = out.iter().flat_map(|s| s.spec.devices.iter().flatten()).filter(|d| d.taints.is_some()).collect();
+        let tainted: Vec<&Device> =
+            out.iter().flat_map(|s| s.spec.devices.iter().flatten()).filter(|d| d.taints.is_some()).collect();
         assert!((8..35).contains(&tainted.len()), "about a fifth: {}", tainted.len());
         let t = &tainted[0].taints.as_ref().unwrap()[0];
         assert_eq!((t.key.as_str(), t.effect.as_str()), (UNHEALTHY_TAINT, "NoSchedule"));

@@ -35,10 +35,11 @@ pub fn count<'a>(
         let Some(pool) = s.metadata.labels.as_ref().and_then(|l| l.get(POOL_LABEL)) else { continue };
         let driver = &s.spec.driver;
         owner.insert((driver.clone(), s.spec.pool.name.clone()), pool.clone());
-        let c = counts.entry(pool.clone()).or_default().entry(driver.clone()).or_insert_with(|| DeviceCount {
-            driver: driver.clone(),
-            ..DeviceCount::default()
-        });
+        let c = counts
+            .entry(pool.clone())
+            .or_default()
+            .entry(driver.clone())
+            .or_insert_with(|| DeviceCount { driver: driver.clone(), ..DeviceCount::default() });
         for d in s.spec.devices.iter().flatten() {
             c.total += 1;
             if d.taints.iter().flatten().any(|t| t.key == UNHEALTHY_TAINT) {
@@ -98,7 +99,9 @@ mod tests {
 
     #[test]
     fn devices_are_counted_per_pool_and_driver_and_held_ones_once() {
-        let sets: Vec<DeviceSet> = serde_yaml::from_str("- {driver: g.example.com, count: 4, unhealthyPercent: 100}\n- {preset: dra-cpu}\n").unwrap();
+        let sets: Vec<DeviceSet> =
+            serde_yaml::from_str("- {driver: g.example.com, count: 4, unhealthyPercent: 100}\n- {preset: dra-cpu}\n")
+                .unwrap();
         let mut all = Vec::new();
         for node in ["a-0", "a-1"] {
             all.extend(slices(&sets, &NodeRef { pool: "a", generation: 1, seed: 0, node, uid: "u" }));
@@ -118,7 +121,10 @@ mod tests {
             DeviceCount { driver: "g.example.com".into(), total: 8, allocated: 2, unhealthy: 8 },
         ];
         assert_eq!(counts["a"], want_a);
-        assert_eq!(counts["b"], vec![DeviceCount { driver: "g.example.com".into(), total: 2, allocated: 1, unhealthy: 0 }]);
+        assert_eq!(
+            counts["b"],
+            vec![DeviceCount { driver: "g.example.com".into(), total: 2, allocated: 1, unhealthy: 0 }]
+        );
         assert_eq!(counts.len(), 2);
     }
 

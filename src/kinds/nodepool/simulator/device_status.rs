@@ -10,8 +10,8 @@ use crate::kinds::nodepool::NodePool;
 use crate::kinds::nodepool::devices::status::{DeviceCount, count};
 use crate::shard::Shard;
 use crate::simulator::manage::Manage;
-use k8s_openapi::api::core::v1::Node;
 use crate::telemetry::metrics::{DeviceLabels, Metrics};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::Store;
@@ -54,7 +54,11 @@ impl DeviceStatus {
                 if !ours.contains(uid) || !self.shard.owns(&name) || pool.metadata.deletion_timestamp.is_some() {
                     continue;
                 }
-                let want = if pool.spec.devices.is_empty() { Vec::new() } else { counts.get(&name).cloned().unwrap_or_default() };
+                let want = if pool.spec.devices.is_empty() {
+                    Vec::new()
+                } else {
+                    counts.get(&name).cloned().unwrap_or_default()
+                };
                 self.export(&name, &want, &mut now);
                 let have = pool.status.as_ref().map(|s| s.devices.as_slice()).unwrap_or_default();
                 if have != want.as_slice() {
@@ -72,7 +76,10 @@ impl DeviceStatus {
     fn simulated_pools(&self) -> HashSet<String> {
         let nodes = self.nodes.state();
         let owners = nodes.iter().filter(|n| self.manage.manages(n)).filter_map(|n| {
-            n.owner_references().iter().find(|o| o.controller == Some(true) && o.kind == "NodePool").map(|o| o.uid.clone())
+            n.owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true) && o.kind == "NodePool")
+                .map(|o| o.uid.clone())
         });
         owners.collect()
     }
@@ -99,4 +106,3 @@ impl DeviceStatus {
         }
     }
 }
-

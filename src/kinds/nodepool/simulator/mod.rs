@@ -11,19 +11,19 @@ pub mod renewal;
 pub mod slices;
 
 use super::{NodeEnv, NodeFlags, NodePool, devices};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
-use crate::informer::{Informer, SyncWait, shared, wait_synced};
-use k8s_openapi::api::core::v1::Node;
-use kube::Api;
-use kube::runtime::watcher;
-use std::sync::Arc;
-use crate::kubelet::node as node_status;
 use crate::deploy::rule::Rule;
+use crate::informer::{Informer, SyncWait, shared, wait_synced};
+use crate::kubelet::node as node_status;
 use crate::simulator::lifecycle::Defaults;
 use crate::simulator::{SimContext, Simulate, Simulation};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use kube::Api;
 use kube::ResourceExt;
+use kube::runtime::watcher;
 use nodes::{NodeSimConfig, NodeSimulator};
 use pods::{PodSimConfig, PodSimulator};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The stores the simulated DRA drivers read: pools, nodes, their published slices, claims.
@@ -87,7 +87,8 @@ impl Simulate for NodePool {
 
     fn simulations(env: &NodeEnv, flags: &NodeFlags, sim: &SimContext) -> Vec<Simulation> {
         let (nodes, pods) = (shared::nodes(&sim.informers), shared::pods(&sim.informers));
-        let (node_changes, node_changes_for_pods, pod_changes) = (nodes.subscribe(), nodes.subscribe(), pods.subscribe());
+        let (node_changes, node_changes_for_pods, pod_changes) =
+            (nodes.subscribe(), nodes.subscribe(), pods.subscribe());
         let mut lifecycles = sim.lifecycles.clone();
         lifecycles.defaults = Defaults { exit_delay: flags.pod_termination_delay, job_run_time: flags.job_run_time };
         let node_sim = NodeSimulator {
@@ -137,7 +138,8 @@ impl Simulate for NodePool {
         let serves = Box::new(move |node: &k8s_openapi::api::core::v1::Node| {
             node.metadata.deletion_timestamp.is_none() && manage.manages(node) && shard.owns(&node.name_any())
         });
-        let kubelet_api = env.kubelet.as_ref().and_then(|k| kubelet_api::simulation(k, sim, serves, device_stores.stores()));
+        let kubelet_api =
+            env.kubelet.as_ref().and_then(|k| kubelet_api::simulation(k, sim, serves, device_stores.stores()));
         let mut simulations = vec![
             Simulation {
                 name: "node simulator".into(),
@@ -158,7 +160,12 @@ impl Simulate for NodePool {
     fn simulator_rules() -> Vec<Rule> {
         vec![
             Rule::cluster("", &["nodes/status"], &["patch"], "node status heartbeats and conditions"),
-            Rule::cluster("", &["pods"], &["get", "list", "watch", "delete"], "every pod on a simulated node: watched, removed once it has exited"),
+            Rule::cluster(
+                "",
+                &["pods"],
+                &["get", "list", "watch", "delete"],
+                "every pod on a simulated node: watched, removed once it has exited",
+            ),
             Rule::cluster("", &["pods/status"], &["patch"], "pod status: Running, addresses, exits"),
             Rule::namespace(
                 crate::informer::shared::LEASE_NAMESPACE,
@@ -167,7 +174,12 @@ impl Simulate for NodePool {
                 &["get", "list", "create", "patch"],
                 "node heartbeats (one Lease per simulated node) and claims of fallback pod ranges (one per block, owned by its node)",
             ),
-            Rule::cluster("events.k8s.io", &["events"], &["create", "patch"], "events about pods and nodes (an exhausted pod range)"),
+            Rule::cluster(
+                "events.k8s.io",
+                &["events"],
+                &["create", "patch"],
+                "events about pods and nodes (an exhausted pod range)",
+            ),
             Rule::cluster(
                 "resource.k8s.io",
                 &["resourceslices"],

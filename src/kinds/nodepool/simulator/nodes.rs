@@ -6,16 +6,16 @@
 
 use super::leases;
 use super::renewal::{self, Latency, Stretch};
-use crate::api::lifecycle::BadCondition;
-use crate::simulator::lifecycle::{self, Lifecycles, epoch_now};
-use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
-use crate::simulator::manage::Manage;
 use crate::api::conventions::FIELD_MANAGER;
+use crate::api::lifecycle::BadCondition;
 use crate::informer::Change;
 use crate::ipam::HostAllocator;
 use crate::kubelet::endpoint::{Endpoint, Endpoints, hostname_address};
 use crate::kubelet::node::{self as node_status, NodeDefaults};
 use crate::shard::Shard;
+use crate::simulator::lifecycle::{self, Lifecycles, epoch_now};
+use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
+use crate::simulator::manage::Manage;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
@@ -26,9 +26,9 @@ use kube::{Api, Client, ResourceExt};
 use rand::Rng;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tracing::Instrument;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tracing::Instrument;
 
 #[derive(Clone, Debug)]
 pub struct NodeSimConfig {
@@ -154,8 +154,7 @@ impl NodeSimulator {
         let writes = self.writes.writes(Class::Other, done_tx.clone()).fenced_by(self.shard.clone());
         let lease_writes = self.writes.writes(Class::Heartbeat, done_tx).fenced_by(self.shard.clone());
         let mut shard = self.shard.clone();
-        let mut l =
-            NodeLoop {
+        let mut l = NodeLoop {
             sim: Arc::new(self),
             tracked: HashMap::new(),
             timers: Timers::default(),
@@ -359,7 +358,8 @@ impl NodeLoop {
             Timer::Status(name) => {
                 let Some(t) = self.tracked.get_mut(&name) else { return };
                 let node = self.sim.nodes.get(&ObjectRef::new(&name));
-                let every = node.as_deref().map_or(self.sim.config.status_frequency, |n| self.sim.status_frequency_of(n));
+                let every =
+                    node.as_deref().map_or(self.sim.config.status_frequency, |n| self.sim.status_frequency_of(n));
                 t.status_every = every;
                 self.timers.set(Timer::Status(name.clone()), jittered(every, 0.9, 1.1));
                 if t.away {
@@ -431,7 +431,8 @@ impl NodeLoop {
         }
         if std::mem::take(&mut t.away) {
             tracing::info!(node = %name, "flapping node comes back");
-            let endpoint = self.sim.kubelet.as_ref().and_then(|k| k.lock().unwrap_or_else(|e| e.into_inner()).get(&name));
+            let endpoint =
+                self.sim.kubelet.as_ref().and_then(|k| k.lock().unwrap_or_else(|e| e.into_inner()).get(&name));
             let bad = self.bad_now(&node, &name);
             let Some(t) = self.tracked.get_mut(&name) else { return };
             if node_status::needs_write(&node, endpoint.as_ref(), &bad) && t.status.begin() {

@@ -56,27 +56,31 @@ impl SlicePublisher {
         let room = Arc::new(tokio::sync::Semaphore::new(PARALLEL));
         let mut resync = tokio::time::interval(RESYNC);
         let mut shard = sim.shard.clone();
-        let look = |node: &Node, shown: &HashMap<String, Shown>, busy: &mut HashSet<String>, again: &mut HashSet<String>| {
-            let name = node.name_any();
-            let Some(want) = sim.wanted(node) else { return };
-            if want.1.is_empty() && !shown.contains_key(&name) {
-                return; // no devices, none shown
-            }
-            if shown.get(&name).is_some_and(|s| *s == (want.0, want.1.iter().filter_map(|s| s.metadata.name.clone()).collect())) {
-                return;
-            }
-            if !busy.insert(name.clone()) {
-                again.insert(name);
-                return;
-            }
-            let (sim, tx, room) = (sim.clone(), done_tx.clone(), room.clone());
-            let before = shown.get(&name).map(|s| s.1.clone()).unwrap_or_default();
-            tokio::spawn(async move {
-                let _permit = room.acquire().await;
-                let shown = sim.publish(&name, want, before).await;
-                let _ = tx.send(Published { node: name, shown });
-            });
-        };
+        let look =
+            |node: &Node, shown: &HashMap<String, Shown>, busy: &mut HashSet<String>, again: &mut HashSet<String>| {
+                let name = node.name_any();
+                let Some(want) = sim.wanted(node) else { return };
+                if want.1.is_empty() && !shown.contains_key(&name) {
+                    return; // no devices, none shown
+                }
+                if shown
+                    .get(&name)
+                    .is_some_and(|s| *s == (want.0, want.1.iter().filter_map(|s| s.metadata.name.clone()).collect()))
+                {
+                    return;
+                }
+                if !busy.insert(name.clone()) {
+                    again.insert(name);
+                    return;
+                }
+                let (sim, tx, room) = (sim.clone(), done_tx.clone(), room.clone());
+                let before = shown.get(&name).map(|s| s.1.clone()).unwrap_or_default();
+                tokio::spawn(async move {
+                    let _permit = room.acquire().await;
+                    let shown = sim.publish(&name, want, before).await;
+                    let _ = tx.send(Published { node: name, shown });
+                });
+            };
         loop {
             tokio::select! {
                 () = shard.changed() => for n in sim.nodes.state() { look(&n, &shown, &mut busy, &mut again) },
@@ -123,7 +127,8 @@ impl SlicePublisher {
             return None;
         }
         let owner = node.owner_references().iter().find(|o| o.controller == Some(true) && o.kind == "NodePool")?;
-        let pool = self.pools.get(&ObjectRef::new(&owner.name)).filter(|p| p.metadata.uid.as_deref() == Some(&owner.uid))?;
+        let pool =
+            self.pools.get(&ObjectRef::new(&owner.name)).filter(|p| p.metadata.uid.as_deref() == Some(&owner.uid))?;
         let generation = pool.metadata.generation.unwrap_or(1);
         let seed = pool.spec.lifecycle.as_ref().and_then(|l| l.seed).unwrap_or(0);
         let uid = node.metadata.uid.clone().unwrap_or_default();
@@ -156,7 +161,12 @@ impl SlicePublisher {
     }
 
     /// Applies `want` for `node` and deletes what it showed before and no longer does.
-    async fn publish(&self, node: &str, (generation, want): (i64, Vec<ResourceSlice>), before: BTreeSet<String>) -> Option<Shown> {
+    async fn publish(
+        &self,
+        node: &str,
+        (generation, want): (i64, Vec<ResourceSlice>),
+        before: BTreeSet<String>,
+    ) -> Option<Shown> {
         let api: Api<ResourceSlice> = Api::all(self.client.clone());
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let mut names = BTreeSet::new();

@@ -8,10 +8,10 @@ pub mod vmis;
 
 use super::kubevirt::VirtualMachineInstance;
 use super::{VMIPool, VmiEnv};
+use crate::deploy::rule::Rule;
 use crate::informer::pod::SlimPod;
 use crate::informer::{shared, wait_synced};
 use crate::pool::controller::crd_established;
-use crate::deploy::rule::Rule;
 use crate::simulator::selector::Selector;
 use crate::simulator::{SimContext, Simulate, Simulation};
 use kube::Client;
@@ -108,7 +108,8 @@ async fn run(flags: VmiFlags, sim: SimContext) {
             }
         }
     };
-    let role = flags.role().unwrap_or(if kubevirt_installed { KubevirtRole::Handler } else { KubevirtRole::Controller });
+    let role =
+        flags.role().unwrap_or(if kubevirt_installed { KubevirtRole::Handler } else { KubevirtRole::Controller });
     let vmi_client = match role {
         KubevirtRole::Controller => client.clone(),
         KubevirtRole::Handler => match impersonating(&flags.kubevirt_handler_user).await {

@@ -3,8 +3,8 @@
 //! merge patches of each phase (only fields KubeVirt's own schema has, so a structural CRD
 //! keeps them).
 
-use crate::kinds::vmipool::kubevirt::{VirtualMachineInstance, VmiSpec};
 use crate::informer::pod::SlimPod;
+use crate::kinds::vmipool::kubevirt::{VirtualMachineInstance, VmiSpec};
 use k8s_openapi::api::core::v1::{Container, Pod, PodReadinessGate, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -129,10 +129,7 @@ fn transitions(vmi: &VirtualMachineInstance, phase: &str, now: &Value) -> Value 
 /// When the VMI last entered `phase`, from its `phaseTransitionTimestamps`.
 pub fn phase_since(vmi: &VirtualMachineInstance, phase: &str) -> Option<k8s_openapi::jiff::Timestamp> {
     let list = vmi.status.as_ref()?.rest.get("phaseTransitionTimestamps")?.as_array()?;
-    list.iter()
-        .rev()
-        .find(|t| t["phase"] == phase)
-        .and_then(|t| t["phaseTransitionTimestamp"].as_str()?.parse().ok())
+    list.iter().rev().find(|t| t["phase"] == phase).and_then(|t| t["phaseTransitionTimestamp"].as_str()?.parse().ok())
 }
 
 /// Whether the VMI belongs to a VMIPool: only those get the finalizer. A VMI of nobody's pool
@@ -447,7 +444,9 @@ pub fn running_patch(vmi: &VirtualMachineInstance, pod_ips: &[std::net::IpAddr],
     conditions.push(json!({"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
     conditions.push(lm);
     if agent {
-        conditions.push(json!({"type": "AgentConnected", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
+        conditions.push(
+            json!({"type": "AgentConnected", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}),
+        );
     }
     json!({
         "metadata": {"uid": vmi.metadata.uid},
@@ -513,7 +512,8 @@ mod tests {
         }))
         .unwrap();
         if !phase.is_empty() {
-            v.status = Some(crate::kinds::vmipool::kubevirt::VmiStatus { phase: Some(phase.into()), ..Default::default() });
+            v.status =
+                Some(crate::kinds::vmipool::kubevirt::VmiStatus { phase: Some(phase.into()), ..Default::default() });
         }
         v
     }
@@ -586,7 +586,10 @@ mod tests {
         assert_eq!(next_step(&deleted("Pending"), None, true, true), Step::Stop { ran: false });
         let stopped = stopped_patch(&deleted("Running"), true, &json!("t"));
         assert_eq!(stopped["status"]["phase"], "Succeeded");
-        assert_eq!(stopped["status"]["phaseTransitionTimestamps"].as_array().unwrap().last().unwrap()["phase"], "Succeeded");
+        assert_eq!(
+            stopped["status"]["phaseTransitionTimestamps"].as_array().unwrap().last().unwrap()["phase"],
+            "Succeeded"
+        );
         assert_eq!(stopped_patch(&deleted("Scheduling"), false, &json!("t"))["status"]["phase"], "Failed");
         let mut v = deleted("Succeeded");
         assert_eq!(next_step(&v, Some(&running), true, true), Step::DeleteLauncher);
@@ -607,9 +610,17 @@ mod tests {
         let without = running_patch(&vmi("Scheduled", net.clone()), &ips, false, &json!("t"));
         assert_eq!(without["status"]["guestOSInfo"], json!({}));
         assert_eq!(without["status"]["interfaces"][0]["infoSource"], "domain");
-        assert_eq!(without["status"]["interfaces"][0]["ipAddress"], "10.244.0.5", "the pod network's address all the same");
+        assert_eq!(
+            without["status"]["interfaces"][0]["ipAddress"], "10.244.0.5",
+            "the pod network's address all the same"
+        );
         let types = |p: &Value| -> Vec<String> {
-            p["status"]["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap().to_string()).collect()
+            p["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["type"].as_str().unwrap().to_string())
+                .collect()
         };
         assert!(!types(&without).contains(&"AgentConnected".to_string()));
         let with = running_patch(&vmi("Scheduled", net), &ips, true, &json!("t"));
@@ -672,7 +683,10 @@ mod tests {
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         assert_eq!(spec.readiness_gates.unwrap()[0].condition_type, UNPAUSED_GATE);
         assert_eq!(spec.node_selector.unwrap()["type"], "kwok");
-        assert!(crate::pool::placement::tolerates_fake_nodes(&spec.tolerations.clone().unwrap()), "confined to simulated nodes");
+        assert!(
+            crate::pool::placement::tolerates_fake_nodes(&spec.tolerations.clone().unwrap()),
+            "confined to simulated nodes"
+        );
         assert_eq!(spec.enable_service_links, Some(false));
         let c = &spec.containers[0];
         assert_eq!(c.name, "compute");

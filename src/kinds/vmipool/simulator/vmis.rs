@@ -6,13 +6,13 @@
 
 use super::status::{self as vmi_status, APP_LABEL, CREATED_BY_LABEL, Step};
 use crate::api::conventions::FIELD_MANAGER;
+use crate::informer::Change;
+use crate::informer::pod::SlimPod;
 use crate::kinds::vmipool::kubevirt::VirtualMachineInstance;
+use crate::shard::Shard;
 use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes, object_gone};
 use crate::simulator::manage::Manage;
 use crate::simulator::selector::Selector;
-use crate::informer::Change;
-use crate::informer::pod::SlimPod;
-use crate::shard::Shard;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -21,9 +21,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tracing::Instrument;
 use std::time::Duration;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tracing::Instrument;
 
 /// Which part of KubeVirt the simulator plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -130,10 +130,8 @@ impl Authorizer {
         if let Some(caller) = cached() {
             return Ok(caller);
         }
-        let review = TokenReview {
-            spec: TokenReviewSpec { token: token.to_string(), audiences: None },
-            ..Default::default()
-        };
+        let review =
+            TokenReview { spec: TokenReviewSpec { token: token.to_string(), audiences: None }, ..Default::default() };
         let answer = Api::<TokenReview>::all(self.client.clone())
             .create(&PostParams::default(), &review)
             .await
@@ -152,7 +150,13 @@ impl Authorizer {
     }
 
     /// Whether `caller` may `verb` one of `subresources` of node `node`.
-    pub async fn allowed(&self, caller: &Caller, verb: &'static str, subresources: &[&'static str], node: &str) -> Result<bool, ReviewError> {
+    pub async fn allowed(
+        &self,
+        caller: &Caller,
+        verb: &'static str,
+        subresources: &[&'static str],
+        node: &str,
+    ) -> Result<bool, ReviewError> {
         for sub in subresources {
             if self.allowed_one(caller, verb, sub, node).await? {
                 return Ok(true);
@@ -161,7 +165,13 @@ impl Authorizer {
         Ok(false)
     }
 
-    async fn allowed_one(&self, caller: &Caller, verb: &'static str, sub: &'static str, node: &str) -> Result<bool, ReviewError> {
+    async fn allowed_one(
+        &self,
+        caller: &Caller,
+        verb: &'static str,
+        sub: &'static str,
+        node: &str,
+    ) -> Result<bool, ReviewError> {
         // Every node at once first (an empty name), then this one.
         if self.decided(caller, verb, sub, "").await? {
             return Ok(true);
@@ -170,7 +180,13 @@ impl Authorizer {
     }
 
     /// The cached decision, else a SubjectAccessReview (`node` empty: every node).
-    async fn decided(&self, caller: &Caller, verb: &'static str, sub: &'static str, node: &str) -> Result<bool, ReviewError> {
+    async fn decided(
+        &self,
+        caller: &Caller,
+        verb: &'static str,
+        sub: &'static str,
+        node: &str,
+    ) -> Result<bool, ReviewError> {
         let key = (caller.clone(), verb, sub, node.to_string());
         let cached = || {
             self.decisions

@@ -38,7 +38,9 @@ pub fn render(api: &KubeletApi, node: &Node, now: f64) -> String {
     let name = node.name_any();
     let Some(stores) = &api.devices else { return dcgm::render(&name, &[]) };
     let owner = node.owner_references().iter().find(|o| o.controller == Some(true) && o.kind == "NodePool");
-    let Some(pool) = owner.and_then(|o| stores.pools.get(&ObjectRef::new(&o.name))) else { return dcgm::render(&name, &[]) };
+    let Some(pool) = owner.and_then(|o| stores.pools.get(&ObjectRef::new(&o.name))) else {
+        return dcgm::render(&name, &[]);
+    };
     let seed = pool.spec.lifecycle.as_ref().and_then(|l| l.seed).unwrap_or(0);
     let uid = node.metadata.uid.clone().unwrap_or_default();
     let at = NodeRef { pool: &pool.name_any(), generation: 0, seed, node: &name, uid: &uid };
@@ -56,7 +58,11 @@ pub fn render(api: &KubeletApi, node: &Node, now: f64) -> String {
                 let model = models.entry(key).or_insert_with(|| match governing.as_deref() {
                     Some(p) => {
                         let l = p.knobs();
-                        Model::new(l.and_then(|l| l.pods.as_ref()).and_then(|p| p.usage.as_ref()), l.and_then(|l| l.seed), p.created())
+                        Model::new(
+                            l.and_then(|l| l.pods.as_ref()).and_then(|p| p.usage.as_ref()),
+                            l.and_then(|l| l.seed),
+                            p.created(),
+                        )
                     }
                     None => Model::default(),
                 });
@@ -78,7 +84,11 @@ pub fn render(api: &KubeletApi, node: &Node, now: f64) -> String {
         .iter()
         .enumerate()
         .map(|(i, (d, holder, (utilization, used)))| {
-            let memory = d.capacity.as_ref().and_then(|c| c.get("memory")).and_then(|q| crate::api::kubelet::quantity(&q.value.0));
+            let memory = d
+                .capacity
+                .as_ref()
+                .and_then(|c| c.get("memory"))
+                .and_then(|q| crate::api::kubelet::quantity(&q.value.0));
             GpuReading {
                 index: d.name.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(i as u32),
                 uuid: string(d, "uuid").unwrap_or(&d.name),
@@ -87,7 +97,9 @@ pub fn render(api: &KubeletApi, node: &Node, now: f64) -> String {
                 memory_total: memory.unwrap_or(0.0),
                 memory_used: *used,
                 utilization: *utilization,
-                holder: holder.as_ref().map(|(p, c)| (p.metadata.namespace.as_deref().unwrap_or_default(), p.name(), c.as_str())),
+                holder: holder
+                    .as_ref()
+                    .map(|(p, c)| (p.metadata.namespace.as_deref().unwrap_or_default(), p.name(), c.as_str())),
             }
         })
         .collect();

@@ -52,7 +52,13 @@ fn limited(text: String, left: &mut Option<usize>) -> String {
     }
 }
 
-pub async fn container_logs(api: Arc<KubeletApi>, node: Arc<Node>, pod: Arc<SlimPod>, container: String, query: Vec<(String, String)>) -> Response {
+pub async fn container_logs(
+    api: Arc<KubeletApi>,
+    node: Arc<Node>,
+    pod: Arc<SlimPod>,
+    container: String,
+    query: Vec<(String, String)>,
+) -> Response {
     let options = match Options::parse(&query) {
         Ok(o) => o,
         Err(e) => return text(StatusCode::BAD_REQUEST, e),

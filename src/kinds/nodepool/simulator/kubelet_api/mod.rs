@@ -24,8 +24,8 @@ pub mod websocket;
 use crate::certs::Authority;
 use crate::cli::duration::parse_duration;
 use crate::informer::shared;
-use crate::pool::setup::SetupError;
 use crate::kubelet::endpoint::{Advertise, Endpoints};
+use crate::pool::setup::SetupError;
 use crate::simulator::{SimContext, Simulation};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -97,14 +97,15 @@ impl KubeletEnv {
         if flags.kubelet_port == 0 {
             return Ok(None);
         }
-        let advertise = match flags.kubelet_address.clone().or_else(|| std::env::var("POD_IP").ok().filter(|s| !s.is_empty())) {
-            None => Advertise::Loopback,
-            Some(a) if a == "loopback" => Advertise::Loopback,
-            Some(a) => Advertise::Shared(a.parse::<IpAddr>().map_err(|_| SetupError::Flag {
-                flag: "--kubelet-address",
-                problem: format!("{a:?} is neither `loopback` nor an IP address"),
-            })?),
-        };
+        let advertise =
+            match flags.kubelet_address.clone().or_else(|| std::env::var("POD_IP").ok().filter(|s| !s.is_empty())) {
+                None => Advertise::Loopback,
+                Some(a) if a == "loopback" => Advertise::Loopback,
+                Some(a) => Advertise::Shared(a.parse::<IpAddr>().map_err(|_| SetupError::Flag {
+                    flag: "--kubelet-address",
+                    problem: format!("{a:?} is neither `loopback` nor an IP address"),
+                })?),
+            };
         let bind = SocketAddr::from(([0, 0, 0, 0], flags.kubelet_port));
         let listen = |source| SetupError::Listen {
             what: "the simulated kubelets' API",
@@ -116,9 +117,11 @@ impl KubeletEnv {
         listener.set_nonblocking(true).map_err(listen)?;
         let ca = match (&flags.kubelet_serving_ca_cert, &flags.kubelet_serving_ca_key) {
             (Some(c), Some(k)) => {
-                Authority::from_pem(&read(c, "--kubelet-serving-ca-cert")?, &read(k, "--kubelet-serving-ca-key")?).map_err(|e| {
-                    SetupError::Certificate { what: "--kubelet-serving-ca-cert/--kubelet-serving-ca-key", problem: e.to_string() }
-                })?
+                Authority::from_pem(&read(c, "--kubelet-serving-ca-cert")?, &read(k, "--kubelet-serving-ca-key")?)
+                    .map_err(|e| SetupError::Certificate {
+                        what: "--kubelet-serving-ca-cert/--kubelet-serving-ca-key",
+                        problem: e.to_string(),
+                    })?
             }
             _ => Authority::new("kwok-pools-kubelet-serving-ca")
                 .map_err(|e| SetupError::Certificate { what: "the kubelet serving CA", problem: e.to_string() })?,
@@ -177,10 +180,7 @@ pub fn simulation(
                 Ok(s) => s,
                 Err(e) => return tracing::error!(error = %e, "the kubelet API cannot use its port"),
             };
-            let served = server
-                .acceptor(acceptor)
-                .serve(routes::router(api).into_make_service())
-                .await;
+            let served = server.acceptor(acceptor).serve(routes::router(api).into_make_service()).await;
             if let Err(e) = served {
                 tracing::error!(error = %e, "the kubelet API stopped");
             }

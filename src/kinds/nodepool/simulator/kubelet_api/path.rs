@@ -12,12 +12,20 @@ pub enum Route {
     Dcgm,
     /// `/stats/summary`.
     Summary,
-    ContainerLogs { namespace: String, pod: String, container: String },
+    ContainerLogs {
+        namespace: String,
+        pod: String,
+        container: String,
+    },
     Exec(Target),
     Attach(Target),
     /// `/run`: a command's output in the response body.
     Run(Target),
-    PortForward { namespace: String, pod: String, uid: Option<String> },
+    PortForward {
+        namespace: String,
+        pod: String,
+        uid: Option<String>,
+    },
 }
 
 /// The container a streaming request is for.
@@ -56,7 +64,9 @@ pub fn parse(path: &str) -> Option<Parsed> {
         ["metrics", "nodes", node, "metrics", "resource"] => {
             Some(Parsed { route: Route::ResourceMetrics, node: Some(node.to_string()) })
         }
-        ["metrics", "nodes", node, "metrics", "dcgm"] => Some(Parsed { route: Route::Dcgm, node: Some(node.to_string()) }),
+        ["metrics", "nodes", node, "metrics", "dcgm"] => {
+            Some(Parsed { route: Route::Dcgm, node: Some(node.to_string()) })
+        }
         ["nodes", node, rest @ ..] => {
             let inner = parse(&rest.join("/"))?;
             matches!(inner.route, Route::Healthz | Route::Pods | Route::ResourceMetrics | Route::Dcgm | Route::Summary)
@@ -91,7 +101,9 @@ impl Route {
     /// The pod a route is about.
     pub fn pod(&self) -> Option<(&str, &str)> {
         match self {
-            Route::ContainerLogs { namespace, pod, .. } | Route::PortForward { namespace, pod, .. } => Some((namespace, pod)),
+            Route::ContainerLogs { namespace, pod, .. } | Route::PortForward { namespace, pod, .. } => {
+                Some((namespace, pod))
+            }
             Route::Exec(t) | Route::Attach(t) | Route::Run(t) => Some((&t.namespace, &t.pod)),
             _ => None,
         }

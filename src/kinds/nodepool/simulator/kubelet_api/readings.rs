@@ -39,12 +39,19 @@ fn memory_capacity(node: &Node) -> Option<f64> {
 }
 
 /// The reading of `node` with `pods` on it at `now` (seconds since the epoch).
-pub fn reading<'a>(node: &'a Node, pods: &'a [Arc<SlimPod>], lifecycles: &Lifecycles, counters: &Counters, now: f64) -> NodeReading<'a> {
+pub fn reading<'a>(
+    node: &'a Node,
+    pods: &'a [Arc<SlimPod>],
+    lifecycles: &Lifecycles,
+    counters: &Counters,
+    now: f64,
+) -> NodeReading<'a> {
     let node_name = node.metadata.name.as_deref().unwrap_or_default();
     let node_started = node.metadata.creation_timestamp.as_ref().map_or(now, |t| secs(&t.0));
     let node_pool = lifecycles.node_pool(node);
-    let (base_cpu, base_memory) =
-        usage::node_base(node_pool.as_deref().and_then(Knobs::knobs).and_then(|l| l.nodes.as_ref()).and_then(|n| n.usage.as_ref()));
+    let (base_cpu, base_memory) = usage::node_base(
+        node_pool.as_deref().and_then(Knobs::knobs).and_then(|l| l.nodes.as_ref()).and_then(|n| n.usage.as_ref()),
+    );
     // Each governing pool's knobs parsed once per reading.
     let mut models: HashMap<usize, Model> = HashMap::new();
     let mut containers = Vec::new();
@@ -54,7 +61,11 @@ pub fn reading<'a>(node: &'a Node, pods: &'a [Arc<SlimPod>], lifecycles: &Lifecy
         let model = models.entry(key).or_insert_with(|| match pool.as_deref() {
             Some(p) => {
                 let l = p.knobs();
-                Model::new(l.and_then(|l| l.pods.as_ref()).and_then(|p| p.usage.as_ref()), l.and_then(|l| l.seed), p.created())
+                Model::new(
+                    l.and_then(|l| l.pods.as_ref()).and_then(|p| p.usage.as_ref()),
+                    l.and_then(|l| l.seed),
+                    p.created(),
+                )
             }
             None => Model::default(),
         });
@@ -114,7 +125,11 @@ mod tests {
         }))
         .unwrap();
         let pods = vec![
-            pod("a", "Running", serde_json::json!({"kwok.x-k8s.io/usage-cpu": "500m", "kwok.x-k8s.io/usage-memory": "100Mi"})),
+            pod(
+                "a",
+                "Running",
+                serde_json::json!({"kwok.x-k8s.io/usage-cpu": "500m", "kwok.x-k8s.io/usage-memory": "100Mi"}),
+            ),
             pod("b", "Pending", serde_json::json!({})),
         ];
         let lifecycles = Lifecycles::new(Defaults::default());

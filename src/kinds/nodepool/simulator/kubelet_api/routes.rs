@@ -16,9 +16,9 @@ use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::reflector::ObjectRef;
-use kube::Api;
 use std::sync::Arc;
 
 pub fn router(api: Arc<KubeletApi>) -> axum::Router {
@@ -40,7 +40,9 @@ impl KubeletApi {
     fn node(&self, name: &str) -> Result<Arc<Node>, Response> {
         match self.nodes.get(&ObjectRef::new(name)) {
             Some(n) if (self.serves)(&n) => Ok(n),
-            Some(_) => Err(text(StatusCode::NOT_FOUND, format!("node {name:?} is not simulated by this kwok-pools replica"))),
+            Some(_) => {
+                Err(text(StatusCode::NOT_FOUND, format!("node {name:?} is not simulated by this kwok-pools replica")))
+            }
             None => Err(text(StatusCode::NOT_FOUND, format!("node {name:?} not found"))),
         }
     }
@@ -53,10 +55,9 @@ impl KubeletApi {
     #[allow(clippy::result_large_err)] // the error is the answer to send
     fn locate(&self, conn: &Conn, parsed: &path::Parsed) -> Result<Located, Response> {
         if let Some((ns, name)) = parsed.route.pod() {
-            let pod = self
-                .pods
-                .get(&ObjectRef::new(name).within(ns))
-                .ok_or_else(|| text(StatusCode::NOT_FOUND, format!("pod {ns}/{name} does not exist on a simulated node")))?;
+            let pod = self.pods.get(&ObjectRef::new(name).within(ns)).ok_or_else(|| {
+                text(StatusCode::NOT_FOUND, format!("pod {ns}/{name} does not exist on a simulated node"))
+            })?;
             let node_name = pod.node_name.clone().unwrap_or_default();
             if let Some(at) = self.node_at(conn)
                 && at != node_name
@@ -85,7 +86,11 @@ impl KubeletApi {
                         "{ip} serves the kubelet API of every node this replica simulates: name the node in the path \
                          (/nodes/<node>{p}, or /metrics/nodes/<node>/metrics/resource, which the nodes' \
                          metrics.k8s.io/resource-metrics-path annotation tells metrics-server)",
-                        p = match parsed.route { Route::Summary => "/stats/summary", Route::Pods => "/pods", _ => "/metrics/resource" }
+                        p = match parsed.route {
+                            Route::Summary => "/stats/summary",
+                            Route::Pods => "/pods",
+                            _ => "/metrics/resource",
+                        }
                     ),
                     Advertise::Loopback => format!("{} is no simulated node's address", conn.local),
                 },
@@ -124,7 +129,9 @@ async fn handle(State(api): State<Arc<KubeletApi>>, req: Request) -> Response {
     let Some(parsed) = path::parse(&path) else {
         return text(
             StatusCode::NOT_FOUND,
-            format!("{path}: not a path of the simulated kubelet (it serves /healthz, /pods, /metrics/resource, /metrics/dcgm, /stats/summary, /containerLogs, /exec, /attach, /run, /portForward)"),
+            format!(
+                "{path}: not a path of the simulated kubelet (it serves /healthz, /pods, /metrics/resource, /metrics/dcgm, /stats/summary, /containerLogs, /exec, /attach, /run, /portForward)"
+            ),
         );
     };
     let headers = req.headers().clone();
@@ -143,7 +150,11 @@ async fn handle(State(api): State<Arc<KubeletApi>>, req: Request) -> Response {
         Ok(false) => {
             return text(
                 StatusCode::FORBIDDEN,
-                format!("Forbidden (user={}, verb={verb}, resource=nodes, subresource(s)=[{}])", caller.user, subresources.join(" ")),
+                format!(
+                    "Forbidden (user={}, verb={verb}, resource=nodes, subresource(s)=[{}])",
+                    caller.user,
+                    subresources.join(" ")
+                ),
             );
         }
         Err(e) => {
@@ -163,12 +174,14 @@ async fn answer(api: &Arc<KubeletApi>, route: Route, at: Located, req: Request) 
             let on = api.index.on(node.metadata.name.as_deref().unwrap_or_default());
             let reading = readings::reading(&node, &on, &api.lifecycles, &api.counters, now);
             let mut r = text(StatusCode::OK, resource_metrics::render(&reading, (now * 1000.0) as i64));
-            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
             r
         }
         (Route::Dcgm, Some(node), _) => {
             let mut r = text(StatusCode::OK, super::gpus::render(api, &node, now));
-            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
             r
         }
         (Route::Summary, Some(node), _) => {
@@ -193,8 +206,10 @@ async fn pods(api: &KubeletApi, node: &Node) -> Response {
     let lp = ListParams::default().fields(&format!("spec.nodeName={name}"));
     match Api::<Pod>::all(api.client.clone()).list(&lp).await {
         Ok(list) => {
-            let items: Vec<serde_json::Value> = list.items.iter().map(|p| serde_json::to_value(p).unwrap_or_default()).collect();
-            axum::Json(serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})).into_response()
+            let items: Vec<serde_json::Value> =
+                list.items.iter().map(|p| serde_json::to_value(p).unwrap_or_default()).collect();
+            axum::Json(serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}))
+                .into_response()
         }
         Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, format!("listing the pods of node {name}: {e}; try again")),
     }
@@ -223,7 +238,14 @@ async fn run(api: &KubeletApi, node: &Node, pod: &SlimPod, t: &Target, req: Requ
     text(StatusCode::OK, format!("{}{}", a.stdout, a.stderr))
 }
 
-async fn streaming(api: &Arc<KubeletApi>, node: &Node, pod: &SlimPod, t: &Target, attach: bool, req: Request) -> Response {
+async fn streaming(
+    api: &Arc<KubeletApi>,
+    node: &Node,
+    pod: &SlimPod,
+    t: &Target,
+    attach: bool,
+    req: Request,
+) -> Response {
     if !container_known(pod, &t.container) {
         return not_a_container(pod, &t.container);
     }
@@ -256,10 +278,15 @@ async fn streaming(api: &Arc<KubeletApi>, node: &Node, pod: &SlimPod, t: &Target
 
 async fn port_forward(namespace: String, pod: String, req: Request) -> Response {
     let ports: Vec<u16> = query(&req).iter().filter(|(k, _)| k == "port").filter_map(|(_, v)| v.parse().ok()).collect();
-    upgrade(req, spdy_stream::PORT_FORWARD_PROTOCOLS.as_slice(), websocket::PORT_FORWARD_PROTOCOLS.as_slice(), move |io| match io {
-        Upgraded::Spdy(io, _) => Box::pin(spdy_stream::port_forward(io, namespace, pod)),
-        Upgraded::WebSocket(socket) => Box::pin(websocket::port_forward(*socket, ports, namespace, pod)),
-    })
+    upgrade(
+        req,
+        spdy_stream::PORT_FORWARD_PROTOCOLS.as_slice(),
+        websocket::PORT_FORWARD_PROTOCOLS.as_slice(),
+        move |io| match io {
+            Upgraded::Spdy(io, _) => Box::pin(spdy_stream::port_forward(io, namespace, pod)),
+            Upgraded::WebSocket(socket) => Box::pin(websocket::port_forward(*socket, ports, namespace, pod)),
+        },
+    )
     .await
 }
 
@@ -281,7 +308,10 @@ async fn upgrade(
 ) -> Response {
     if spdy_stream::wants_spdy(req.headers()) {
         let Some(protocol) = spdy_stream::negotiate(req.headers(), spdy) else {
-            return text(StatusCode::FORBIDDEN, format!("no protocol both sides speak: this kubelet speaks {}", spdy.join(", ")));
+            return text(
+                StatusCode::FORBIDDEN,
+                format!("no protocol both sides speak: this kubelet speaks {}", spdy.join(", ")),
+            );
         };
         let on_upgrade = hyper::upgrade::on(&mut req);
         tokio::spawn(async move {
@@ -294,7 +324,11 @@ async fn upgrade(
     }
     let (mut parts, _) = req.into_parts();
     match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
-        Ok(upgrade) => upgrade.protocols(ws.iter().copied()).on_upgrade(move |socket| then(Upgraded::WebSocket(Box::new(socket)))),
-        Err(_) => text(StatusCode::BAD_REQUEST, "Upgrade request required: connect with SPDY/3.1 or WebSocket (kubectl does)"),
+        Ok(upgrade) => {
+            upgrade.protocols(ws.iter().copied()).on_upgrade(move |socket| then(Upgraded::WebSocket(Box::new(socket))))
+        }
+        Err(_) => {
+            text(StatusCode::BAD_REQUEST, "Upgrade request required: connect with SPDY/3.1 or WebSocket (kubectl does)")
+        }
     }
 }

@@ -107,7 +107,9 @@ pub fn status(exit_code: i32) -> Vec<u8> {
 /// What a forwarded port answers: an HTTP 200 naming the pod and port, so tools that probe a
 /// port get a well-formed reply.
 pub fn port_answer(namespace: &str, pod: &str, port: u16) -> Vec<u8> {
-    let body = format!("kwok-pools: pod {namespace}/{pod} port {port} (simulated; nothing listens, this is its typed answer)\n");
+    let body = format!(
+        "kwok-pools: pod {namespace}/{pod} port {port} (simulated; nothing listens, this is its typed answer)\n"
+    );
     format!(
         "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
@@ -130,7 +132,8 @@ mod tests {
     async fn exec_answers_then_echoes_stdin_and_a_tty_merges_stderr() {
         let (out, got) = collect();
         let (tx, rx) = mpsc::channel(4);
-        let mut s = Streams { stdin: Some(rx), stdout: Some(out), stderr: None, tty: true, closed: CancellationToken::new() };
+        let mut s =
+            Streams { stdin: Some(rx), stdout: Some(out), stderr: None, tty: true, closed: CancellationToken::new() };
         tx.send(b"typed\n".to_vec()).await.unwrap();
         drop(tx);
         let a = Answer { stdout: "cat\n".into(), stderr: "warn\n".into(), exit_code: 0 };

@@ -75,10 +75,15 @@ impl Serving {
         }
         let mut sans: Vec<String> = vec![local.to_string()];
         sans.extend(names.iter().filter(|n| !n.is_empty() && n.len() <= 253).cloned());
-        let spec = LeafSpec { common_name: "kwok-pools-kubelet", organization: None, sans, server: true, client: false };
-        let leaf = self.ca.issue_valid_for(&spec, self.lifetime).map_err(|e| format!("issuing a kubelet serving certificate: {e}"))?;
-        let chain: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes()).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+        let spec =
+            LeafSpec { common_name: "kwok-pools-kubelet", organization: None, sans, server: true, client: false };
+        let leaf = self
+            .ca
+            .issue_valid_for(&spec, self.lifetime)
+            .map_err(|e| format!("issuing a kubelet serving certificate: {e}"))?;
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
         let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).map_err(|e| e.to_string())?;
         let builder = ServerConfig::builder();
         let builder = match self.clients.read().unwrap_or_else(|e| e.into_inner()).clone() {
@@ -127,10 +132,12 @@ impl<S: Send + 'static> Accept<TcpStream, S> for Acceptor {
         Box::pin(async move {
             let local = stream.local_addr().map(|a: SocketAddr| a.ip())?;
             let config = this.serving.config(local, &(this.names)(local)).map_err(io_error)?;
-            let tls = tokio::time::timeout(this.handshake_timeout, tokio_rustls::TlsAcceptor::from(config).accept(stream))
-                .await
-                .map_err(|_| io_error("TLS handshake timed out"))??;
-            let certificate = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| from_certificate(c));
+            let tls =
+                tokio::time::timeout(this.handshake_timeout, tokio_rustls::TlsAcceptor::from(config).accept(stream))
+                    .await
+                    .map_err(|_| io_error("TLS handshake timed out"))??;
+            let certificate =
+                tls.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| from_certificate(c));
             Ok((tls, WithConn { inner: service, conn: Arc::new(Conn { local, certificate }) }))
         })
     }

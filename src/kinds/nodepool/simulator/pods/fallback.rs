@@ -194,7 +194,8 @@ pub fn claim_lease(node: &Node, block: &IpNet) -> Lease {
 pub async fn claim(client: Client, node: &Node, block: IpNet) -> Claim {
     let api: Api<Lease> = Api::namespaced(client, CLAIM_NAMESPACE);
     let uid = node.metadata.uid.clone().unwrap_or_default();
-    let done = |held: IpNet, outcome| Claim { node: node.name_any(), uid: uid.clone(), wanted: block, block: held, outcome };
+    let done =
+        |held: IpNet, outcome| Claim { node: node.name_any(), uid: uid.clone(), wanted: block, block: held, outcome };
     match api.list(&ListParams::default().labels(&format!("{NODE_UID_LABEL}={uid}"))).await {
         Ok(held) => {
             let block_of = |l: &Lease| l.annotations().get(BLOCK_ANNOTATION)?.parse::<IpNet>().ok();
@@ -237,10 +238,22 @@ mod tests {
         let Next::Claim(first) = f.next(&a, Duration::from_secs(11)) else { panic!("a claim") };
         assert_eq!(f.next(&a, Duration::from_secs(11)), Next::Nothing, "one claim at a time");
         // Another replica holds it: the next free block.
-        f.on_claim(&Claim { node: "a".into(), uid: "uid-a".into(), wanted: first, block: first, outcome: Outcome::Taken });
+        f.on_claim(&Claim {
+            node: "a".into(),
+            uid: "uid-a".into(),
+            wanted: first,
+            block: first,
+            outcome: Outcome::Taken,
+        });
         let Next::Claim(second) = f.next(&a, Duration::from_secs(12)) else { panic!("the other block") };
         assert_ne!(first, second);
-        f.on_claim(&Claim { node: "a".into(), uid: "uid-a".into(), wanted: second, block: second, outcome: Outcome::Claimed { new: true } });
+        f.on_claim(&Claim {
+            node: "a".into(),
+            uid: "uid-a".into(),
+            wanted: second,
+            block: second,
+            outcome: Outcome::Claimed { new: true },
+        });
         assert_eq!(f.block_of("uid-a"), Some(second));
         assert_eq!(f.next(&a, Duration::from_secs(12)), Next::Nothing);
         // Both blocks taken: a second node is told once.
@@ -257,7 +270,13 @@ mod tests {
         let range = FallbackRange::new("10.0.0.0/24".parse().unwrap(), 24).unwrap();
         let mut f = Fallback::new(range, Duration::ZERO);
         let Next::Claim(block) = f.next(&node("a"), Duration::ZERO) else { panic!() };
-        f.on_claim(&Claim { node: "a".into(), uid: "uid-a".into(), wanted: block, block, outcome: Outcome::Failed("timeout".into()) });
+        f.on_claim(&Claim {
+            node: "a".into(),
+            uid: "uid-a".into(),
+            wanted: block,
+            block,
+            outcome: Outcome::Failed("timeout".into()),
+        });
         assert_eq!(f.next(&node("a"), Duration::ZERO), Next::Claim(block));
     }
 
@@ -274,7 +293,13 @@ mod tests {
         // A claim answered with the block the node held already.
         let Next::Claim(wanted) = f.next(&node("b"), Duration::ZERO) else { panic!() };
         let held: IpNet = "10.0.9.0/24".parse().unwrap();
-        f.on_claim(&Claim { node: "b".into(), uid: "uid-b".into(), wanted, block: held, outcome: Outcome::Claimed { new: false } });
+        f.on_claim(&Claim {
+            node: "b".into(),
+            uid: "uid-b".into(),
+            wanted,
+            block: held,
+            outcome: Outcome::Claimed { new: false },
+        });
         assert_eq!(f.block_of("uid-b"), Some(held));
         assert!(!f.taken.contains(&wanted) && f.taken.contains(&held), "the asked-for block is free again");
     }
@@ -285,7 +310,11 @@ mod tests {
         assert_eq!(lease.metadata.name.as_deref(), Some("pod-cidr-10-0-7-0-24"));
         assert_eq!(lease.metadata.namespace.as_deref(), Some("kube-node-lease"));
         assert_eq!(lease.annotations()[BLOCK_ANNOTATION], "10.0.7.0/24");
-        assert_eq!(lease.annotations()["kwok.x-k8s.io/node"], "fake", "the admission policy lets the operator write it");
+        assert_eq!(
+            lease.annotations()["kwok.x-k8s.io/node"],
+            "fake",
+            "the admission policy lets the operator write it"
+        );
         assert_eq!(lease.labels()[NODE_UID_LABEL], "uid-n-1");
         let owner = &lease.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()), ("Node", "n-1", "uid-n-1"));

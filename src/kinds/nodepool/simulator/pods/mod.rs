@@ -8,16 +8,16 @@
 pub mod fallback;
 mod outcomes;
 
-use crate::ipam::pods::{Allocation, PodIpam};
-use crate::kubelet::pod_status;
-use crate::simulator::lifecycle::{self, Fate, Lifecycles, PodPlan};
-use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
-use crate::simulator::manage::Manage;
 use crate::api::conventions::FIELD_MANAGER;
 use crate::informer::Change;
 use crate::informer::pod::SlimPod;
+use crate::ipam::pods::{Allocation, PodIpam};
 use crate::kubelet;
+use crate::kubelet::pod_status;
 use crate::shard::Shard;
+use crate::simulator::lifecycle::{self, Fate, Lifecycles, PodPlan};
+use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
+use crate::simulator::manage::Manage;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -28,9 +28,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use tracing::Instrument;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tracing::Instrument;
 
 #[derive(Clone)]
 pub struct PodSimConfig {
@@ -200,7 +200,9 @@ impl PodSimulator {
             // The blocks claimed before (a restart): their pods' addresses are rebuilt below.
             match f.load(&self.client).await {
                 Ok(n) => tracing::info!(range = %f.range.net, claims = n, "fallback pod ranges read"),
-                Err(e) => tracing::warn!(error = %e, "cannot list the fallback pod range claims (Leases in kube-node-lease); nodes without a podCIDR may get a new block: check the operator's RBAC"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list the fallback pod range claims (Leases in kube-node-lease); nodes without a podCIDR may get a new block: check the operator's RBAC")
+                }
             }
         }
         let mut l = Loop {
@@ -533,7 +535,9 @@ impl Loop {
         let never_restarts = pod.restart_policy.as_deref() == Some("Never");
         let now = now_value();
         let (patch, transition) = match &plan.fate {
-            Fate::FailsAtStart(exit) if never_restarts => (pod_status::failed_patch(pod, &host_ips, exit, &now), "fail"),
+            Fate::FailsAtStart(exit) if never_restarts => {
+                (pod_status::failed_patch(pod, &host_ips, exit, &now), "fail")
+            }
             Fate::InitFails(exit) if never_restarts => {
                 (pod_status::init_failed_patch(pod, (&host_ips, &[]), exit, 0, &now), "init-fail")
             }
@@ -800,16 +804,15 @@ impl Loop {
     fn on_claim(&mut self, claim: fallback::Claim) {
         let Some(f) = self.fallback.as_mut() else { return };
         f.on_claim(&claim);
-        let node = self.sim.nodes.get(&ObjectRef::new(&claim.node)).filter(|n| n.metadata.uid.as_deref() == Some(&claim.uid));
+        let node =
+            self.sim.nodes.get(&ObjectRef::new(&claim.node)).filter(|n| n.metadata.uid.as_deref() == Some(&claim.uid));
         let Some(node) = node else { return };
         match &claim.outcome {
             fallback::Outcome::Claimed { new } => {
                 if *new {
                     let note = format!(
                         "node {} has no spec.podCIDR (the controller manager does not allocate node CIDRs here): its pods get addresses from {}, a block of the simulator's --pod-cidr-fallback {}",
-                        claim.node,
-                        claim.block,
-                        f.range.net
+                        claim.node, claim.block, f.range.net
                     );
                     tracing::info!(node = %claim.node, block = %claim.block, "node without a podCIDR: fallback block claimed");
                     self.node_event(&node, EventType::Normal, "NodeHasNoPodCIDR", note);
@@ -979,7 +982,12 @@ impl Loop {
 
 /// Writes a pod's status transition; the UID makes the API server refuse the write if the pod
 /// was replaced meanwhile by another of the same name (a pool reuses names).
-async fn status_write(sim: Arc<PodSimulator>, pod: Arc<SlimPod>, mut patch: serde_json::Value, transition: &'static str) -> Done {
+async fn status_write(
+    sim: Arc<PodSimulator>,
+    pod: Arc<SlimPod>,
+    mut patch: serde_json::Value,
+    transition: &'static str,
+) -> Done {
     let ns = pod.namespace().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
     let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
@@ -1029,9 +1037,11 @@ async fn resize(sim: Arc<PodSimulator>, pod: Arc<SlimPod>, node: Arc<Node>, reco
             (patch, Some((EventType::Normal, "ResizeCompleted", note)))
         }
         kubelet::resize::Decision::Deferred(patch, message) => {
-            let shown = full.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| {
-                c.iter().find(|c| c.type_ == "PodResizePending").and_then(|c| c.message.clone())
-            });
+            let shown = full
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "PodResizePending").and_then(|c| c.message.clone()));
             let event = (shown.as_deref() != Some(message.as_str()))
                 .then(|| (EventType::Warning, "ResizeDeferred", format!("Pod resize Deferred: {message}")));
             (patch, event)

@@ -3,8 +3,8 @@
 //! their back-off, and readiness probes that fail now and then.
 
 use super::{Loop, Timer, now_value};
-use crate::kubelet::pod_status::{self, Exit};
 use crate::informer::pod::SlimPod;
+use crate::kubelet::pod_status::{self, Exit};
 use crate::simulator::lifecycle::{self, Fate, PodPlan};
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::ObjectRef;
@@ -65,7 +65,10 @@ impl Loop {
     /// is armed again, and `None`.
     fn pending(&mut self, timer: Timer, key: &ObjectRef<SlimPod>, uid: &str) -> Option<(Arc<SlimPod>, Arc<Node>)> {
         let pod = self.sim.pods.get(key)?;
-        if pod.metadata.uid.as_deref() != Some(uid) || pod.metadata.deletion_timestamp.is_some() || pod.phase() != "Pending" {
+        if pod.metadata.uid.as_deref() != Some(uid)
+            || pod.metadata.deletion_timestamp.is_some()
+            || pod.phase() != "Pending"
+        {
             return None;
         }
         let node = self.managed_node(&pod)?;
