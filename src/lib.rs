@@ -17,6 +17,8 @@ pub mod kubelet;
 pub mod leader;
 pub mod operator;
 pub mod pool;
+pub mod setup;
 pub mod shard;
 pub mod simulator;
+pub mod sync;
 pub mod telemetry;

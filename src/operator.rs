@@ -4,12 +4,14 @@
 use crate::admission::review::Peers;
 use crate::informer::{Informers, SyncWait, sync_wait};
 use crate::kinds::{self, Kind, KindFlags, Visitor};
+use crate::kubelet::{self, Devices, Kubelet, KubeletFlags};
 use crate::leader::{Leader, LeaderConfig};
 use crate::pool::context::PoolContext;
+use crate::pool::knobs::PoolStore;
 use crate::pool::{Shared, controller};
 use crate::shard::Shard;
 use crate::shard::membership::{self, MembershipConfig};
-use crate::simulator::lifecycle::{self, Lifecycles, PoolStore};
+use crate::simulator::lifecycle::Lifecycles;
 use crate::simulator::machinery::WriteBudget;
 use crate::simulator::manage::Manage;
 use crate::simulator::pod_filter::{PodFilter, Wanted};
@@ -38,6 +40,8 @@ pub struct OperatorConfig {
     pub lease_duration: Duration,
     /// Every kind's own flags.
     pub kinds: KindFlags,
+    /// The simulated kubelet's flags.
+    pub kubelet: KubeletFlags,
     /// Only pools matching this label selector are handled (sharding, tests).
     pub pool_selector: Option<String>,
     /// Writes in flight for the pool controllers (all pools together).
@@ -166,12 +170,14 @@ impl Wiring<'_> {
     }
 }
 
-/// Every registered kind's simulations, wired before the informers start.
+/// Every registered kind's simulations and what each adds to the kubelet's nodes, wired before
+/// the informers start.
 struct Simulations<'a> {
     context: SimContext,
     config: &'a OperatorConfig,
     envs: &'a std::collections::HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
     out: Vec<Simulation>,
+    devices: Vec<Arc<dyn Devices>>,
 }
 
 impl Visitor for Simulations<'_> {
@@ -180,6 +186,7 @@ impl Visitor for Simulations<'_> {
             return;
         };
         self.out.extend(K::simulations(env, &self.config.kinds.get::<K>(), &self.context));
+        self.devices.extend(K::devices(env, &self.context));
     }
 }
 
@@ -187,7 +194,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let client = Client::try_default().await.map_err(|e| {
         anyhow::anyhow!("cannot build a Kubernetes client: {e}; set KUBECONFIG (e.g. `export KUBECONFIG=$(kwok-pools cluster kubeconfig)`) or run in a cluster")
     })?;
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(Metrics::new(kinds::register_metrics));
     let ready = Arc::new(AtomicBool::new(false));
     let informers = Informers::new(client.clone());
     let watched = informers.clone();
@@ -208,8 +215,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let bound = server::serve(config.metrics_addr, health).await?;
     tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
 
-    let shared =
-        Shared { client: client.clone(), informers, simulate: config.simulate, instance: config.instance.clone() };
+    let shared = shared(&config, &client, informers)?;
     let mut tasks = JoinSet::new();
     let mut cleanup: Vec<Cleanup> = Vec::new();
     filter_pods(&config, &shared.informers, &mut tasks);
@@ -262,6 +268,19 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     supervise(tasks, cleanup).await
 }
 
+/// What every kind's environment is built from, the simulated kubelet among it.
+fn shared(config: &OperatorConfig, client: &Client, informers: Arc<Informers>) -> anyhow::Result<Shared> {
+    let kubelet = Kubelet::new(&config.kubelet, &config.instance, config.simulate)
+        .map_err(|e| anyhow::anyhow!("the simulated kubelet cannot start ({} problem): {e}", e.category()))?;
+    Ok(Shared {
+        client: client.clone(),
+        informers,
+        simulate: config.simulate,
+        instance: config.instance.clone(),
+        kubelet,
+    })
+}
+
 /// Every registered kind's simulations, built before the informers start (none without the
 /// simulator).
 fn simulations(
@@ -286,9 +305,12 @@ fn simulations(
         shard_takeover: config.shard.as_ref().map_or(Duration::ZERO, |s| s.lease_duration + s.handover),
         identity: config.shard.as_ref().map(|_| config.identity.clone()),
     };
-    let mut s = Simulations { context, config, envs: &wiring.envs, out: Vec::new() };
+    let mut s = Simulations { context, config, envs: &wiring.envs, out: Vec::new(), devices: Vec::new() };
     kinds::visit_all(&mut s);
-    s.out
+    // The kubelet simulates every managed node whoever made it, whichever kinds are registered.
+    let mut all = kubelet::simulations(&shared.kubelet, &s.context, s.devices);
+    all.extend(s.out);
+    all
 }
 
 /// Pods are kept only when the operator needs them ([`PodFilter`]), with the labels someone
@@ -301,7 +323,7 @@ fn filter_pods(config: &OperatorConfig, informers: &Arc<Informers>, tasks: &mut 
             self.1.extend_from_slice(K::POD_LABELS);
         }
     }
-    let mut wants = Wants(Vec::new(), Vec::new());
+    let mut wants = Wants(Vec::new(), kubelet::POD_LABELS.to_vec());
     kinds::visit_all(&mut wants);
     informers.read_pod_labels(&wants.1);
     let nodes = crate::informer::shared::nodes(informers);
@@ -413,7 +435,7 @@ fn wire_kinds<'a>(
         peers: Peers::default(),
         syncs: Vec::new(),
         envs: std::collections::HashMap::new(),
-        lifecycles: Lifecycles::new(lifecycle::Defaults::default()),
+        lifecycles: Lifecycles::default(),
         error: None,
     };
     if config.controllers || config.simulate {

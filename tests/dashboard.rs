@@ -37,7 +37,7 @@ fn metric_names(expr: &str) -> Vec<String> {
 /// labels show only once they have a series: one of each is made first.)
 fn exported() -> BTreeSet<String> {
     use kwok_pools::telemetry::metrics::{AdmissionLabels, EventLabels, PoolLabels, ResultLabels};
-    let m = Metrics::default();
+    let m = Metrics::new(kwok_pools::kinds::register_metrics);
     let pool = PoolLabels { kind: "NodePool".into(), namespace: String::new(), name: "p".into() };
     m.write("nodes", "create", true);
     drop(m.reconcile_timer("NodePool"));
@@ -47,9 +47,10 @@ fn exported() -> BTreeSet<String> {
         family.get_or_create(&pool).set(1);
     }
     let ok = ResultLabels { result: "ok".into() };
-    for family in [&m.lease_renewals, &m.pod_transitions, &m.vmi_transitions] {
+    for family in [&m.lease_renewals, &m.pod_transitions] {
         family.get_or_create(&ok).inc();
     }
+    m.kind::<kwok_pools::kinds::vmipool::metrics::VmiPoolMetrics>().transitions.get_or_create(&ok).inc();
     m.admission_reviews.get_or_create(&AdmissionLabels { kind: "NodePool".into(), allowed: "true".into() }).inc();
     m.injected.get_or_create(&EventLabels { event: "pod_fail".into() }).inc();
     let text = m.encode();

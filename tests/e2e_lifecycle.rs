@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kwok_pools::api::lifecycle::{NodeLifecycle, PodLifecycle};
 use kwok_pools::informer::pod::SlimPod;
-use kwok_pools::simulator::lifecycle::{Defaults, Fate, plan_node, plan_pod};
+use kwok_pools::kubelet::status::fate::{Defaults, Fate, plan_node, plan_pod};
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 

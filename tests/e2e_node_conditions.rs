@@ -10,7 +10,7 @@ use common::pools::*;
 use common::*;
 use k8s_openapi::api::core::v1::Node;
 use kwok_pools::api::lifecycle::{BadCondition, NodeLifecycle};
-use kwok_pools::simulator::lifecycle::plan_conditions;
+use kwok_pools::kubelet::status::fate::plan_conditions;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
 use kwok_pools::api::lifecycle::PodLifecycle;
 use kwok_pools::informer::pod::SlimPod;
-use kwok_pools::simulator::lifecycle::{COMPLETION_INDEX_LABEL, Defaults, plan_pod};
+use kwok_pools::kubelet::status::fate::{COMPLETION_INDEX_LABEL, Defaults, plan_pod};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(120);
 const CLAIM_LABEL: &str = "pools.kwok.x-k8s.io/pod-cidr-node-uid";
-use kwok_pools::kinds::nodepool::simulator::leases::SIMULATOR_ANNOTATION;
+use kwok_pools::kubelet::node::lease::SIMULATOR_ANNOTATION;
 
 fn nodepool(name: &str, scope: &str, count: u32) -> String {
     format!(

@@ -279,10 +279,7 @@ async fn the_operator_identity_cannot_touch_a_real_node_its_lease_or_unconfined_
     assert!(ok, "a simulated node may be written: {err}");
     // The claim of a fallback pod range (a Lease in kube-node-lease) is the operator's to make.
     let fake_node = nodes.get(&fake).await.unwrap();
-    let claim = kwok_pools::kinds::nodepool::simulator::pods::fallback::claim_lease(
-        &fake_node,
-        &"10.250.7.0/24".parse().unwrap(),
-    );
+    let claim = kwok_pools::kubelet::pods::fallback::claim_lease(&fake_node, &"10.250.7.0/24".parse().unwrap());
     let claim_name = claim.metadata.name.clone().unwrap();
     leases
         .create(&kube::api::PostParams::default(), &claim)

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use kwok_pools::kinds::nodepool::simulator::leases::SIMULATOR_ANNOTATION;
+use kwok_pools::kubelet::node::lease::SIMULATOR_ANNOTATION;
 use kwok_pools::shard::rendezvous;
 use kwok_pools_test_support::pools::{list_pods, scoped_nodepool, scoped_podpool};
 use kwok_pools_test_support::*;

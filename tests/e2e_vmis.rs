@@ -347,11 +347,13 @@ async fn vmis_boot_for_their_pools_boot_time_and_a_seeded_share_fails() {
     let knobs = "  lifecycle:\n    seed: 11\n    vmis: {bootTime: {fixed: 4s}, failPercent: 40}\n";
     apply(&vmipool("boots", &ns.name, &scope, 8, knobs, ""));
     // Which VMIs fail is decided by the seed and the VMI's name: the same function tells.
-    let settings: kwok_pools::api::lifecycle::VmiLifecycle =
+    let settings: kwok_pools::kinds::vmipool::VmiLifecycle =
         serde_yaml::from_str("{bootTime: {fixed: 4s}, failPercent: 40}").unwrap();
     let failing: Vec<String> = (0..8)
         .map(|i| format!("boots-{i}"))
-        .filter(|n| kwok_pools::simulator::lifecycle::plan_vmi(Some(&settings), Some(11), &ns.name, n, "").fails)
+        .filter(|n| {
+            kwok_pools::kinds::vmipool::simulator::plan::plan_vmi(Some(&settings), Some(11), &ns.name, n, "").fails
+        })
         .collect();
     // The first outcome of each VMI, from a watch (a failed VMI is replaced, and fails again).
     let first = {

@@ -8,9 +8,12 @@ pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
 /// The longest duration any knob takes.
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 
-/// Parses a Go duration (`1h30m`, `2.5s`, `500ms`). `None` when it is not one, or longer than
-/// [`MAX_DURATION`].
-pub fn parse_duration(text: &str) -> Option<Duration> {
+/// The longest duration a flag takes (a year): anything longer is a typo.
+pub const MAX_FLAG_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The seconds of a Go duration (`1h30m`, `2.5s`, `500ms`), if `text` is one: the one parser
+/// every duration goes through, knob or flag.
+fn go_seconds(text: &str) -> Option<f64> {
     if text.is_empty() {
         return None;
     }
@@ -37,7 +40,28 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         total += value * unit;
         rest = tail;
     }
-    (total.is_finite() && total <= MAX_DURATION.as_secs_f64()).then(|| Duration::from_secs_f64(total))
+    total.is_finite().then_some(total)
+}
+
+/// Parses a knob's duration: a Go duration (`1h30m`, `2.5s`, `500ms`). `None` when it is not
+/// one, or longer than [`MAX_DURATION`].
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    go_seconds(text).filter(|t| *t <= MAX_DURATION.as_secs_f64()).map(Duration::from_secs_f64)
+}
+
+/// Parses a flag's duration: a Go duration (`90s`, `2m`, `500ms`, `1h30m`) or a bare number of
+/// seconds, at most [`MAX_FLAG_DURATION`]. Never panics: a value too large, or not finite, is
+/// refused with a message saying what to write.
+pub fn parse_flag_duration(text: &str) -> Result<Duration, String> {
+    let s = text.trim();
+    let bare = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    let secs = if bare { s.parse::<f64>().ok().filter(|v| v.is_finite()) } else { go_seconds(s) };
+    let secs =
+        secs.ok_or_else(|| format!("invalid duration {s:?}: use e.g. 90s, 2m, 500ms, 1h30m (units ms, s, m, h)"))?;
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if d <= MAX_FLAG_DURATION => Ok(d),
+        _ => Err(format!("duration {s:?} is out of range: use at most {}h", MAX_FLAG_DURATION.as_secs() / 3600)),
+    }
 }
 
 /// A number in [0, 1) from `seed` and the words of `key`: the same inputs give the same number
@@ -71,6 +95,24 @@ mod tests {
         }
         let re = regex::Regex::new(DURATION_PATTERN).unwrap();
         assert!(re.is_match("1h30m") && re.is_match("500ms") && !re.is_match("1d") && !re.is_match("5"));
+    }
+
+    #[test]
+    fn flags_take_go_durations_and_seconds() {
+        assert_eq!(parse_flag_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_flag_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_flag_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_flag_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_flag_duration("48h"), Ok(Duration::from_secs(48 * 3600)), "flags go past a knob's 24h");
+        assert_eq!(parse_flag_duration(" 12 "), Ok(Duration::from_secs(12)));
+    }
+
+    #[test]
+    fn huge_or_malformed_flag_values_are_refused_not_a_panic() {
+        for bad in ["", "s", "1x", "99999999999999999999999h", "1e400", "inf", "NaN", "-5s", "1..2s", "9999999h"] {
+            let e = parse_flag_duration(bad).unwrap_err();
+            assert!(e.contains("use e.g.") || e.contains("out of range"), "{bad}: {e}");
+        }
     }
 
     #[test]

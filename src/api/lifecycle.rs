@@ -35,7 +35,7 @@ pub struct Delay {
     pub stddev: Option<String>,
 }
 
-fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "string",
         "maxLength": 32,
@@ -43,7 +43,7 @@ fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
-fn percent_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub fn percent_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({"type": "integer", "minimum": 0, "maximum": 100})
 }
 
@@ -249,44 +249,44 @@ pub struct NodeConditionKnob {
     pub every: Option<String>,
 }
 
-/// `spec.lifecycle` of a pool.
+/// The sections of a pool's `spec.lifecycle` the shared simulator reads (the kubelet's pods and
+/// nodes), whatever else the kind's own lifecycle type holds.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sections<'a> {
+    /// Makes every random choice reproducible: which pods fail, which nodes flap, each delay.
+    pub seed: Option<i64>,
+    pub pods: Option<&'a PodLifecycle>,
+    pub nodes: Option<&'a NodeLifecycle>,
+}
+
+/// A kind's `spec.lifecycle` type: each kind declares its own, with the shared sections it
+/// takes (seed, pods, nodes) and sections of its own, which it checks itself.
+pub trait LifecycleSpec {
+    /// The shared sections it has.
+    fn sections(&self) -> Sections<'_>;
+    /// Problems with its own sections, each starting with its path below `spec.lifecycle`.
+    fn own_problems(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// `spec.lifecycle` of a pool whose children are pods (PodPool): a seed and what pods do.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct Lifecycle {
-    /// Makes every random choice reproducible: which pods fail, which nodes flap, each delay.
+pub struct PodsLifecycle {
+    /// Makes every random choice reproducible: which pods fail, each delay, each usage.
     /// Without it, each run differs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<PodLifecycle>,
-    /// NodePool only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nodes: Option<NodeLifecycle>,
-    /// VMIPool only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vmis: Option<VmiLifecycle>,
 }
 
-/// What VMIs do.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct VmiLifecycle {
-    /// How long a VMI takes from Scheduled to Running (its VM "boots"; default at once).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub boot_time: Option<Delay>,
-    /// Percent of VMIs whose VM fails to boot: they reach Failed instead of Running.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "percent_schema")]
-    pub fail_percent: Option<u8>,
-    /// Whether a guest agent runs in the VMs (default false, as in KubeVirt's cirros example):
-    /// with one, a Running VMI has the `AgentConnected` condition, a filled `guestOSInfo` and
-    /// interfaces reported by `domain, guest-agent`; without one, only what the domain shows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub guest_agent: Option<bool>,
+impl LifecycleSpec for PodsLifecycle {
+    fn sections(&self) -> Sections<'_> {
+        Sections { seed: self.seed, pods: self.pods.as_ref(), nodes: None }
+    }
 }
-
-/// Which sections of `spec.lifecycle` a kind takes (`pods`, `nodes`, `vmis`).
-pub type Sections = &'static [&'static str];
 
 /// How long a flapping node stays away when nothing is said.
 pub const DEFAULT_NOT_READY_FOR: Duration = Duration::from_secs(60);
@@ -353,46 +353,31 @@ impl Distribution {
     }
 }
 
-/// Problems with a lifecycle, each starting with its path below `spec.lifecycle`.
-pub fn problems(l: &Lifecycle, sections: Sections) -> Vec<String> {
-    let mut out = delay_problems(l);
+/// Problems with a lifecycle, each starting with its path below `spec.lifecycle`: the shared
+/// sections' rules, then the kind's own.
+pub fn problems(l: &dyn LifecycleSpec) -> Vec<String> {
+    let Sections { pods, nodes, .. } = l.sections();
+    let mut out = delay_problems(pods, nodes);
     out.extend(super::kubelet::problems(
-        l.pods.as_ref().and_then(|p| p.usage.as_ref()),
-        l.pods.as_ref().and_then(|p| p.logs.as_ref()),
-        l.nodes.as_ref().and_then(|n| n.usage.as_ref()),
+        pods.and_then(|p| p.usage.as_ref()),
+        pods.and_then(|p| p.logs.as_ref()),
+        nodes.and_then(|n| n.usage.as_ref()),
     ));
-    if let Some(p) = &l.pods {
+    if let Some(p) = pods {
         out.extend(pod_problems(p));
     }
-    if let Some(n) = &l.nodes {
+    if let Some(n) = nodes {
         out.extend(node_problems(n));
     }
-    if let Some(v) = &l.vmis {
-        out.extend(percent("vmis.failPercent", v.fail_percent));
-    }
-    for (section, set) in [("pods", l.pods.is_some()), ("nodes", l.nodes.is_some()), ("vmis", l.vmis.is_some())] {
-        if set && !sections.contains(&section) {
-            out.push(match section {
-                "nodes" => ".nodes: only a NodePool has nodes; set lifecycle.nodes on the NodePool".into(),
-                "vmis" => ".vmis: only a VMIPool has VMIs; set lifecycle.vmis on the VMIPool".into(),
-                _ => format!(".{section}: this kind's children are not {section}; it takes {}", sections.join(", ")),
-            });
-        }
-    }
+    out.extend(l.own_problems());
     out
 }
 
 /// Durations that are not one distribution of readable durations.
-fn delay_problems(l: &Lifecycle) -> Vec<String> {
+fn delay_problems(pods: Option<&PodLifecycle>, nodes: Option<&NodeLifecycle>) -> Vec<String> {
     let mut out = Vec::new();
-    let mut delay = |path: &str, d: &Option<Delay>| {
-        if let Some(d) = d
-            && let Err(e) = d.distribution()
-        {
-            out.push(format!(".{path}{e}"));
-        }
-    };
-    if let Some(p) = &l.pods {
+    let mut delay = |path: &str, d: &Option<Delay>| out.extend(delay_problem(path, d.as_ref()));
+    if let Some(p) = pods {
         delay("pods.startDelay", &p.start_delay);
         delay("pods.exitDelay", &p.exit_delay);
         delay("pods.crashAfter", &p.crash_after);
@@ -402,19 +387,22 @@ fn delay_problems(l: &Lifecycle) -> Vec<String> {
             delay("pods.readiness.notReadyFor", &r.not_ready_for);
         }
     }
-    if let Some(n) = &l.nodes {
+    if let Some(n) = nodes {
         delay("nodes.notReadyFor", &n.not_ready_for);
         for (i, c) in n.conditions.iter().flatten().enumerate() {
             delay(&format!("nodes.conditions[{i}].lasts"), &c.lasts);
         }
     }
-    if let Some(v) = &l.vmis {
-        delay("vmis.bootTime", &v.boot_time);
-    }
     out
 }
 
-fn percent(path: &str, v: Option<u8>) -> Option<String> {
+/// `.{path}` and what is wrong when `d` is not one distribution of readable durations.
+pub fn delay_problem(path: &str, d: Option<&Delay>) -> Option<String> {
+    d?.distribution().err().map(|e| format!(".{path}{e}"))
+}
+
+/// `.{path}` and what is wrong when `v` is over 100.
+pub fn percent(path: &str, v: Option<u8>) -> Option<String> {
     v.filter(|v| *v > 100).map(|v| format!(".{path}: {v} is not a percentage from 0 to 100"))
 }
 
@@ -528,6 +516,19 @@ mod tests {
     use super::*;
     use crate::api::duration::unit;
 
+    /// A lifecycle with both shared sections (NodePool's shape; the api room names no kind).
+    #[derive(Deserialize, Default)]
+    struct Lifecycle {
+        pods: Option<PodLifecycle>,
+        nodes: Option<NodeLifecycle>,
+    }
+
+    impl LifecycleSpec for Lifecycle {
+        fn sections(&self) -> Sections<'_> {
+            Sections { seed: None, pods: self.pods.as_ref(), nodes: self.nodes.as_ref() }
+        }
+    }
+
     #[test]
     fn distributions_sample_within_their_shape() {
         let fixed = Delay { fixed: Some("2s".into()), ..Default::default() }.distribution().unwrap();
@@ -565,16 +566,15 @@ mod tests {
             "pods: {failPercent: 60, crashLoopPercent: 50, startDelay: {min: 2s, max: 1s}}\nnodes: {notReadyPercent: 10, notReadyFor: {fixed: 5m}, every: 1m}\n",
         )
         .unwrap();
-        let p = problems(&l, &["pods"]);
+        let p = problems(&l);
         assert!(p.iter().any(|m| m.starts_with(".pods.startDelay.min:")), "{p:?}");
         assert!(p.iter().any(|m| m.starts_with(".pods: failPercent, crashLoopPercent")), "{p:?}");
         assert!(p.iter().any(|m| m.starts_with(".nodes.every: 60s is not longer")), "{p:?}");
-        assert!(p.iter().any(|m| m.starts_with(".nodes: only a NodePool")), "{p:?}");
         let good: Lifecycle = serde_yaml::from_str(
             "seed: 7\npods: {exitDelay: {fixed: 1s}, ignoreSIGTERM: true, crashLoopPercent: 20}\nnodes: {notReadyPercent: 10, notReadyFor: {fixed: 40s}, every: 2m}\n",
         )
         .unwrap();
-        assert_eq!(problems(&good, &["pods", "nodes"]), Vec::<String>::new());
+        assert_eq!(problems(&good), Vec::<String>::new());
         // The defaults count (notReadyFor 60s), equal is not enough, and a normal
         // distribution counts with its tail.
         for bad in [
@@ -584,7 +584,7 @@ mod tests {
             "{notReadyPercent: 10, notReadyFor: {fixed: 11m}}",
         ] {
             let l = Lifecycle { nodes: Some(serde_yaml::from_str(bad).unwrap()), ..Default::default() };
-            assert!(problems(&l, &["pods", "nodes"]).iter().any(|m| m.starts_with(".nodes.every:")), "{bad}");
+            assert!(problems(&l).iter().any(|m| m.starts_with(".nodes.every:")), "{bad}");
         }
     }
 
@@ -594,21 +594,21 @@ mod tests {
             "pods: {failPercent: 30, oomKillPercent: 30, imagePullFailPercent: 30, initFailPercent: 20, exitCode: 0}",
         )
         .unwrap();
-        let p = problems(&l, &["pods"]);
+        let p = problems(&l);
         assert!(p.iter().any(|m| m.starts_with(".pods: failPercent, crashLoopPercent, oomKillPercent")), "{p:?}");
         assert!(p.iter().any(|m| m.starts_with(".pods.exitCode: 0 is not an exit code")), "{p:?}");
         let l: Lifecycle = serde_yaml::from_str(
             "pods: {readiness: {flapPercent: 10, notReadyFor: {fixed: 3m}, every: 2m}, runTime: {min: 3s, max: 1s}}",
         )
         .unwrap();
-        let p = problems(&l, &["pods"]);
+        let p = problems(&l);
         assert!(p.iter().any(|m| m.starts_with(".pods.readiness.every: 120s is not longer")), "{p:?}");
         assert!(p.iter().any(|m| m.starts_with(".pods.runTime.min:")), "{p:?}");
         let ok: Lifecycle = serde_yaml::from_str(
             "pods: {oomKillPercent: 10, imagePullFailPercent: 5, initFailPercent: 5, exitCode: 42, runTime: {fixed: 10s}, readiness: {flapPercent: 50}}",
         )
         .unwrap();
-        assert_eq!(problems(&ok, &["pods"]), Vec::<String>::new());
+        assert_eq!(problems(&ok), Vec::<String>::new());
     }
 
     #[test]
@@ -617,7 +617,7 @@ mod tests {
             "nodes: {conditions: [{type: MemoryPressure, percent: 101}, {type: MemoryPressure, percent: 5, every: 1m}, {type: NotReady, percent: 10, lasts: {fixed: 2m}, every: 1m}]}",
         )
         .unwrap();
-        let p = problems(&l, &["nodes"]);
+        let p = problems(&l);
         assert!(p.iter().any(|m| m.starts_with(".nodes.conditions[0].percent: 101")), "{p:?}");
         assert!(p.iter().any(|m| m.starts_with(".nodes.conditions[1].type: MemoryPressure is listed twice")), "{p:?}");
         assert!(p.iter().any(|m| m.starts_with(".nodes.conditions[1].every: only with lasts")), "{p:?}");
@@ -626,29 +626,15 @@ mod tests {
             "nodes: {conditions: [{type: DiskPressure, percent: 20}, {type: NotReady, percent: 5, lasts: {fixed: 30s}, every: 2m}]}",
         )
         .unwrap();
-        assert_eq!(problems(&ok, &["nodes"]), Vec::<String>::new());
+        assert_eq!(problems(&ok), Vec::<String>::new());
         assert!(serde_yaml::from_str::<Lifecycle>("nodes: {conditions: [{type: Hungry, percent: 1}]}").is_err());
-    }
-
-    #[test]
-    fn vmi_knobs_are_checked_and_only_where_they_belong() {
-        let l: Lifecycle = serde_yaml::from_str("{vmis: {bootTime: {min: 20s, max: 10s}, failPercent: 101}}").unwrap();
-        let p = problems(&l, &["vmis"]);
-        assert!(p.iter().any(|m| m.starts_with(".vmis.bootTime.min:")), "{p:?}");
-        assert!(p.iter().any(|m| m.starts_with(".vmis.failPercent: 101")), "{p:?}");
-        let ok: Lifecycle =
-            serde_yaml::from_str("{vmis: {bootTime: {mean: 30s, stddev: 5s}, failPercent: 3}}").unwrap();
-        assert_eq!(problems(&ok, &["vmis"]), Vec::<String>::new());
-        assert!(problems(&ok, &["pods"]).iter().any(|m| m.starts_with(".vmis: only a VMIPool")));
-        let pods: Lifecycle = serde_yaml::from_str("{pods: {failPercent: 3}}").unwrap();
-        assert!(problems(&pods, &["vmis"]).iter().any(|m| m.starts_with(".pods: this kind's children are not pods")));
     }
 
     #[test]
     fn a_pools_heartbeat_is_checked_and_read() {
         let l: Lifecycle =
             serde_yaml::from_str("nodes: {heartbeat: {leaseDurationSeconds: 5, statusReportInterval: 2h}}").unwrap();
-        let p = problems(&l, &["pods", "nodes"]);
+        let p = problems(&l);
         assert!(
             p.iter().any(|m| m.starts_with(".nodes.heartbeat.leaseDurationSeconds: 5 is not from 10 to 3600")),
             "{p:?}"

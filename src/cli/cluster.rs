@@ -1,6 +1,6 @@
 //! `kwok-pools cluster …`
 
-use super::duration::parse_duration;
+use crate::api::duration::parse_flag_duration as parse_duration;
 use crate::cluster::{self, Component, CreateOptions, binaries, layout::HOME_ENV};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;

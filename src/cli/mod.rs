@@ -1,7 +1,6 @@
 //! Command-line definitions (clap). `main.rs` only parses and dispatches.
 
 pub mod cluster;
-pub mod duration;
 pub mod run;
 pub mod status;
 pub mod webhook_cert;

@@ -1,10 +1,11 @@
 //! `kwok-pools run` and `kwok-pools simulate`: the operator's flags. Each registered kind adds
 //! its own ([`crate::kinds::add_flags`]); these are the process's.
 
-use super::duration::parse_duration;
 use crate::admission::WebhookConfig;
 use crate::admission::register::Endpoint;
+use crate::api::duration::parse_flag_duration as parse_duration;
 use crate::kinds::KindFlags;
+use crate::kubelet::KubeletFlags;
 use crate::operator::{OperatorConfig, ShardSettings};
 use crate::simulator::manage::Manage;
 use crate::simulator::selector::Selector;
@@ -135,6 +136,9 @@ pub struct RunArgs {
     /// Log as JSON.
     #[arg(long)]
     pub log_json: bool,
+
+    #[command(flatten)]
+    pub kubelet: KubeletFlags,
 }
 
 impl RunArgs {
@@ -207,6 +211,7 @@ impl RunArgs {
             manage,
             lease_duration: Duration::from_secs(self.node_lease_duration_seconds),
             kinds,
+            kubelet: self.kubelet.clone(),
             pool_selector: Some(self.pools_handled()),
             max_writes_in_flight: self.max_writes_in_flight.max(1),
             max_writes_per_pool: self.max_writes_per_pool.max(1),

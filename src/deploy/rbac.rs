@@ -1,6 +1,6 @@
 //! The operator's RBAC, generated from the registry: every kind brings the rights on its pools
 //! and children (from its [`PoolKind`]) and its simulator's ([`Simulate::simulator_rules`]);
-//! the rest of the process adds its own (events, leases, reading its webhook configurations,
+//! the simulated kubelet ([`crate::kubelet::rules`]) and the rest of the process add their own (events, leases, reading its webhook configurations,
 //! asking who may create what). Rights only some installs need are *optional*: rendered apart
 //! (a kustomize component, a chart value) and bound only when asked for. One model, rendered
 //! twice — `config/` (kustomize) and the Helm chart — so the two never drift
@@ -8,7 +8,7 @@
 //! people the pools as the built-in roles give them workloads.
 //!
 //! [`PoolKind`]: crate::pool::PoolKind
-//! [`Simulate::simulator_rules`]: crate::simulator::Simulate::simulator_rules
+//! [`Simulate::simulator_rules`]: crate::pool::Simulate::simulator_rules
 
 use super::rule::strings;
 pub use super::rule::{Rule, Scope};
@@ -114,7 +114,8 @@ fn process_rules() -> Vec<Rule> {
 /// Placeholder for the webhook configurations' name, replaced when rendered.
 const WEBHOOK_NAME: &str = "<webhook>";
 
-/// Every rule of the operator: the process's and every registered kind's.
+/// Every rule of the operator: the process's, its simulated kubelet's and every registered
+/// kind's.
 pub fn rules() -> Vec<Rule> {
     struct Collect(Vec<Rule>);
     impl Visitor for Collect {
@@ -123,6 +124,7 @@ pub fn rules() -> Vec<Rule> {
         }
     }
     let mut c = Collect(process_rules());
+    c.0.extend(crate::kubelet::rules());
     kinds::visit_all(&mut c);
     c.0
 }

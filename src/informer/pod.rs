@@ -94,7 +94,7 @@ impl From<String> for Word {
 }
 
 /// The pool conventions' labels: every stored pod keeps these. The only other labels kept are
-/// those a registered simulator reads ([`crate::simulator::Simulate::POD_LABELS`]): a map of
+/// those a registered simulator reads ([`crate::pool::Simulate::POD_LABELS`]): a map of
 /// all of a pod's labels costs more than the rest of the stored pod, and nothing here selects
 /// pods by their other labels.
 pub const POOL_LABELS: [&str; 3] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL];

@@ -4,8 +4,8 @@
 //! and the test harness's cleanup. Adding a kind is its own directory plus one line in
 //! [`kinds!`] (see docs/adding-a-kind.md).
 
-use crate::pool::PoolKind;
-use crate::simulator::Simulate;
+use crate::pool::{PoolKind, Simulate};
+use crate::telemetry::metrics::KindSet;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use std::any::{Any, TypeId};
 use std::borrow::Cow;
@@ -40,6 +40,17 @@ impl<K: PoolKind + Simulate> Kind for K {}
 /// Something done once per kind, with the kind as a type.
 pub trait Visitor {
     fn visit<K: Kind>(&mut self);
+}
+
+/// Registers every kind's own metrics (what `Metrics::new` is given).
+pub fn register_metrics(set: &mut KindSet<'_>) {
+    struct Register<'a, 'b>(&'a mut KindSet<'b>);
+    impl Visitor for Register<'_, '_> {
+        fn visit<K: Kind>(&mut self) {
+            self.0.add::<K::Metrics>();
+        }
+    }
+    visit_all(&mut Register(set));
 }
 
 /// The kind's name as a `'static` string (a fixed set: safe as a metric label).
@@ -243,11 +254,10 @@ mod tests {
     #[test]
     fn the_kinds_flags_are_parsed_from_one_command() {
         let cmd = add_flags(clap::Command::new("run"));
-        let m = cmd.try_get_matches_from(["run", "--job-run-time", "9s", "--kubevirt-role", "handler"]).unwrap();
+        let m = cmd.try_get_matches_from(["run", "--kubevirt-role", "handler"]).unwrap();
         let flags = KindFlags::from_matches(&m).unwrap();
-        assert_eq!(flags.get::<nodepool::NodePool>().job_run_time, std::time::Duration::from_secs(9));
         assert_eq!(flags.get::<vmipool::VMIPool>().kubevirt_role, "handler");
-        let bad = add_flags(clap::Command::new("run")).try_get_matches_from(["run", "--job-run-time", "1e400h"]);
+        let bad = add_flags(clap::Command::new("run")).try_get_matches_from(["run", "--kubevirt-role", "everything"]);
         assert!(bad.is_err(), "a bad flag is refused with a message");
     }
 }

@@ -1,19 +1,25 @@
-//! The kubelet model, shared by the pool controllers (children born in their final state) and
-//! the simulator (which keeps them there): what a kubelet reports about its node, reads of a
-//! pod's status, the pod status it writes, its answer to an in-place resize, and what its API answers (endpoint, usage, logs,
-//! exec, resource metrics, stats summary, the SPDY framing of its streams). Pure but for
-//! `spdy::session`, which runs a connection; depends only on `api` and the stored forms of
-//! `informer`.
+//! The simulated kubelet of every managed node, whoever made it (a NodePool, an autoscaler's
+//! kwok provider, a test with kwok's annotation), and of every pod bound to one. One room,
+//! split by concern as the kubelet's own packages are:
+//!
+//! | room | the kubelet's | what it holds |
+//! |---|---|---|
+//! | [`status`] | `pkg/kubelet/status` | pure: what the kubelet reports of a node and a pod, each pod's fate, resize |
+//! | [`pods`] | `pod_workers.go` | the pod worker: a pure [`pods::step`], the loop that applies it, the writer |
+//! | [`node`] | `nodestatus`, `nodelease` | node status heartbeats, Leases and their renewal cadence |
+//! | [`server`] | `pkg/kubelet/server` | the HTTP API: routes, auth, TLS, streaming, each renderer beside its route |
+//!
+//! It names no pool kind: what a kind adds to its nodes (NodePool's devices) comes through
+//! [`Devices`], and the knobs of whatever pool governs an object through the lifecycle engine
+//! ([`crate::simulator::lifecycle`]). The operator runs it once per process
+//! ([`simulations`]), whichever kinds are registered.
 
-pub mod dcgm;
-pub mod endpoint;
-pub mod exec;
-pub mod logs;
+pub mod flags;
 pub mod node;
-pub mod pod;
-pub mod pod_status;
-pub mod resize;
-pub mod resource_metrics;
-pub mod spdy;
-pub mod summary;
-pub mod usage;
+pub mod pods;
+pub mod server;
+mod simulations;
+pub mod status;
+
+pub use flags::{Kubelet, KubeletFlags};
+pub use simulations::{AllDevices, Devices, Gpu, POD_LABELS, Prepare, rules, simulations};

@@ -1,217 +1,181 @@
-//! The kubelet of every simulated node, played by the simulator: node status and lease
-//! heartbeats ([`nodes`], [`leases`]) and the pods bound to the node ([`pods`]). Registered
-//! with NodePool, it simulates every managed node whoever made it, and every pod on one.
+//! The kubelet's long-running parts in this process: the node worker (status and Lease
+//! heartbeats), the pod worker and the kubelet API; the rights they need; and what a kind may
+//! add to the nodes it owns ([`Devices`]).
 
-pub mod device_status;
-pub mod kubelet_api;
-pub mod leases;
-pub mod nodes;
-pub mod pods;
-pub mod renewal;
-pub mod slices;
-
-use super::{NodeEnv, NodeFlags, NodePool, devices};
+use super::Kubelet;
+use super::node::renewal::Stretch;
+use super::node::{NodeSimConfig, NodeSimulator};
+use super::pods::{PodSimConfig, PodSimulator};
+use super::status::node as node_status;
 use crate::deploy::rule::Rule;
-use crate::informer::{Informer, SyncWait, shared, wait_synced};
-use crate::kubelet::node as node_status;
-use crate::simulator::lifecycle::Defaults;
-use crate::simulator::{SimContext, Simulate, Simulation};
+use crate::informer::pod::SlimPod;
+use crate::informer::{SyncWait, shared, wait_synced};
+use crate::simulator::{SimContext, Simulation};
+use crate::sync::lock;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
-use kube::Api;
+use k8s_openapi::api::resource::v1::Device;
 use kube::ResourceExt;
-use kube::runtime::watcher;
-use nodes::{NodeSimConfig, NodeSimulator};
-use pods::{PodSimConfig, PodSimulator};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The stores the simulated DRA drivers read: pools, nodes, their published slices, claims.
-struct DeviceInformers {
-    nodes: Arc<Informer<Node>>,
-    pools: Arc<Informer<NodePool>>,
-    slices: Arc<Informer<ResourceSlice>>,
-    claims: Arc<Informer<ResourceClaim>>,
+/// Where the kubelet's prepare step for a pod's ResourceClaims stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Prepare {
+    /// Nothing to prepare, or prepared: the pod starts.
+    Ready,
+    /// Its claims are not known yet: look again in a moment.
+    Later,
+    /// A driver failed to prepare one of its devices, for good (`FailedPrepareDynamicResources`,
+    /// with this note): the pod stays ContainerCreating.
+    Fails(String),
 }
 
-impl DeviceInformers {
-    fn new(sim: &SimContext) -> Self {
-        let slices = sim.informers.shared(|i: &Arc<Informer<ResourceSlice>>, client| {
-            let config = watcher::Config::default().labels(devices::POOL_LABEL);
-            i.start(Api::<ResourceSlice>::all(client), config, crate::informer::trimmed);
-        });
-        let claims = sim.informers.shared(|i: &Arc<Informer<ResourceClaim>>, client| {
-            i.start(Api::<ResourceClaim>::all(client), watcher::Config::default(), devices::status::slim_claim);
-        });
-        Self { nodes: shared::nodes(&sim.informers), pools: shared::pools::<NodePool>(&sim.informers), slices, claims }
+/// One GPU a node has, and the pod whose ResourceClaim holds it (namespace, name).
+#[derive(Clone, Debug)]
+pub struct Gpu {
+    pub device: Device,
+    pub holder: Option<(String, String)>,
+}
+
+/// What a kind adds to the nodes the kubelet simulates (NodePool's `spec.devices`): the
+/// kubelet asks every registered kind's and takes the first answer that is not `Ready`.
+pub trait Devices: Send + Sync {
+    /// The prepare step of `pod`'s ResourceClaims on `node` (`uid`: the pod's).
+    fn prepare(&self, node: &Node, pod: &SlimPod) -> Prepare;
+    /// The GPUs `node` publishes now (none when its kind gives it none).
+    fn gpus(&self, node: &Node) -> Vec<Gpu>;
+}
+
+/// Every kind's device hooks, asked in turn.
+#[derive(Clone, Default)]
+pub struct AllDevices(pub Vec<Arc<dyn Devices>>);
+
+impl AllDevices {
+    pub fn prepare(&self, node: &Node, pod: &SlimPod) -> Prepare {
+        self.0.iter().map(|d| d.prepare(node, pod)).find(|p| *p != Prepare::Ready).unwrap_or(Prepare::Ready)
     }
 
-    fn stores(&self) -> pods::DeviceStores {
-        pods::DeviceStores { pools: self.pools.store(), claims: self.claims.store() }
-    }
-
-    /// The slice publisher and the device counter.
-    fn simulations(self, sim: &SimContext) -> [Simulation; 2] {
-        let publisher = slices::SlicePublisher {
-            client: sim.client.clone(),
-            nodes: self.nodes.store(),
-            pools: self.pools.store(),
-            manage: sim.manage.clone(),
-            shard: sim.shard.clone(),
-            metrics: sim.metrics.clone(),
-        };
-        let counter = device_status::DeviceStatus {
-            client: sim.client.clone(),
-            nodes: self.nodes.store(),
-            manage: sim.manage.clone(),
-            pools: self.pools.store(),
-            slices: self.slices.store(),
-            claims: self.claims.store(),
-            shard: sim.shard.clone(),
-            metrics: sim.metrics.clone(),
-        };
-        [
-            Simulation {
-                name: "device slice publisher".into(),
-                ready: vec![],
-                run: Box::pin(publisher.run(self.nodes.subscribe(), self.pools.subscribe())),
-            },
-            Simulation { name: "device counter".into(), ready: vec![], run: Box::pin(counter.run()) },
-        ]
+    pub fn gpus(&self, node: &Node) -> Vec<Gpu> {
+        self.0.iter().flat_map(|d| d.gpus(node)).collect()
     }
 }
 
-impl Simulate for NodePool {
-    /// An indexed Job's pods are planned by their index (a retry repeats its run time).
-    const POD_LABELS: &'static [&'static str] = &[crate::simulator::lifecycle::COMPLETION_INDEX_LABEL];
+/// Pod labels the kubelet reads: an indexed Job's pods are planned by their index (a retry
+/// repeats its run time).
+pub const POD_LABELS: &[&str] = &[super::status::fate::COMPLETION_INDEX_LABEL];
 
-    fn simulations(env: &NodeEnv, flags: &NodeFlags, sim: &SimContext) -> Vec<Simulation> {
-        let (nodes, pods) = (shared::nodes(&sim.informers), shared::pods(&sim.informers));
-        let (node_changes, node_changes_for_pods, pod_changes) =
-            (nodes.subscribe(), nodes.subscribe(), pods.subscribe());
-        let mut lifecycles = sim.lifecycles.clone();
-        lifecycles.defaults = Defaults { exit_delay: flags.pod_termination_delay, job_run_time: flags.job_run_time };
-        let node_sim = NodeSimulator {
-            client: sim.client.clone(),
-            config: NodeSimConfig {
-                manage: sim.manage.clone(),
-                lease_duration: sim.node_lease_duration,
-                status_frequency: flags.node_status_frequency.max(Duration::from_secs(1)),
-                defaults: env.defaults.clone(),
-            },
-            nodes: nodes.store(),
-            addresses: env.addresses.clone(),
-            metrics: sim.metrics.clone(),
-            writes: sim.writes.clone(),
-            lifecycles: lifecycles.clone(),
-            shard: sim.shard.clone(),
-            identity: sim.identity.clone(),
-            kubelet: env.kubelet.as_ref().map(|k| k.endpoints.clone()),
-            stretch: renewal::Stretch { fraction: flags.lease_stretch, reserve: sim.shard_takeover },
-        };
-        let device_stores = DeviceInformers::new(sim);
-        let pod_sim = PodSimulator {
-            client: sim.client.clone(),
-            // Checked when the operator set up (env): a bad mask never gets here.
-            config: PodSimConfig { manage: sim.manage.clone(), lifecycles, fallback: flags.fallback().ok().flatten() },
-            nodes: nodes.store(),
-            pods: pods.store(),
-            metrics: sim.metrics.clone(),
-            writes: sim.writes.clone(),
-            shard: sim.shard.clone(),
-            devices: Some(device_stores.stores()),
-        };
-        // Before anything renders or simulates a node: the default address allocator learns
-        // the addresses the nodes have.
-        let (store, addresses) = (nodes.store(), env.addresses.clone());
-        let nodes_ready: SyncWait = Box::pin(async move {
-            wait_synced("nodes", &store).await?;
-            let mut a = addresses.lock().unwrap_or_else(|e| e.into_inner());
-            for node in store.state() {
-                for ip in node_status::internal_ips(&node) {
-                    a.observe(&node.name_any(), ip);
-                }
+/// The kubelet's simulations in this process: the node worker, the pod worker and, when it is
+/// served here, the kubelet API. `devices`: what the registered kinds add to their nodes.
+pub fn simulations(kubelet: &Kubelet, sim: &SimContext, devices: Vec<Arc<dyn Devices>>) -> Vec<Simulation> {
+    let flags = &kubelet.flags;
+    let devices = AllDevices(devices);
+    let (nodes, pods) = (shared::nodes(&sim.informers), shared::pods(&sim.informers));
+    let (node_changes, node_changes_for_pods, pod_changes) = (nodes.subscribe(), nodes.subscribe(), pods.subscribe());
+    let node_sim = NodeSimulator {
+        client: sim.client.clone(),
+        config: NodeSimConfig {
+            manage: sim.manage.clone(),
+            lease_duration: sim.node_lease_duration,
+            status_frequency: flags.node_status_frequency.max(Duration::from_secs(1)),
+            defaults: kubelet.defaults.clone(),
+        },
+        nodes: nodes.store(),
+        addresses: kubelet.addresses.clone(),
+        metrics: sim.metrics.clone(),
+        writes: sim.writes.clone(),
+        lifecycles: sim.lifecycles.clone(),
+        shard: sim.shard.clone(),
+        identity: sim.identity.clone(),
+        kubelet: kubelet.server.as_ref().map(|k| k.endpoints.clone()),
+        stretch: Stretch { fraction: flags.lease_stretch, reserve: sim.shard_takeover },
+    };
+    let pod_sim = PodSimulator {
+        client: sim.client.clone(),
+        config: PodSimConfig {
+            manage: sim.manage.clone(),
+            lifecycles: sim.lifecycles.clone(),
+            defaults: flags.pod_defaults(),
+            // Checked when the kubelet was set up: a bad mask never gets here.
+            fallback: flags.fallback().ok().flatten(),
+        },
+        nodes: nodes.store(),
+        pods: pods.store(),
+        metrics: sim.metrics.clone(),
+        writes: sim.writes.clone(),
+        shard: sim.shard.clone(),
+        devices: devices.clone(),
+    };
+    // Before anything renders or simulates a node: the default address allocator learns
+    // the addresses the nodes have.
+    let (store, addresses) = (nodes.store(), kubelet.addresses.clone());
+    let nodes_ready: SyncWait = Box::pin(async move {
+        wait_synced("nodes", &store).await?;
+        let mut a = lock(&addresses);
+        for node in store.state() {
+            for ip in node_status::internal_ips(&node) {
+                a.observe(&node.name_any(), ip);
             }
-            Ok(())
-        });
-        let (manage, shard) = (sim.manage.clone(), sim.shard.clone());
-        let serves = Box::new(move |node: &k8s_openapi::api::core::v1::Node| {
-            node.metadata.deletion_timestamp.is_none() && manage.manages(node) && shard.owns(&node.name_any())
-        });
-        let kubelet_api =
-            env.kubelet.as_ref().and_then(|k| kubelet_api::simulation(k, sim, serves, device_stores.stores()));
-        let mut simulations = vec![
-            Simulation {
-                name: "node simulator".into(),
-                ready: vec![nodes_ready],
-                run: Box::pin(node_sim.run(node_changes)),
-            },
-            Simulation {
-                name: "pod simulator".into(),
-                ready: vec![crate::informer::sync_wait("pods".into(), pods.store())],
-                run: Box::pin(pod_sim.run(pod_changes, node_changes_for_pods)),
-            },
-        ];
-        simulations.extend(kubelet_api);
-        simulations.extend(device_stores.simulations(sim));
-        simulations
-    }
+        }
+        Ok(())
+    });
+    let (manage, shard) = (sim.manage.clone(), sim.shard.clone());
+    let serves = Box::new(move |node: &Node| {
+        node.metadata.deletion_timestamp.is_none() && manage.manages(node) && shard.owns(&node.name_any())
+    });
+    let api = kubelet.server.as_ref().and_then(|k| super::server::simulation(k, sim, serves, devices));
+    let mut simulations = vec![
+        Simulation {
+            name: "node simulator".into(),
+            ready: vec![nodes_ready],
+            run: Box::pin(node_sim.run(node_changes)),
+        },
+        Simulation {
+            name: "pod simulator".into(),
+            ready: vec![crate::informer::sync_wait("pods".into(), pods.store())],
+            run: Box::pin(pod_sim.run(pod_changes, node_changes_for_pods)),
+        },
+    ];
+    simulations.extend(api);
+    simulations
+}
 
-    fn simulator_rules() -> Vec<Rule> {
-        vec![
-            Rule::cluster("", &["nodes/status"], &["patch"], "node status heartbeats and conditions"),
-            Rule::cluster(
-                "",
-                &["pods"],
-                &["get", "list", "watch", "delete"],
-                "every pod on a simulated node: watched, removed once it has exited",
-            ),
-            Rule::cluster("", &["pods/status"], &["patch"], "pod status: Running, addresses, exits"),
-            Rule::namespace(
-                crate::informer::shared::LEASE_NAMESPACE,
-                "coordination.k8s.io",
-                &["leases"],
-                &["get", "list", "create", "patch"],
-                "node heartbeats (one Lease per simulated node) and claims of fallback pod ranges (one per block, owned by its node)",
-            ),
-            Rule::cluster(
-                "events.k8s.io",
-                &["events"],
-                &["create", "patch"],
-                "events about pods and nodes (an exhausted pod range)",
-            ),
-            Rule::cluster(
-                "resource.k8s.io",
-                &["resourceslices"],
-                &["list", "watch", "create", "patch", "delete"],
-                "the simulated nodes' DRA drivers: ResourceSlices per node and driver (NodePool spec.devices), watched to count them",
-            ),
-            Rule::cluster(
-                "resource.k8s.io",
-                &["resourceclaims"],
-                &["list", "watch"],
-                "counting the simulated devices ResourceClaims hold (NodePool status.devices)",
-            ),
-            Rule::cluster(
-                crate::api::common::GROUP,
-                &["nodepools/status"],
-                &["patch"],
-                "a NodePool's device counts (status.devices)",
-            ),
-            Rule::cluster(
-                "authentication.k8s.io",
-                &["tokenreviews"],
-                &["create"],
-                "the simulated kubelets' API: whose bearer token a caller presents (the kubelet's webhook authentication)",
-            ),
-            Rule::namespace(
-                "kube-system",
-                "",
-                &["configmaps"],
-                &["get"],
-                "the simulated kubelets' API: the API server's client CA, to accept its client certificates",
-            )
-            .named_only(&["extension-apiserver-authentication"]),
-        ]
-    }
+/// The rights the simulated kubelet needs (RBAC is generated from these).
+pub fn rules() -> Vec<Rule> {
+    vec![
+        Rule::cluster("", &["nodes/status"], &["patch"], "node status heartbeats and conditions"),
+        Rule::cluster(
+            "",
+            &["pods"],
+            &["get", "list", "watch", "delete"],
+            "every pod on a simulated node: watched, removed once it has exited",
+        ),
+        Rule::cluster("", &["pods/status"], &["patch"], "pod status: Running, addresses, exits"),
+        Rule::namespace(
+            crate::informer::shared::LEASE_NAMESPACE,
+            "coordination.k8s.io",
+            &["leases"],
+            &["get", "list", "create", "patch"],
+            "node heartbeats (one Lease per simulated node) and claims of fallback pod ranges (one per block, owned by its node)",
+        ),
+        Rule::cluster(
+            "events.k8s.io",
+            &["events"],
+            &["create", "patch"],
+            "events about pods and nodes (an exhausted pod range)",
+        ),
+        Rule::cluster(
+            "authentication.k8s.io",
+            &["tokenreviews"],
+            &["create"],
+            "the simulated kubelets' API: whose bearer token a caller presents (the kubelet's webhook authentication)",
+        ),
+        Rule::namespace(
+            "kube-system",
+            "",
+            &["configmaps"],
+            &["get"],
+            "the simulated kubelets' API: the API server's client CA, to accept its client certificates",
+        )
+        .named_only(&["extension-apiserver-authentication"]),
+    ]
 }

@@ -10,17 +10,18 @@ pub mod expectations;
 #[cfg(test)]
 pub mod fixtures;
 pub mod hash;
+pub mod knobs;
 pub mod placement;
 pub mod plan;
 pub mod reconcile;
 pub mod refusal;
-pub mod setup;
+pub mod simulate;
 pub mod stamp;
 pub mod status;
 pub mod wake;
 
 use crate::api::PoolStatus;
-use crate::api::lifecycle::Lifecycle;
+use crate::api::lifecycle::LifecycleSpec;
 use crate::informer::{Informer, Informers};
 use kube::{Api, Client, CustomResourceExt, Resource};
 use plan::UpdateMode;
@@ -30,6 +31,7 @@ use status::Problem;
 use std::fmt::Debug;
 use std::sync::Arc;
 
+pub use simulate::Simulate;
 pub use stamp::{ChildId, child};
 
 /// One write that brings an existing child to its rendered form.
@@ -51,6 +53,9 @@ pub struct Shared {
     /// The operator instance (`--instance`): kinds that hand out identities (addresses) start
     /// other instances at points of their own.
     pub instance: String,
+    /// The simulated kubelet of this process: nodes rendered in its care are born with the
+    /// status, address and endpoint it then keeps.
+    pub kubelet: crate::kubelet::Kubelet,
 }
 
 /// The flags of a kind that has none of its own.
@@ -125,7 +130,7 @@ pub trait PoolKind:
 
     /// What rendering needs beyond the pool, built once from the kind's flags and the shared
     /// services; an error says which flag is wrong.
-    fn env(flags: &Self::Flags, shared: &Shared) -> Result<Self::Env, setup::SetupError>;
+    fn env(flags: &Self::Flags, shared: &Shared) -> Result<Self::Env, crate::setup::SetupError>;
 
     /// The shared informer of the child kind (the simulator reads the same one);
     /// [`crate::informer::shared::labelled`] watches only objects with the pool label.
@@ -134,8 +139,9 @@ pub trait PoolKind:
     /// A valid pool of this kind: the seed of the fuzzers, and what docs and tests start from.
     fn example() -> Self;
 
-    /// How the pool's children (and what runs on them) behave, if the kind has lifecycle knobs.
-    fn lifecycle(&self) -> Option<&Lifecycle> {
+    /// How the pool's children (and what runs on them) behave, if the kind has lifecycle knobs:
+    /// its own `spec.lifecycle` type, seen through the sections the shared simulator reads.
+    fn lifecycle(&self) -> Option<&dyn LifecycleSpec> {
         None
     }
 

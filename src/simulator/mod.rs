@@ -1,9 +1,9 @@
-//! The lifecycle simulator's shared machinery: the trait a kind implements when its children
-//! need a kubelet or a controller played ([`Simulate`]), what every simulation gets from the
-//! process ([`SimContext`]), the timer wheel, write budget and attempts ([`machinery`]), the
-//! lifecycle engine ([`lifecycle`]), which nodes are simulated ([`manage`]) and which pods are
-//! kept in memory ([`pod_filter`]). Names no kind: the kinds' simulators live in their
-//! directories under `kinds/`, and the operator runs every registered one.
+//! The lifecycle simulator's shared machinery: what every simulation gets from the process
+//! ([`SimContext`]), the timer wheel, write budget and attempts ([`machinery`]), the lifecycle
+//! engine ([`lifecycle`]), which nodes are simulated ([`manage`]), which pods are kept in
+//! memory ([`pod_filter`]) and selectors ([`selector`]). Names no kind and no pool: the
+//! simulated kubelet (`kubelet/`) and the kinds' own simulations (`Simulate`, beside
+//! `PoolKind` in `pool/`) are built on it.
 
 pub mod lifecycle;
 pub mod machinery;
@@ -13,10 +13,7 @@ pub mod selector;
 
 pub use crate::backoff::{retry_after, timer_delay};
 
-use crate::deploy::rule::Rule;
-use crate::informer::pod::SlimPod;
 use crate::informer::{Informers, SyncWait};
-use crate::pool::PoolKind;
 use crate::shard::Shard;
 use crate::telemetry::metrics::Metrics;
 use futures::future::BoxFuture;
@@ -60,30 +57,4 @@ pub struct Simulation {
     pub ready: Vec<SyncWait>,
     /// Runs until the process ends; started once `ready` is done.
     pub run: BoxFuture<'static, ()>,
-}
-
-/// A kind whose children need a kubelet or a controller played, registered beside
-/// [`PoolKind`] in the one list of kinds. Every item has a default: a kind with nothing to
-/// simulate implements it empty.
-pub trait Simulate: PoolKind {
-    /// Pod labels the kind's simulator reads (stored pods keep only the labels someone reads).
-    const POD_LABELS: &'static [&'static str] = &[];
-
-    /// Pods the simulator needs in memory besides pool children and pods on simulated nodes.
-    fn keeps_pod(pod: &SlimPod) -> bool {
-        let _ = pod;
-        false
-    }
-
-    /// The simulations this kind runs in this process (none by default).
-    fn simulations(env: &Self::Env, flags: &Self::Flags, sim: &SimContext) -> Vec<Simulation> {
-        let _ = (env, flags, sim);
-        Vec::new()
-    }
-
-    /// The rights the simulator needs beyond the pool's and its children's (RBAC is generated
-    /// from these, see [`crate::deploy::rbac`]).
-    fn simulator_rules() -> Vec<Rule> {
-        Vec::new()
-    }
 }

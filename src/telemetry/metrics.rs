@@ -7,8 +7,40 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
+
+/// The metrics a kind declares for its own simulator (its `Simulate::Metrics`), registered once
+/// per process beside the shared ones, so a kind adds a metric without touching this file.
+pub trait KindMetrics: Default + Send + Sync + 'static {
+    /// Registers each metric in `registry` (names get the `kwok_pools_` prefix).
+    fn register(&self, registry: &mut Registry);
+}
+
+/// No metrics of its own.
+impl KindMetrics for () {
+    fn register(&self, _registry: &mut Registry) {}
+}
+
+/// Where the kinds' own metrics are registered when the process's metrics are made.
+pub struct KindSet<'a> {
+    registry: &'a mut Registry,
+    kinds: &'a mut HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+}
+
+impl KindSet<'_> {
+    /// Registers `M` (once, however many kinds declare it).
+    pub fn add<M: KindMetrics>(&mut self) {
+        if !self.kinds.contains_key(&TypeId::of::<M>()) {
+            let metrics = M::default();
+            metrics.register(self.registry);
+            self.kinds.insert(TypeId::of::<M>(), Arc::new(metrics));
+        }
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
@@ -66,10 +98,7 @@ pub struct Metrics {
     pub late_lease_renewals: Counter,
     /// Nodes whose Lease another writer renews too.
     pub foreign_lease_holders: Gauge,
-    /// Simulated DRA devices per NodePool, driver and state.
-    pub devices: Family<DeviceLabels, Gauge>,
     pub pod_transitions: Family<ResultLabels, Counter>,
-    pub vmi_transitions: Family<ResultLabels, Counter>,
     pub admission_reviews: Family<AdmissionLabels, Counter>,
     pub injected: Family<EventLabels, Counter>,
     /// Child writes per pool and verb (create, update, delete).
@@ -90,6 +119,8 @@ pub struct Metrics {
     pub shard_handovers: Counter,
     /// Objects in each watch cache (set at each scrape).
     pub cached_objects: Family<ResourceLabels, Gauge>,
+    /// Each kind's own metrics, by type.
+    kinds: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -114,21 +145,11 @@ struct Operations {
     shard_handovers: Counter,
     cached_objects: Family<ResourceLabels, Gauge>,
     foreign_lease_holders: Gauge,
-    devices: Family<DeviceLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
     pub resource: String,
-}
-
-/// A NodePool's simulated devices of one driver in one state (`total`, `allocated`,
-/// `unhealthy`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DeviceLabels {
-    pub pool: String,
-    pub driver: String,
-    pub state: String,
 }
 
 fn register_operations(registry: &mut Registry) -> Operations {
@@ -144,13 +165,7 @@ fn register_operations(registry: &mut Registry) -> Operations {
         shard_handovers: Counter::default(),
         cached_objects: Family::default(),
         foreign_lease_holders: Gauge::default(),
-        devices: Family::default(),
     };
-    registry.register(
-        "pool_devices",
-        "A NodePool's simulated DRA devices by driver and state: total, allocated (held by a ResourceClaim), unhealthy (tainted)",
-        o.devices.clone(),
-    );
     registry.register(
         "simulator_foreign_lease_holders",
         "Nodes simulated here whose Lease another writer renews too (kwok-controller, another instance): two simulators",
@@ -201,7 +216,15 @@ fn register_operations(registry: &mut Registry) -> Operations {
 }
 
 impl Default for Metrics {
+    /// The shared metrics only (tests; the operator adds the kinds' with [`Metrics::new`]).
     fn default() -> Self {
+        Self::new(|_| {})
+    }
+}
+
+impl Metrics {
+    /// The process's metrics, with the kinds' own that `kinds` adds.
+    pub fn new(kinds: impl FnOnce(&mut KindSet<'_>)) -> Self {
         let mut registry = Registry::with_prefix("kwok_pools");
         let reconciles = Family::<KindLabels, Counter>::default();
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
@@ -217,7 +240,6 @@ impl Default for Metrics {
         let lease_renewals = Family::<ResultLabels, Counter>::default();
         let late_lease_renewals = Counter::default();
         let pod_transitions = Family::<ResultLabels, Counter>::default();
-        let vmi_transitions = Family::<ResultLabels, Counter>::default();
         let admission_reviews = Family::<AdmissionLabels, Counter>::default();
         let injected = Family::<EventLabels, Counter>::default();
         registry.register("reconciles", "Pool reconciliations by kind", reconciles.clone());
@@ -240,7 +262,6 @@ impl Default for Metrics {
             "Pod lifecycle writes by transition (terminal-status-skipped: a deleted pod removed without its terminal status while the simulator's writes queued)",
             pod_transitions.clone(),
         );
-        registry.register("simulator_vmi_transitions", "VMI lifecycle steps by kind of step", vmi_transitions.clone());
         registry.register(
             "admission_reviews",
             "AdmissionReviews answered by kind and verdict",
@@ -252,7 +273,10 @@ impl Default for Metrics {
             injected.clone(),
         );
         let ops = register_operations(&mut registry);
+        let mut by_kind = HashMap::new();
+        kinds(&mut KindSet { registry: &mut registry, kinds: &mut by_kind });
         Self {
+            kinds: by_kind,
             child_writes: ops.child_writes,
             lease_lateness: ops.lease_lateness,
             deferred_lease_renewals: ops.deferred_lease_renewals,
@@ -263,7 +287,6 @@ impl Default for Metrics {
             shard_handovers: ops.shard_handovers,
             cached_objects: ops.cached_objects,
             foreign_lease_holders: ops.foreign_lease_holders,
-            devices: ops.devices,
             registry,
             reconciles,
             reconcile_errors,
@@ -277,7 +300,6 @@ impl Default for Metrics {
             lease_renewals,
             late_lease_renewals,
             pod_transitions,
-            vmi_transitions,
             admission_reviews,
             injected,
         }
@@ -285,6 +307,12 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// A kind's own metrics, as registered; an unregistered set (counted, never scraped) when
+    /// the kind was not added (a test that built the metrics without the kinds).
+    pub fn kind<M: KindMetrics>(&self) -> Arc<M> {
+        self.kinds.get(&TypeId::of::<M>()).and_then(|m| m.clone().downcast::<M>().ok()).unwrap_or_default()
+    }
+
     /// Counts one write.
     pub fn write(&self, resource: &str, verb: &str, ok: bool) {
         self.api_writes

@@ -48,7 +48,7 @@ pub async fn run(leases: u32, rounds: u32) {
         .for_each_concurrent(64, |name| {
             let api = api.clone();
             async move {
-                let lease = kwok_pools::kinds::nodepool::simulator::leases::lease(&name, "", 40, now());
+                let lease = kwok_pools::kubelet::node::lease::lease(&name, "", 40, now());
                 let mut lease = lease;
                 lease.metadata.owner_references = None;
                 let _ = api.create(&PostParams::default(), &lease).await;

@@ -23,7 +23,7 @@ fn pool(name: &str, count: u32) -> serde_json::Value {
 async fn listed_ready(client: &kube::Client, name: &str) -> (usize, usize) {
     let lp = ListParams::default().labels(&format!("pools.kwok.x-k8s.io/pool={name}"));
     let nodes = Api::<Node>::all(client.clone()).list(&lp).await.map(|l| l.items).unwrap_or_default();
-    let ready = nodes.iter().filter(|n| kwok_pools::kubelet::node::is_ready(n)).count();
+    let ready = nodes.iter().filter(|n| kwok_pools::kubelet::status::node::is_ready(n)).count();
     (nodes.len(), ready)
 }
 

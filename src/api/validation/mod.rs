@@ -9,7 +9,7 @@
 //! below that field (`.status.allocatable.cpu: …`); [`messages`] joins the paths.
 
 use super::common::{MAX_COUNT, MaxUnavailable, TemplateMetadata};
-use super::lifecycle::{self, Lifecycle};
+use super::lifecycle;
 use ipnet::IpNet;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -147,9 +147,10 @@ pub fn max_unavailable(value: &Option<IntOrString>, _ctx: &()) -> garde::Result 
     }
 }
 
-/// Rules on a pool's `spec.lifecycle`; `nodes_allowed`: the kind has nodes to make flap.
-pub fn lifecycle<C>(sections: lifecycle::Sections) -> impl FnOnce(&Option<Lifecycle>, &C) -> garde::Result {
-    move |l, _ctx| lines(l.as_ref().map(|l| lifecycle::problems(l, sections)).unwrap_or_default())
+/// Rules on a pool's `spec.lifecycle`, whatever the kind's lifecycle type: the shared
+/// sections' and its own.
+pub fn lifecycle<L: lifecycle::LifecycleSpec, C>(l: &Option<L>, _ctx: &C) -> garde::Result {
+    lines(l.as_ref().map(|l| lifecycle::problems(l)).unwrap_or_default())
 }
 
 /// Checks a spec with garde in `ctx`: every problem, with its manifest path.

@@ -41,7 +41,7 @@ impl PoolKind for ConfigMapPool {
         ConfigMapPool::problems(self)
     }
 
-    fn env(_flags: &NoFlags, _shared: &Shared) -> Result<(), crate::pool::setup::SetupError> {
+    fn env(_flags: &NoFlags, _shared: &Shared) -> Result<(), crate::setup::SetupError> {
         Ok(())
     }
 

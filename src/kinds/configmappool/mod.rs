@@ -9,4 +9,6 @@ pub mod rules;
 
 pub use api::{ConfigMapPool, ConfigMapPoolSpec, ConfigMapTemplate};
 
-impl crate::simulator::Simulate for ConfigMapPool {}
+impl crate::pool::Simulate for ConfigMapPool {
+    type Metrics = ();
+}

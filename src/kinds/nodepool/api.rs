@@ -2,7 +2,7 @@
 //! NodePool: a cluster-scoped pool of fake Nodes.
 
 use crate::api::common::{PoolStatus, SubnetRange, TemplateMetadata};
-use crate::api::lifecycle::Lifecycle;
+use crate::api::lifecycle::{LifecycleSpec, NodeLifecycle, PodLifecycle, Sections};
 use crate::api::schema;
 use crate::api::validation;
 use garde::Validate;
@@ -109,9 +109,28 @@ pub struct NodePoolSpec {
     /// How the nodes (and the pods on them that no PodPool governs) behave: flapping nodes,
     /// start delays, exits, failures, crash loops. See the README's "Lifecycle" section.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("!has(self.vmis)").message("only a VMIPool has VMIs; set lifecycle.vmis on the VMIPool"))]
-    #[garde(custom(validation::lifecycle(&["pods", "nodes"])))]
-    pub lifecycle: Option<Lifecycle>,
+    #[garde(custom(validation::lifecycle))]
+    pub lifecycle: Option<NodePoolLifecycle>,
+}
+
+/// `spec.lifecycle` of a NodePool: its nodes, and the pods on them that no PodPool governs.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolLifecycle {
+    /// Makes every random choice reproducible: which pods fail, which nodes flap, each delay.
+    /// Without it, each run differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<PodLifecycle>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodeLifecycle>,
+}
+
+impl LifecycleSpec for NodePoolLifecycle {
+    fn sections(&self) -> Sections<'_> {
+        Sections { seed: self.seed, pods: self.pods.as_ref(), nodes: self.nodes.as_ref() }
+    }
 }
 
 /// A Node template. `apiVersion: v1` and `kind: Node` are accepted for copy-paste.

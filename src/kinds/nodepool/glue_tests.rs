@@ -2,9 +2,8 @@
 //! server (no cluster): what reconcile writes and in what form, expectations, status writes,
 //! errors and back-off, wake mapping, and the informer's re-list.
 
-use super::{NodeFlags, NodePool};
+use super::NodePool;
 use crate::informer::{Change, Informer, Informers};
-use crate::kinds::KindFlags;
 use crate::pool::context::PoolContext;
 use crate::pool::controller::pools_to_wake;
 use crate::pool::fixtures::{Call, Reply, Seen, echo, mock_api, store, strict_api};
@@ -60,15 +59,15 @@ fn node_creates(times: usize) -> Call {
 }
 
 fn context(client: kube::Client, children: Vec<Node>, pools: Vec<NodePool>) -> Arc<PoolContext<NodePool>> {
+    let flags = crate::kubelet::KubeletFlags { node_ip_range: "100.64.0.0/16".parse().unwrap(), ..Default::default() };
     let shared = Shared {
         client: client.clone(),
         informers: Informers::new(client.clone()),
         simulate: false,
         instance: "kwok-pools".into(),
+        kubelet: crate::kubelet::Kubelet::new(&flags, "kwok-pools", false).unwrap(),
     };
-    let mut flags: NodeFlags = KindFlags::default().get::<NodePool>();
-    flags.node_ip_range = "100.64.0.0/16".parse().unwrap();
-    let env = NodePool::env(&flags, &shared).unwrap();
+    let env = NodePool::env(&crate::pool::NoFlags::default(), &shared).unwrap();
     Arc::new(PoolContext::new(client, store(children), store(pools), env, Arc::new(Metrics::default())))
 }
 

@@ -1,127 +1,31 @@
-//! NodePool on the pool core: how a Node child is rendered, judged ready and updated in place,
-//! and the flags of the kubelet the simulator plays for its nodes.
+//! NodePool on the pool core: how a Node child is rendered (born in the care of the process's
+//! simulated kubelet, with the status, address and endpoint it then keeps), judged ready and
+//! updated in place.
 
 use super::api::{KubevirtNodes, NodePool};
 use super::rules::node_template_warnings;
-use super::simulator::kubelet_api::{KubeletApiFlags, KubeletEnv};
 use crate::api::PoolStatus;
 use crate::api::conventions::{
     FAKE_NODE_ANNOTATION, FAKE_TAINT_KEY, FAKE_VALUE, HOSTNAME_LABEL, TYPE_LABEL, TYPE_VALUE,
 };
-use crate::api::lifecycle::Lifecycle;
+use crate::api::lifecycle::LifecycleSpec;
 use crate::api::ranges::{nth_host, nth_subnet};
-use crate::cli::duration::parse_duration;
 use crate::informer::{Informer, Informers};
-use crate::ipam::HostAllocator;
-use crate::ipam::fallback::FallbackRange;
-use crate::kubelet::endpoint::{RESOURCE_METRICS_PATH_ANNOTATION, resource_metrics_path};
-use crate::kubelet::node::{self as node_status, NodeDefaults};
+use crate::kubelet::Kubelet;
+use crate::kubelet::status::endpoint::{RESOURCE_METRICS_PATH_ANNOTATION, resource_metrics_path};
+use crate::kubelet::status::node as node_status;
 use crate::pool::plan::UpdateMode;
 use crate::pool::stamp::from_template;
 use crate::pool::status::{Problem, Reason};
-use crate::pool::{ChildId, PoolKind, Shared, Write, hash};
+use crate::pool::{ChildId, NoFlags, PoolKind, Shared, Write, hash};
+use crate::setup::SetupError;
+use crate::sync::lock;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Api, Client};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-/// The flags of the nodes' kubelet (on `run` and `simulate`).
-#[derive(clap::Args, Clone, Debug)]
-pub struct NodeFlags {
-    /// How often node conditions get a fresh heartbeat time (e.g. 60s, 5m).
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
-    pub node_status_frequency: Duration,
-    /// The range InternalIPs come from for nodes whose pool sets no spec.internalIPs.
-    #[arg(long, default_value = "100.64.0.0/10")]
-    pub node_ip_range: IpNet,
-    /// nodeInfo.kubeletVersion for nodes whose template sets none.
-    #[arg(long, default_value = "fake")]
-    pub node_kubelet_version: String,
-    /// How long a deleted pod takes to exit, for pods whose pools say nothing
-    /// (`spec.lifecycle.pods.exitDelay`); never longer than its grace period. Default 1s, as a
-    /// process that honours SIGTERM; set it to the grace period's length (or use
-    /// `ignoreSIGTERM` on a pool) for pods that hold on until they are killed.
-    #[arg(long, value_parser = parse_duration)]
-    pub pod_termination_delay: Option<Duration>,
-    /// How long pods owned by a Job run before they complete successfully, for pods whose
-    /// pools say nothing (`spec.lifecycle.pods.jobRunTime`).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub job_run_time: Duration,
-    /// Pods on a node without a podCIDR (a cluster whose controller manager does not allocate
-    /// node CIDRs) get addresses from a block of this range, one block per node, claimed
-    /// cluster-wide by a Lease in kube-node-lease that the node owns. `none`: such pods wait
-    /// without an address. The default holds kwok's default `--cidr` (10.0.0.1/24).
-    // (Spelled out so clap takes the parser's `Option` as the value, not as "may be absent".)
-    #[arg(long, default_value = "10.0.0.0/12", value_parser = parse_fallback)]
-    pub pod_cidr_fallback: std::option::Option<IpNet>,
-    /// The size of each node's block of `--pod-cidr-fallback` (as the controller manager's
-    /// `--node-cidr-mask-size`).
-    #[arg(long, default_value_t = 24)]
-    pub pod_cidr_fallback_mask: u8,
-    /// How long a node goes without a podCIDR before its pods fall back (a controller manager
-    /// that allocates node CIDRs gives one within moments).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub pod_cidr_fallback_after: Duration,
-    /// The longest wait between a node's lease renewals while the simulator's writes queue
-    /// behind a saturated API server, as a share of the lease duration (0.25 to 0.875). With
-    /// room, renewals come every quarter of it, as the kubelet's; under load they stretch
-    /// toward this share so the API server goes to the workload, keeping the rest of the lease
-    /// for the controller manager's monitor period and the measured queueing. 0.25: never
-    /// stretch.
-    #[arg(long, default_value_t = super::simulator::renewal::DEFAULT_FRACTION, value_parser = parse_stretch)]
-    pub lease_stretch: f64,
-    #[command(flatten)]
-    pub kubelet: KubeletApiFlags,
-}
-
-fn parse_stretch(s: &str) -> Result<f64, String> {
-    let v: f64 =
-        s.parse().map_err(|_| format!("{s:?} is not a number: give a share of the lease duration such as 0.6"))?;
-    if (0.25..=0.875).contains(&v) {
-        Ok(v)
-    } else {
-        Err(format!(
-            "{v} is outside 0.25 (the kubelet's cadence, never stretch) to 0.875 (all but the monitor period's share)"
-        ))
-    }
-}
-
-impl NodeFlags {
-    /// The fallback range as the pod simulator takes it (`None`: off).
-    pub fn fallback(&self) -> Result<Option<(FallbackRange, Duration)>, crate::pool::setup::SetupError> {
-        let Some(net) = self.pod_cidr_fallback else { return Ok(None) };
-        let range = FallbackRange::new(net, self.pod_cidr_fallback_mask)
-            .map_err(|problem| crate::pool::setup::SetupError::Flag { flag: "--pod-cidr-fallback-mask", problem })?;
-        Ok(Some((range, self.pod_cidr_fallback_after)))
-    }
-}
-
-/// `--pod-cidr-fallback`: a CIDR, or `none`.
-fn parse_fallback(text: &str) -> Result<Option<IpNet>, String> {
-    if text.eq_ignore_ascii_case("none") || text.is_empty() {
-        return Ok(None);
-    }
-    text.parse::<IpNet>()
-        .map(|n| Some(n.trunc()))
-        .map_err(|e| format!("{text:?} is not a CIDR such as 10.0.0.0/12 ({e}); or none to turn the fallback off"))
-}
-
-/// What rendering a node needs beyond its pool (shared with the node simulator).
-#[derive(Clone)]
-pub struct NodeEnv {
-    /// Render nodes born Ready (this process simulates them). Off when another simulator
-    /// (a real kwok) owns node status.
-    pub simulate: bool,
-    pub defaults: NodeDefaults,
-    /// InternalIPs for nodes whose pool sets no `internalIPs`; shared with the simulator.
-    pub addresses: Arc<Mutex<HostAllocator>>,
-    /// The simulated kubelets' API, when this process simulates nodes and serves it: where
-    /// each node's answers (nodes are born with their endpoint).
-    pub kubelet: Option<KubeletEnv>,
-}
+use std::sync::Arc;
 
 fn pool_net(text: &str, field: &str) -> Result<IpNet, Problem> {
     text.parse::<IpNet>()
@@ -135,7 +39,7 @@ fn fake_taint() -> Taint {
 
 impl NodePool {
     /// The InternalIPs node `index` gets, if any is decided here.
-    fn internal_ips(&self, index: u32, name: &str, env: &NodeEnv) -> Result<Vec<std::net::IpAddr>, Problem> {
+    fn internal_ips(&self, index: u32, name: &str, env: &Kubelet) -> Result<Vec<std::net::IpAddr>, Problem> {
         if let Some(range) = &self.spec.internal_ips {
             let net = pool_net(range, "spec.internalIPs")?;
             return nth_host(&net, index).map(|ip| vec![ip]).ok_or_else(|| Problem {
@@ -148,7 +52,7 @@ impl NodePool {
         if !env.simulate {
             return Ok(vec![]);
         }
-        let mut addresses = env.addresses.lock().unwrap_or_else(|e| e.into_inner());
+        let mut addresses = lock(&env.addresses);
         let net = *addresses.net();
         addresses.allocate(name).map(|ip| vec![ip]).ok_or_else(|| Problem {
             reason: Reason::RangeExhausted,
@@ -163,8 +67,10 @@ impl PoolKind for NodePool {
 
     type Child = Node;
     type Stored = Node;
-    type Env = NodeEnv;
-    type Flags = NodeFlags;
+    /// The kubelet of this process: nodes are born with the status, address and endpoint it
+    /// then keeps.
+    type Env = Kubelet;
+    type Flags = NoFlags;
     const NOUN: &'static str = "node";
     const TEMPLATE_PATH: &'static str = "spec.nodeTemplate";
     // A POST never takes over a real Node that appeared under a child's name after the store
@@ -172,16 +78,10 @@ impl PoolKind for NodePool {
     const CREATE_WITH_POST: bool = true;
     const PATCHES_CHILDREN: bool = true;
 
-    fn validation_env() -> NodeEnv {
+    fn validation_env() -> Kubelet {
         // Nodes rendered for validation carry the template's status, not a simulated one, and
         // take no address from the shared allocator.
-        let scratch = IpNet::V4(ipnet::Ipv4Net::new_assert(std::net::Ipv4Addr::new(100, 64, 0, 0), 10));
-        NodeEnv {
-            simulate: false,
-            defaults: NodeDefaults::default(),
-            addresses: Arc::new(Mutex::new(HostAllocator::new(scratch))),
-            kubelet: None,
-        }
+        Kubelet::scratch()
     }
 
     fn warnings(&self) -> Vec<String> {
@@ -206,8 +106,8 @@ impl PoolKind for NodePool {
         pool
     }
 
-    fn lifecycle(&self) -> Option<&Lifecycle> {
-        self.spec.lifecycle.as_ref()
+    fn lifecycle(&self) -> Option<&dyn LifecycleSpec> {
+        self.spec.lifecycle.as_ref().map(|l| l as &dyn LifecycleSpec)
     }
 
     fn count(&self) -> u32 {
@@ -237,36 +137,22 @@ impl PoolKind for NodePool {
         NodePool::problems(self, old, peers)
     }
 
-    fn env(flags: &NodeFlags, shared: &Shared) -> Result<NodeEnv, crate::pool::setup::SetupError> {
-        let range = flags.node_ip_range.trunc();
-        // The default instance counts from the start of the range; others from a point of their own.
-        let addresses = if shared.instance == "kwok-pools" {
-            HostAllocator::new(range)
-        } else {
-            HostAllocator::seeded(range, &shared.instance)
-        };
-        let kubelet = if shared.simulate { KubeletEnv::new(&flags.kubelet)? } else { None };
-        flags.fallback()?;
-        Ok(NodeEnv {
-            simulate: shared.simulate,
-            defaults: NodeDefaults { kubelet_version: flags.node_kubelet_version.clone() },
-            addresses: Arc::new(Mutex::new(addresses)),
-            kubelet,
-        })
+    fn env(_flags: &NoFlags, shared: &Shared) -> Result<Kubelet, SetupError> {
+        Ok(shared.kubelet.clone())
     }
 
     fn children(informers: &Informers) -> Arc<Informer<Node>> {
         crate::informer::shared::nodes(informers)
     }
 
-    fn render(&self, id: &ChildId, env: &NodeEnv) -> Result<Node, Problem> {
+    fn render(&self, id: &ChildId, env: &Kubelet) -> Result<Node, Problem> {
         let (name, index) = (id.name.clone(), id.index);
         let template = &self.spec.node_template;
         let mut metadata = from_template(template.metadata.as_ref());
         let labels = metadata.labels.get_or_insert_default();
         labels.entry(TYPE_LABEL.into()).or_insert_with(|| TYPE_VALUE.into());
         labels.insert(HOSTNAME_LABEL.into(), name.clone());
-        for (key, value) in crate::kubelet::node::platform_labels(template.status.as_ref()) {
+        for (key, value) in node_status::platform_labels(template.status.as_ref()) {
             labels.entry(key.into()).or_insert(value);
         }
         if let Some(topology) = &self.spec.topology {
@@ -281,10 +167,7 @@ impl PoolKind for NodePool {
             labels.insert(KubevirtNodes::SCHEDULABLE_LABEL.into(), "true".into());
         }
         metadata.annotations.get_or_insert_default().insert(FAKE_NODE_ANNOTATION.into(), FAKE_VALUE.into());
-        let endpoint = env
-            .kubelet
-            .as_ref()
-            .and_then(|k| k.endpoints.lock().unwrap_or_else(|e| e.into_inner()).assign(&name, None));
+        let endpoint = env.endpoint(&name);
         if endpoint.is_some() {
             // Where metrics-server scrapes the node (a path that names it works at any address).
             metadata
@@ -393,34 +276,5 @@ fn add_kubevirt_devices(status: &mut NodeStatus, k: &KubevirtNodes) {
         for device in KubevirtNodes::DEVICES {
             map.entry(device.to_string()).or_insert_with(|| count.clone());
         }
-    }
-}
-
-#[cfg(test)]
-mod flag_tests {
-    use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        flags: NodeFlags,
-    }
-
-    fn flags(args: &[&str]) -> Result<NodeFlags, clap::Error> {
-        Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied())).map(|c| c.flags)
-    }
-
-    #[test]
-    fn the_fallback_range_defaults_on_and_can_be_turned_off() {
-        let (range, after) = flags(&[]).unwrap().fallback().unwrap().unwrap();
-        assert_eq!((range.net.to_string(), range.mask, after), ("10.0.0.0/12".into(), 24, Duration::from_secs(10)));
-        assert_eq!(flags(&["--pod-cidr-fallback", "none"]).unwrap().fallback().unwrap(), None);
-        let kwok = flags(&["--pod-cidr-fallback", "10.0.0.1/16", "--pod-cidr-fallback-mask", "26"]).unwrap();
-        assert_eq!(kwok.fallback().unwrap().unwrap().0.net.to_string(), "10.0.0.0/16");
-        let bad = flags(&["--pod-cidr-fallback", "10.0.0/8"]).err().unwrap().to_string();
-        assert!(bad.contains("not a CIDR") && bad.contains("none"), "{bad}");
-        let e = flags(&["--pod-cidr-fallback-mask", "8"]).unwrap().fallback().unwrap_err().to_string();
-        assert!(e.starts_with("--pod-cidr-fallback-mask:") && e.contains("from 12 to 30"), "{e}");
     }
 }

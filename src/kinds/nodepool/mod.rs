@@ -1,10 +1,12 @@
 //! NodePool: a cluster-scoped pool of fake Nodes ([`api`]), its rules ([`rules`]), its place
-//! on the pool core ([`kind`]), its fake accelerators ([`devices`]) and the kubelet the simulator plays for every simulated node
-//! and the pods bound to it ([`simulator`]).
+//! on the pool core ([`kind`]), its fake accelerators ([`devices`]), its own metrics
+//! ([`metrics`]) and its own simulation ([`simulator`]: the nodes' DRA drivers). The kubelet
+//! of its nodes is the shared one in `kubelet/`.
 
 pub mod api;
 pub mod devices;
 pub mod kind;
+pub mod metrics;
 pub mod rules;
 pub mod simulator;
 
@@ -13,5 +15,5 @@ mod cel_tests;
 #[cfg(test)]
 mod glue_tests;
 
-pub use api::{NodePool, NodePoolSpec, NodePoolStatus, NodeTemplate};
-pub use kind::{NodeEnv, NodeFlags};
+pub use api::{NodePool, NodePoolLifecycle, NodePoolSpec, NodePoolStatus, NodeTemplate};
+pub use metrics::NodePoolMetrics;

@@ -2,7 +2,7 @@
 //! PodPool: a namespaced pool of Pods that, by default, land on fake nodes.
 
 use crate::api::common::{Placement, PoolStatus, TemplateMetadata};
-use crate::api::lifecycle::Lifecycle;
+use crate::api::lifecycle::PodsLifecycle;
 use crate::api::schema;
 use crate::api::validation;
 use garde::Validate;
@@ -79,10 +79,8 @@ pub struct PodPoolSpec {
     /// How the pods behave: start delays, exits, failures, crash loops. See the README's
     /// "Lifecycle" section.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("!has(self.nodes)").message("only a NodePool has nodes; set lifecycle.nodes on the NodePool"))]
-    #[x_kube(validation = Rule::new("!has(self.vmis)").message("only a VMIPool has VMIs; set lifecycle.vmis on the VMIPool"))]
-    #[garde(custom(validation::lifecycle(&["pods"])))]
-    pub lifecycle: Option<Lifecycle>,
+    #[garde(custom(validation::lifecycle))]
+    pub lifecycle: Option<PodsLifecycle>,
 
     /// Where the children may run: `Simulated` (default) confines them to simulated nodes
     /// whatever the template says; `Any` leaves placement to the template (the operator then

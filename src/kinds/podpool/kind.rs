@@ -3,11 +3,11 @@
 
 use super::PodPool;
 use crate::api::conventions::HASH_LABEL;
-use crate::api::lifecycle::Lifecycle;
+use crate::api::lifecycle::LifecycleSpec;
 use crate::api::{Placement, PoolStatus};
 use crate::informer::pod::SlimPod;
 use crate::informer::{Informer, Informers};
-use crate::kubelet::pod as pod_status;
+use crate::kubelet::status::pod as pod_status;
 use crate::pool::placement::{confine, fake_node_selector, with_fake_node_toleration};
 use crate::pool::plan::UpdateMode;
 use crate::pool::stamp::from_template;
@@ -58,7 +58,7 @@ impl PoolKind for PodPool {
         PodPool::problems(self)
     }
 
-    fn env(_flags: &NoFlags, _shared: &Shared) -> Result<PodEnv, crate::pool::setup::SetupError> {
+    fn env(_flags: &NoFlags, _shared: &Shared) -> Result<PodEnv, crate::setup::SetupError> {
         Ok(PodEnv)
     }
 
@@ -80,8 +80,8 @@ impl PoolKind for PodPool {
         pool
     }
 
-    fn lifecycle(&self) -> Option<&Lifecycle> {
-        self.spec.lifecycle.as_ref()
+    fn lifecycle(&self) -> Option<&dyn LifecycleSpec> {
+        self.spec.lifecycle.as_ref().map(|l| l as &dyn LifecycleSpec)
     }
 
     fn placement(&self) -> Option<Placement> {

@@ -12,4 +12,6 @@ mod cel_tests;
 pub use api::{PodPool, PodPoolSpec, PodTemplate};
 pub use kind::PodEnv;
 
-impl crate::simulator::Simulate for PodPool {}
+impl crate::pool::Simulate for PodPool {
+    type Metrics = ();
+}

@@ -3,7 +3,7 @@
 
 use super::kubevirt::VmiSpec;
 use crate::api::common::{Placement, PoolStatus, TemplateMetadata};
-use crate::api::lifecycle::Lifecycle;
+use crate::api::lifecycle::{Delay, LifecycleSpec, Sections, delay_problem, percent, percent_schema};
 use crate::api::schema;
 use crate::api::validation;
 use garde::Validate;
@@ -83,9 +83,53 @@ pub struct VMIPoolSpec {
     /// How the VMIs behave: boot time (Scheduled → Running) and a share that fails to boot,
     /// reproducible with `seed`. See docs/lifecycle.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("!has(self.nodes) && !has(self.pods)").message("a VMIPool's lifecycle takes seed and vmis"))]
-    #[garde(custom(validation::lifecycle(&["vmis"])))]
-    pub lifecycle: Option<Lifecycle>,
+    #[garde(custom(validation::lifecycle))]
+    pub lifecycle: Option<VmiPoolLifecycle>,
+}
+
+/// `spec.lifecycle` of a VMIPool: a seed and what the VMIs do (VMIPool's own section; the
+/// shared simulator reads none of it).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VmiPoolLifecycle {
+    /// Makes every random choice reproducible: which VMIs fail, each boot time. Without it,
+    /// each run differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmis: Option<VmiLifecycle>,
+}
+
+/// What VMIs do.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VmiLifecycle {
+    /// How long a VMI takes from Scheduled to Running (its VM "boots"; default at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_time: Option<Delay>,
+    /// Percent of VMIs whose VM fails to boot: they reach Failed instead of Running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "percent_schema")]
+    pub fail_percent: Option<u8>,
+    /// Whether a guest agent runs in the VMs (default false, as in KubeVirt's cirros example):
+    /// with one, a Running VMI has the `AgentConnected` condition, a filled `guestOSInfo` and
+    /// interfaces reported by `domain, guest-agent`; without one, only what the domain shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_agent: Option<bool>,
+}
+
+impl LifecycleSpec for VmiPoolLifecycle {
+    fn sections(&self) -> Sections<'_> {
+        Sections { seed: self.seed, ..Sections::default() }
+    }
+
+    fn own_problems(&self) -> Vec<String> {
+        let Some(v) = &self.vmis else { return Vec::new() };
+        delay_problem("vmis.bootTime", v.boot_time.as_ref())
+            .into_iter()
+            .chain(percent("vmis.failPercent", v.fail_percent))
+            .collect()
+    }
 }
 
 /// A VirtualMachineInstance whose metadata leaves the name to the pool. A whole VMI manifest

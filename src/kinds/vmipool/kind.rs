@@ -36,8 +36,8 @@ impl PoolKind for VMIPool {
         VmiEnv
     }
 
-    fn lifecycle(&self) -> Option<&crate::api::lifecycle::Lifecycle> {
-        self.spec.lifecycle.as_ref()
+    fn lifecycle(&self) -> Option<&dyn crate::api::lifecycle::LifecycleSpec> {
+        self.spec.lifecycle.as_ref().map(|l| l as &dyn crate::api::lifecycle::LifecycleSpec)
     }
 
     fn count(&self) -> u32 {
@@ -64,7 +64,7 @@ impl PoolKind for VMIPool {
         VMIPool::problems(self)
     }
 
-    fn env(_flags: &VmiFlags, _shared: &Shared) -> Result<VmiEnv, crate::pool::setup::SetupError> {
+    fn env(_flags: &VmiFlags, _shared: &Shared) -> Result<VmiEnv, crate::setup::SetupError> {
         Ok(VmiEnv)
     }
 

@@ -7,12 +7,13 @@ pub mod api;
 pub mod kind;
 pub mod kubevirt;
 pub mod kubevirt_crd;
+pub mod metrics;
 pub mod rules;
 pub mod simulator;
 
 #[cfg(test)]
 mod cel_tests;
 
-pub use api::{VMIPool, VMIPoolSpec, VmiTemplate};
+pub use api::{VMIPool, VMIPoolSpec, VmiLifecycle, VmiPoolLifecycle, VmiTemplate};
 pub use kind::VmiEnv;
 pub use simulator::VmiFlags;

@@ -1,5 +1,6 @@
 //! VMIPool rules: what KubeVirt would refuse is refused at its manifest path.
 
+use super::super::api::VmiPoolLifecycle;
 use super::*;
 
 /// A VMIPool whose template is the spec (and labels) of one of KubeVirt's example VMIs.
@@ -108,4 +109,21 @@ fn a_huge_template_is_refused_fast_with_a_short_message() {
     let problems = wrong.problems();
     assert!(problems.iter().any(|p| p.contains("190 more problems")), "{problems:?}");
     assert!(problems.len() <= 12, "{}", problems.len());
+}
+
+#[test]
+fn vmi_knobs_are_checked() {
+    let l: VmiPoolLifecycle =
+        serde_yaml::from_str("{vmis: {bootTime: {min: 20s, max: 10s}, failPercent: 101}}").unwrap();
+    let p = crate::api::lifecycle::problems(&l);
+    assert!(p.iter().any(|m| m.starts_with(".vmis.bootTime.min:")), "{p:?}");
+    assert!(p.iter().any(|m| m.starts_with(".vmis.failPercent: 101")), "{p:?}");
+    let ok: VmiPoolLifecycle =
+        serde_yaml::from_str("{vmis: {bootTime: {mean: 30s, stddev: 5s}, failPercent: 3}}").unwrap();
+    assert_eq!(crate::api::lifecycle::problems(&ok), Vec::<String>::new());
+    let others: Result<VmiPoolLifecycle, _> = serde_yaml::from_str("{pods: {failPercent: 3}}");
+    assert!(
+        others.is_ok_and(|l| l == VmiPoolLifecycle::default()),
+        "only its own sections (the API server refuses the rest)"
+    );
 }

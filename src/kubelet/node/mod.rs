@@ -4,16 +4,19 @@
 //! NodePool makes flap (`spec.lifecycle.nodes`) goes quiet during its NotReady windows: no
 //! lease, no status, as if its kubelet were gone.
 
-use super::leases;
-use super::renewal::{self, Latency, Stretch};
+pub mod lease;
+pub mod renewal;
+
+use crate::kubelet::status::fate;
+
 use crate::api::conventions::FIELD_MANAGER;
 use crate::api::lifecycle::BadCondition;
 use crate::informer::Change;
 use crate::ipam::HostAllocator;
-use crate::kubelet::endpoint::{Endpoint, Endpoints, hostname_address};
-use crate::kubelet::node::{self as node_status, NodeDefaults};
+use crate::kubelet::status::endpoint::{Endpoint, Endpoints, hostname_address};
+use crate::kubelet::status::node::{self as node_status, NodeDefaults};
 use crate::shard::Shard;
-use crate::simulator::lifecycle::{self, Lifecycles, epoch_now};
+use crate::simulator::lifecycle::{Lifecycles, epoch_now};
 use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
 use crate::simulator::manage::Manage;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
@@ -24,6 +27,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use rand::Rng;
+use renewal::{Latency, Stretch};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -133,9 +137,14 @@ impl NodeSimulator {
         self.config.lease_duration / 4
     }
 
+    /// The lease duration and status interval the node's pool sets for its heartbeat.
+    fn heartbeat(&self, node: &Node) -> (Option<Duration>, Option<Duration>) {
+        fate::heartbeat(self.lifecycles.node_pool(node).as_deref())
+    }
+
     /// The node's lease duration: its pool's heartbeat, else the operator's.
     fn lease_duration_of(&self, node: &Node) -> Duration {
-        self.lifecycles.heartbeat(node).0.unwrap_or(self.config.lease_duration)
+        self.heartbeat(node).0.unwrap_or(self.config.lease_duration)
     }
 
     /// How often the node's lease is renewed: a quarter of its duration, as the kubelet does.
@@ -145,7 +154,7 @@ impl NodeSimulator {
 
     /// How often the node's status is reported although nothing changed.
     fn status_frequency_of(&self, node: &Node) -> Duration {
-        self.lifecycles.heartbeat(node).1.unwrap_or(self.config.status_frequency)
+        self.heartbeat(node).1.unwrap_or(self.config.status_frequency)
     }
 
     /// Runs until the change stream ends.
@@ -386,12 +395,12 @@ impl NodeLoop {
     /// The bad conditions `node` reports now (its pool's knobs), with a timer for when that
     /// changes next.
     fn bad_now(&mut self, node: &Node, name: &str) -> Vec<BadCondition> {
-        let plans = self.sim.lifecycles.node_conditions(node);
+        let plans = fate::node_conditions(self.sim.lifecycles.node_pool(node).as_deref(), node);
         if plans.is_empty() {
             return Vec::new();
         }
         let now = epoch_now();
-        let (bad, next) = lifecycle::bad_at(&plans, now);
+        let (bad, next) = fate::bad_at(&plans, now);
         if let Some(next) = next {
             // A moment past the change, so the window has surely turned when it is looked at.
             let wait = crate::simulator::timer_delay(next.saturating_sub(now)) + Duration::from_millis(100);
@@ -417,7 +426,9 @@ impl NodeLoop {
             self.timers.set(Timer::Status(name.clone()), jittered(status_every, 0.1, 1.0));
         }
         let now = epoch_now();
-        if let Some(until) = self.sim.lifecycles.node(&node).and_then(|f| f.away_until(now)) {
+        if let Some(until) =
+            fate::node_flap(self.sim.lifecycles.node_pool(&node).as_deref(), &node).and_then(|f| f.away_until(now))
+        {
             // A NotReady window: no renewal until it ends.
             let wait = crate::simulator::timer_delay(until.saturating_sub(now));
             if !t.away {
@@ -509,11 +520,11 @@ async fn lease_write(
     first: bool,
     expect: Option<String>,
 ) -> Done {
-    let api: Api<Lease> = Api::namespaced(this.client.clone(), leases::LEASE_NAMESPACE);
+    let api: Api<Lease> = Api::namespaced(this.client.clone(), lease::LEASE_NAMESPACE);
     let secs = this.lease_duration_of(&node).as_secs().max(1) as i32;
     let lateness = due.elapsed();
     let sent = Instant::now();
-    let result = leases::renew(&api, &node, secs, this.identity.as_deref(), first, expect.as_deref()).await;
+    let result = lease::renew(&api, &node, secs, this.identity.as_deref(), first, expect.as_deref()).await;
     let ok = result.is_ok();
     let ours = result.as_ref().is_ok_and(|r| r.ours);
     tracing::debug!(
@@ -555,7 +566,7 @@ fn note_conflict(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, name: &str, ot
     writes.spawn(move || async move {
         let api: Api<Node> = Api::all(sim.client.clone());
         let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        let patch = serde_json::json!({ "metadata": { "annotations": { leases::CONFLICT_ANNOTATION: other } } });
+        let patch = serde_json::json!({ "metadata": { "annotations": { lease::CONFLICT_ANNOTATION: other } } });
         let result = api.patch(&name, &pp, &Patch::Merge(&patch)).await;
         sim.metrics.write("nodes", "patch", result.is_ok());
         if let Err(e) = result {

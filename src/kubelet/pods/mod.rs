@@ -12,10 +12,12 @@ use crate::api::conventions::FIELD_MANAGER;
 use crate::informer::Change;
 use crate::informer::pod::SlimPod;
 use crate::ipam::pods::{Allocation, PodIpam};
-use crate::kubelet;
-use crate::kubelet::pod_status;
+use crate::kubelet::status::fate::{self, Defaults, Fate, PodPlan};
+use crate::kubelet::status::node as node_status;
+use crate::kubelet::status::patches as pod_status;
+use crate::kubelet::{AllDevices, Prepare};
 use crate::shard::Shard;
-use crate::simulator::lifecycle::{self, Fate, Lifecycles, PodPlan};
+use crate::simulator::lifecycle::{Lifecycles, epoch_now};
 use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
 use crate::simulator::manage::Manage;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
@@ -35,8 +37,10 @@ use tracing::Instrument;
 #[derive(Clone)]
 pub struct PodSimConfig {
     pub manage: Manage,
-    /// The lifecycle knobs of the pools, with the operator's flags as defaults.
+    /// The lifecycle knobs of the pools.
     pub lifecycles: Lifecycles,
+    /// What pods whose pools say nothing get (the kubelet's flags).
+    pub defaults: Defaults,
     /// Where pods on nodes without a podCIDR get addresses (`--pod-cidr-fallback`), and how
     /// long a node goes without one first.
     pub fallback: Option<(crate::ipam::fallback::FallbackRange, Duration)>,
@@ -51,15 +55,8 @@ pub struct PodSimulator {
     pub writes: WriteBudget,
     /// Which nodes' pods are this replica's (all, unless the simulator is sharded).
     pub shard: Shard,
-    /// NodePools and ResourceClaims, for the prepare step of pods with claims.
-    pub devices: Option<DeviceStores>,
-}
-
-/// What the prepare step of a pod's ResourceClaims reads.
-#[derive(Clone)]
-pub struct DeviceStores {
-    pub pools: Store<crate::kinds::nodepool::NodePool>,
-    pub claims: Store<k8s_openapi::api::resource::v1::ResourceClaim>,
+    /// What the kinds add to their nodes: the prepare step of pods with claims.
+    pub devices: AllDevices,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -315,6 +312,12 @@ impl Loop {
         }
     }
 
+    /// The plan of `pod` on `node`: the knobs of the pool that governs it, else the flags.
+    fn plan(&self, pod: &SlimPod, node: &Node) -> PodPlan {
+        let pool = self.sim.config.lifecycles.pod_pool(pod, node);
+        fate::pod_plan(pool.as_deref(), pod, &self.sim.config.defaults)
+    }
+
     fn managed_node(&self, pod: &SlimPod) -> Option<Arc<Node>> {
         let name = pod.node_name.as_ref()?;
         if !self.sim.shard.owns(name) {
@@ -345,7 +348,7 @@ impl Loop {
     }
 
     fn on_node(&mut self, node: &Node) {
-        if !node_cidrs(node).is_empty() || !kubelet::node::internal_ips(node).is_empty() {
+        if !node_cidrs(node).is_empty() || !node_status::internal_ips(node).is_empty() {
             self.retry_waiting(&node.name_any());
         }
     }
@@ -385,7 +388,7 @@ impl Loop {
             let note = format!("{} (fix the annotation on the pod or its template)", o.problems.join("; "));
             self.warn(pod, "BadAnnotation", "ReadAnnotations", note);
         }
-        let plan = self.sim.config.lifecycles.pod(pod, &node);
+        let plan = self.plan(pod, &node);
         let away = self.away_until(&node);
         if pod.metadata.deletion_timestamp.is_some() {
             self.schedule_removal(pod, &uid, &plan, away);
@@ -439,8 +442,8 @@ impl Loop {
 
     /// When the node's NotReady window (of a flapping NodePool) ends, if it is in one.
     fn away_until(&self, node: &Node) -> Option<Instant> {
-        let now = lifecycle::epoch_now();
-        let until = self.sim.config.lifecycles.node(node)?.away_until(now)?;
+        let now = epoch_now();
+        let until = fate::node_flap(self.sim.config.lifecycles.node_pool(node).as_deref(), node)?.away_until(now)?;
         Some(Instant::now() + until.saturating_sub(now))
     }
 
@@ -514,7 +517,7 @@ impl Loop {
         if t.started || self.timers.is_set(&start_timer) {
             return; // our write is on its way through the watch, or the start delay runs
         }
-        let host_ips = kubelet::node::internal_ips(node);
+        let host_ips = node_status::internal_ips(node);
         if host_ips.is_empty() {
             // The node has no address yet; its next update retries.
             self.waiting.entry(node_name).or_default().insert(key);
@@ -555,7 +558,7 @@ impl Loop {
                     }
                     Fate::InitFails(exit) => {
                         let retry = Timer::InitRetry(key.clone(), uid.to_string());
-                        self.timers.set(retry, lifecycle::crash_back_off(1));
+                        self.timers.set(retry, fate::crash_back_off(1));
                         (pod_status::init_failed_patch(pod, (&host_ips, &pod_ips), exit, 0, &now), "init-fail")
                     }
                     _ => (pod_status::running_patch(pod, &host_ips, &pod_ips, &now), "run"),
@@ -576,26 +579,18 @@ impl Loop {
     }
 
     /// The kubelet's prepare step for the pod's ResourceClaims: false while the pod cannot
-    /// start — its claims are not in the store yet (looked at again in a second), or its
-    /// pool's `prepareFailPercent` fails one (acknowledged once, ContainerCreating, with the
-    /// kubelet's event; for good, as a broken driver does).
+    /// start — its claims are not known yet (looked at again in a second), or a driver fails
+    /// to prepare one (acknowledged once, ContainerCreating, with the kubelet's event; for
+    /// good, as a broken driver does).
     fn prepared(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str) -> bool {
-        use crate::kinds::nodepool::devices::prepare;
-        let Some(devices) = &self.sim.devices else { return true };
-        let owner = node.owner_references().iter().find(|o| o.controller == Some(true) && o.kind == "NodePool");
-        let Some(pool) = owner.and_then(|o| devices.pools.get(&ObjectRef::new(&o.name))) else { return true };
-        if !prepare::may_fail(&pool.spec.devices) {
-            return true;
-        }
-        let claims = devices.claims.state();
-        let mine: Vec<_> = prepare::claims_of(uid, claims.iter().map(AsRef::as_ref)).collect();
-        if mine.is_empty() {
-            self.look_again_at(pod, uid, Instant::now() + Duration::from_secs(1));
-            return false;
-        }
-        let seed = pool.spec.lifecycle.as_ref().and_then(|l| l.seed).unwrap_or(0);
-        let ns = pod.namespace().unwrap_or_default();
-        let Some(failure) = prepare::failure(&pool.spec.devices, seed, &ns, pod.name(), mine) else { return true };
+        let note = match self.sim.devices.prepare(node, pod) {
+            Prepare::Ready => return true,
+            Prepare::Later => {
+                self.look_again_at(pod, uid, Instant::now() + Duration::from_secs(1));
+                return false;
+            }
+            Prepare::Fails(note) => note,
+        };
         let Some(t) = self.tracked.get_mut(uid) else { return false };
         if t.prepare_reported {
             return false;
@@ -604,11 +599,11 @@ impl Loop {
         if !t.acknowledged && pod.start_time.is_none() {
             t.acknowledged = true;
             t.write.in_flight = true;
-            let patch = pod_status::pending_patch(pod, &kubelet::node::internal_ips(node), &now_value());
+            let patch = pod_status::pending_patch(pod, &node_status::internal_ips(node), &now_value());
             self.spawn_status(pod.clone(), patch, "acknowledge");
         }
         self.sim.metrics.injected("prepare_fail");
-        self.warn(pod, "FailedPrepareDynamicResources", "PrepareDynamicResources", prepare::note(&failure));
+        self.warn(pod, "FailedPrepareDynamicResources", "PrepareDynamicResources", note);
         false
     }
 
@@ -616,7 +611,7 @@ impl Loop {
     /// `None` when it has to wait: no range yet, or the range is full (reported once).
     fn addresses(&mut self, pod: &Arc<SlimPod>, node: &Node, uid: &str) -> Option<Vec<std::net::IpAddr>> {
         if pod_status::host_network(pod) {
-            return Some(kubelet::node::internal_ips(node));
+            return Some(node_status::internal_ips(node));
         }
         let node_name = node.name_any();
         let key = ObjectRef::from_obj(pod.as_ref());
@@ -684,7 +679,7 @@ impl Loop {
             (Timer::Crash(key.clone(), uid.to_string()), Timer::Restart(key.clone(), uid.to_string()));
         if !self.timers.is_set(&crash) && !self.timers.is_set(&restart) {
             if t.down {
-                self.timers.set(restart, lifecycle::crash_back_off(t.restarts));
+                self.timers.set(restart, fate::crash_back_off(t.restarts));
             } else if let Fate::CrashLoops { after, .. } = plan.fate {
                 self.timers.set(crash, after);
             }
@@ -843,7 +838,7 @@ impl Loop {
     /// A deleted pod whose exit delay has passed: first its terminal status, as the kubelet
     /// (since 1.27) writes it, then — when that is written — the final delete. While the
     /// simulator's writes queue, a pod nothing keeps after the final delete goes straight to
-    /// it ([`crate::kubelet::pod::reports_termination`]).
+    /// it ([`crate::kubelet::status::pod::reports_termination`]).
     fn remove_or_end(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
         let Some(pod) = self.sim.pods.get(key) else { return };
         if pod.metadata.uid.as_deref() != Some(uid) {
@@ -860,7 +855,7 @@ impl Loop {
             self.spawn_remove(pod);
             return;
         }
-        if !crate::kubelet::pod::reports_termination(&pod, self.sim.writes.pressure()) {
+        if !crate::kubelet::status::pod::reports_termination(&pod, self.sim.writes.pressure()) {
             let skipped = ResultLabels { result: "terminal-status-skipped".into() };
             self.sim.metrics.pod_transitions.get_or_create(&skipped).inc();
             self.spawn_remove(pod);
@@ -1031,12 +1026,12 @@ async fn resize(sim: Arc<PodSimulator>, pod: Arc<SlimPod>, node: Arc<Node>, reco
         }
     };
     let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
-    let (patch, event) = match kubelet::resize::decide(&full, &allocatable, &others, &now_value()) {
-        kubelet::resize::Decision::Fits(patch) => {
+    let (patch, event) = match crate::kubelet::status::resize::decide(&full, &allocatable, &others, &now_value()) {
+        crate::kubelet::status::resize::Decision::Fits(patch) => {
             let note = format!("Pod resize completed (generation {})", full.metadata.generation.unwrap_or(1));
             (patch, Some((EventType::Normal, "ResizeCompleted", note)))
         }
-        kubelet::resize::Decision::Deferred(patch, message) => {
+        crate::kubelet::status::resize::Decision::Deferred(patch, message) => {
             let shown = full
                 .status
                 .as_ref()

@@ -4,8 +4,9 @@
 
 use super::{Loop, Timer, now_value};
 use crate::informer::pod::SlimPod;
-use crate::kubelet::pod_status::{self, Exit};
-use crate::simulator::lifecycle::{self, Fate, PodPlan};
+use crate::kubelet::status::fate::{self, Fate, PodPlan};
+use crate::kubelet::status::patches::{self as pod_status, Exit};
+use crate::simulator::lifecycle::epoch_now;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::ObjectRef;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ impl Loop {
     /// A crash-looping container exits: CrashLoopBackOff (or Failed, if never restarted).
     pub(super) fn crash(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
         let Some((pod, node)) = self.ready_for(Timer::Crash(key.clone(), uid.to_string()), uid) else { return };
-        let exit = exit_of(&self.sim.config.lifecycles.pod(&pod, &node));
+        let exit = exit_of(&self.plan(&pod, &node));
         let Some(t) = self.tracked.get_mut(uid) else { return };
         let now = now_value();
         let patch = if pod.restart_policy.as_deref() == Some("Never") {
@@ -41,7 +42,7 @@ impl Loop {
     /// The back-off is over: the container runs again, or fails again if it fails at start.
     pub(super) fn restart(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
         let Some((pod, node)) = self.ready_for(Timer::Restart(key.clone(), uid.to_string()), uid) else { return };
-        let plan = self.sim.config.lifecycles.pod(&pod, &node);
+        let plan = self.plan(&pod, &node);
         let fails_at_start = matches!(plan.fate, Fate::FailsAtStart(_));
         let exit = exit_of(&plan);
         let Some(t) = self.tracked.get_mut(uid) else { return };
@@ -90,12 +91,12 @@ impl Loop {
     /// A failed init container ran again after its back-off, and failed again.
     pub(super) fn init_retry(&mut self, key: &ObjectRef<SlimPod>, uid: &str) {
         let Some((pod, node)) = self.pending(Timer::InitRetry(key.clone(), uid.to_string()), key, uid) else { return };
-        let exit = exit_of(&self.sim.config.lifecycles.pod(&pod, &node));
+        let exit = exit_of(&self.plan(&pod, &node));
         // `pending` found it tracked.
         let Some(t) = self.tracked.get_mut(uid) else { return };
         t.restarts = t.restarts.saturating_add(1);
         let restarts = t.restarts;
-        self.timers.set(Timer::InitRetry(key.clone(), uid.to_string()), lifecycle::crash_back_off(restarts + 1));
+        self.timers.set(Timer::InitRetry(key.clone(), uid.to_string()), fate::crash_back_off(restarts + 1));
         self.sim.metrics.injected("init-fail");
         let patch = pod_status::init_failed_patch(&pod, (&[], &[]), &exit, restarts, &now_value());
         self.spawn_status(pod, patch, "init-fail");
@@ -105,7 +106,7 @@ impl Loop {
     /// what the pod shows, and looks again when the verdict changes. `true` when it wrote.
     pub(super) fn probe(&mut self, pod: &Arc<SlimPod>, uid: &str, plan: &PodPlan) -> bool {
         let Some(flap) = &plan.readiness else { return false };
-        let now = lifecycle::epoch_now();
+        let now = epoch_now();
         let passing = flap.away_until(now).is_none();
         let timer = Timer::Probe(ObjectRef::from_obj(pod.as_ref()), uid.to_string());
         // A moment past the change, so the window has surely turned when the pod is looked at.

@@ -3,29 +3,30 @@
 //! /api/v1/nodes/<n>/proxy/...`) and what metrics-server scrapes (`/metrics/resource`), over
 //! TLS, authenticated and authorised as a kubelet in webhook mode does it.
 //!
-//! The pieces: where nodes advertise it (`kubelet::endpoint`), TLS and who connected
+//! The pieces: where nodes advertise it (`kubelet::status::endpoint`), TLS and who connected
 //! ([`tls`]), authentication and authorisation ([`auth`]), the paths ([`path`]), the handler
-//! ([`routes`]), logs ([`logs`]), usage readings ([`readings`]), the streaming transports
-//! ([`spdy_stream`], [`websocket`]) and what an exec or attach does ([`session`]).
+//! ([`routes`]), and beside it each answer with its renderer: logs ([`logs`]), usage readings,
+//! `/metrics/resource` and `/stats/summary` ([`stats`]), GPUs ([`gpus`]), what an exec or attach
+//! does ([`exec`]) over the streaming transports ([`spdy`], [`websocket`]).
 
 pub mod auth;
+pub mod exec;
 pub mod gpus;
 pub mod index;
 pub mod logs;
 pub mod path;
-pub mod readings;
 pub mod routes;
-pub mod session;
-pub mod spdy_stream;
+pub mod spdy;
 pub mod state;
+pub mod stats;
 pub mod tls;
 pub mod websocket;
 
+use crate::api::duration::parse_flag_duration as parse_duration;
 use crate::certs::Authority;
-use crate::cli::duration::parse_duration;
 use crate::informer::shared;
-use crate::kubelet::endpoint::{Advertise, Endpoints};
-use crate::pool::setup::SetupError;
+use crate::kubelet::status::endpoint::{Advertise, Endpoints};
+use crate::setup::SetupError;
 use crate::simulator::{SimContext, Simulation};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -36,7 +37,7 @@ use std::time::Duration;
 
 /// The flags of the simulated kubelets' API.
 #[derive(clap::Args, Clone, Debug)]
-pub struct KubeletApiFlags {
+pub struct ServerFlags {
     /// The port simulated nodes serve their kubelet API on (they advertise it in
     /// daemonEndpoints); 0 turns the API off (nodes then advertise 10250 and nothing answers).
     #[arg(long, default_value_t = 10250, env = "KWOK_POOLS_KUBELET_PORT")]
@@ -64,7 +65,7 @@ pub struct KubeletApiFlags {
     pub kubelet_cert_lifetime: Duration,
 }
 
-impl Default for KubeletApiFlags {
+impl Default for ServerFlags {
     fn default() -> Self {
         Self {
             kubelet_port: 10250,
@@ -80,7 +81,7 @@ impl Default for KubeletApiFlags {
 /// The kubelet API of this process: shared by the pool controller (nodes are born with their
 /// endpoint), the node simulator (keeps it on the node) and the server.
 #[derive(Clone)]
-pub struct KubeletEnv {
+pub struct ServerEnv {
     pub endpoints: Arc<Mutex<Endpoints>>,
     listener: Arc<Mutex<Option<std::net::TcpListener>>>,
     serving: Arc<tls::Serving>,
@@ -91,9 +92,9 @@ fn read(path: &PathBuf, flag: &'static str) -> Result<String, SetupError> {
     std::fs::read_to_string(path).map_err(|source| SetupError::Read { flag, path: path.clone(), source })
 }
 
-impl KubeletEnv {
+impl ServerEnv {
     /// Binds the port and reads the CAs (`None`: the API is off).
-    pub fn new(flags: &KubeletApiFlags) -> Result<Option<Self>, SetupError> {
+    pub fn new(flags: &ServerFlags) -> Result<Option<Self>, SetupError> {
         if flags.kubelet_port == 0 {
             return Ok(None);
         }
@@ -142,10 +143,10 @@ impl KubeletEnv {
 
 /// The simulation that serves the API.
 pub fn simulation(
-    env: &KubeletEnv,
+    env: &ServerEnv,
     sim: &SimContext,
     serves: Box<dyn Fn(&k8s_openapi::api::core::v1::Node) -> bool + Send + Sync>,
-    devices: super::pods::DeviceStores,
+    devices: super::AllDevices,
 ) -> Option<Simulation> {
     let listener = env.listener.lock().unwrap_or_else(|e| e.into_inner()).take()?;
     let (nodes, pods) = (shared::nodes(&sim.informers), shared::pods(&sim.informers));
@@ -158,9 +159,9 @@ pub fn simulation(
         index,
         endpoints: env.endpoints.clone(),
         lifecycles: sim.lifecycles.clone(),
-        counters: readings::Counters::default(),
+        counters: stats::Counters::default(),
         auth: auth::Authorizer::new(sim.client.clone()),
-        devices: Some(devices),
+        devices,
         serves,
     });
     let endpoints = env.endpoints.clone();

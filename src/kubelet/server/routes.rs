@@ -3,14 +3,14 @@
 //! the stats summary, container logs, exec, attach, run, port-forward.
 
 use super::auth::{self, Caller};
+use super::exec::answer;
 use super::path::{self, Route, Target};
-use super::readings;
 use super::state::{KubeletApi, text};
+use super::stats::{self as readings, resource_metrics, summary};
 use super::tls::Conn;
-use super::{logs, spdy_stream, websocket};
+use super::{logs, spdy, websocket};
 use crate::informer::pod::SlimPod;
-use crate::kubelet::endpoint::Advertise;
-use crate::kubelet::{exec, resource_metrics, summary};
+use crate::kubelet::status::endpoint::Advertise;
 use crate::simulator::lifecycle::epoch_now;
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -226,15 +226,15 @@ fn not_a_container(pod: &SlimPod, container: &str) -> Response {
 /// The exec knob that governs the pod.
 fn exec_settings(api: &KubeletApi, node: &Node, pod: &SlimPod) -> Option<crate::api::kubelet::Exec> {
     let pool = api.lifecycles.pod_pool(pod, node)?;
-    pool.knobs()?.pods.as_ref()?.exec.clone()
+    pool.pods()?.exec.clone()
 }
 
 async fn run(api: &KubeletApi, node: &Node, pod: &SlimPod, t: &Target, req: Request) -> Response {
     if !container_known(pod, &t.container) {
         return not_a_container(pod, &t.container);
     }
-    let command = exec::command(&query(&req));
-    let a = exec::answer(exec_settings(api, node, pod).as_ref(), &command, pod.name(), &t.container);
+    let command = answer::command(&query(&req));
+    let a = answer::answer(exec_settings(api, node, pod).as_ref(), &command, pod.name(), &t.container);
     text(StatusCode::OK, format!("{}{}", a.stdout, a.stderr))
 }
 
@@ -250,27 +250,27 @@ async fn streaming(
         return not_a_container(pod, &t.container);
     }
     let q = query(&req);
-    let asked = spdy_stream::Asked::from_query(&q);
+    let asked = spdy::Asked::from_query(&q);
     let settings = exec_settings(api, node, pod);
     let (pod_name, container) = (pod.name().to_string(), t.container.clone());
     let script = if attach { Some(logs::script(api, node, pod, &container).await) } else { None };
     let started = logs::started(pod);
-    let command = exec::command(&q);
-    let run = move |mut streams: super::session::Streams| async move {
+    let command = answer::command(&q);
+    let run = move |mut streams: super::exec::Streams| async move {
         match script {
             Some(script) => {
-                super::session::attach(&pod_name, &container, &script, started, &mut streams).await;
+                super::exec::attach(&pod_name, &container, &script, started, &mut streams).await;
                 0
             }
             None => {
                 let echo = settings.as_ref().is_none_or(|s| s.mode == crate::api::kubelet::ExecMode::Echo);
-                let a = exec::answer(settings.as_ref(), &command, &pod_name, &container);
-                super::session::exec(&a, echo && asked.stdin, &mut streams).await
+                let a = answer::answer(settings.as_ref(), &command, &pod_name, &container);
+                super::exec::exec(&a, echo && asked.stdin, &mut streams).await
             }
         }
     };
-    upgrade(req, spdy_stream::EXEC_PROTOCOLS.as_slice(), websocket::EXEC_PROTOCOLS.as_slice(), move |io| match io {
-        Upgraded::Spdy(io, protocol) => Box::pin(spdy_stream::exec(io, protocol, asked, run)),
+    upgrade(req, spdy::EXEC_PROTOCOLS.as_slice(), websocket::EXEC_PROTOCOLS.as_slice(), move |io| match io {
+        Upgraded::Spdy(io, protocol) => Box::pin(spdy::exec(io, protocol, asked, run)),
         Upgraded::WebSocket(socket) => Box::pin(websocket::exec(*socket, asked, run)),
     })
     .await
@@ -278,15 +278,12 @@ async fn streaming(
 
 async fn port_forward(namespace: String, pod: String, req: Request) -> Response {
     let ports: Vec<u16> = query(&req).iter().filter(|(k, _)| k == "port").filter_map(|(_, v)| v.parse().ok()).collect();
-    upgrade(
-        req,
-        spdy_stream::PORT_FORWARD_PROTOCOLS.as_slice(),
-        websocket::PORT_FORWARD_PROTOCOLS.as_slice(),
-        move |io| match io {
-            Upgraded::Spdy(io, _) => Box::pin(spdy_stream::port_forward(io, namespace, pod)),
+    upgrade(req, spdy::PORT_FORWARD_PROTOCOLS.as_slice(), websocket::PORT_FORWARD_PROTOCOLS.as_slice(), move |io| {
+        match io {
+            Upgraded::Spdy(io, _) => Box::pin(spdy::port_forward(io, namespace, pod)),
             Upgraded::WebSocket(socket) => Box::pin(websocket::port_forward(*socket, ports, namespace, pod)),
-        },
-    )
+        }
+    })
     .await
 }
 
@@ -306,8 +303,8 @@ async fn upgrade(
     ws: &'static [&'static str],
     then: impl FnOnce(Upgraded) -> Session + Send + 'static,
 ) -> Response {
-    if spdy_stream::wants_spdy(req.headers()) {
-        let Some(protocol) = spdy_stream::negotiate(req.headers(), spdy) else {
+    if spdy::wants_spdy(req.headers()) {
+        let Some(protocol) = spdy::negotiate(req.headers(), spdy) else {
             return text(
                 StatusCode::FORBIDDEN,
                 format!("no protocol both sides speak: this kubelet speaks {}", spdy.join(", ")),
@@ -320,7 +317,7 @@ async fn upgrade(
                 Err(e) => tracing::debug!(error = %e, "kubelet API: SPDY upgrade failed"),
             }
         });
-        return spdy_stream::switching(protocol);
+        return spdy::switching(protocol);
     }
     let (mut parts, _) = req.into_parts();
     match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await {

@@ -3,9 +3,9 @@
 
 use super::auth::Authorizer;
 use super::index::PodsByNode;
-use super::readings::Counters;
+use super::stats::Counters;
 use crate::informer::pod::SlimPod;
-use crate::kubelet::endpoint::Endpoints;
+use crate::kubelet::status::endpoint::Endpoints;
 use crate::simulator::lifecycle::Lifecycles;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -24,8 +24,8 @@ pub struct KubeletApi {
     pub lifecycles: Lifecycles,
     pub counters: Counters,
     pub auth: Authorizer,
-    /// NodePools and ResourceClaims: the GPUs of `/metrics/dcgm` and who holds them.
-    pub devices: Option<crate::kinds::nodepool::simulator::pods::DeviceStores>,
+    /// What the kinds add to their nodes: the GPUs of `/metrics/dcgm` and who holds them.
+    pub devices: crate::kubelet::AllDevices,
     /// Whether this replica simulates a node (managed, and in its shard).
     pub serves: Box<dyn Fn(&Node) -> bool + Send + Sync>,
 }

@@ -4,7 +4,7 @@
 //! 4 resize; v5's 255 closes a channel), and port-forward's two channels per `port` (data,
 //! error), each first carrying the port as two little-endian bytes.
 
-use super::session::{self, Streams};
+use super::exec::{self, Streams};
 use axum::extract::ws::{Message, WebSocket};
 use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
@@ -20,7 +20,7 @@ fn framed(channel: u8, data: &[u8]) -> Message {
 }
 
 /// Runs an exec or attach on `socket`.
-pub async fn exec<F, Fut>(socket: WebSocket, asked: super::spdy_stream::Asked, run: F)
+pub async fn exec<F, Fut>(socket: WebSocket, asked: super::spdy::Asked, run: F)
 where
     F: FnOnce(Streams) -> Fut,
     Fut: Future<Output = i32>,
@@ -57,7 +57,7 @@ where
             }
         }
     });
-    let out = |channel: u8| -> session::Write {
+    let out = |channel: u8| -> exec::Write {
         let tx = out_tx.clone();
         Box::new(move |b: &[u8]| {
             let _ = tx.send(framed(channel, b));
@@ -71,7 +71,7 @@ where
         closed,
     };
     let code = run(streams).await;
-    let _ = out_tx.send(framed(3, &session::status(code)));
+    let _ = out_tx.send(framed(3, &exec::status(code)));
     let _ = out_tx.send(Message::Close(None));
     drop(out_tx);
     let _ = writer.await;
@@ -97,7 +97,7 @@ pub async fn port_forward(socket: WebSocket, ports: Vec<u16>, namespace: String,
                     && !answered[i]
                 {
                     answered[i] = true;
-                    if sink.send(framed(b[0], &session::port_answer(&namespace, &pod, *port))).await.is_err() {
+                    if sink.send(framed(b[0], &exec::port_answer(&namespace, &pod, *port))).await.is_err() {
                         return;
                     }
                 }

@@ -3,7 +3,9 @@
 //! controllers own, such as readiness gates, are kept).
 
 use crate::informer::pod::{SlimContainer, SlimPod};
-pub use crate::kubelet::pod::{Exit, gates_ready, host_network, is_ready, is_running, is_terminal, phase, pod_ips};
+pub use crate::kubelet::status::pod::{
+    Exit, gates_ready, host_network, is_ready, is_running, is_terminal, phase, pod_ips,
+};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::net::IpAddr;

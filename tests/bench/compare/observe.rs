@@ -77,7 +77,7 @@ impl State {
         } else {
             self.tainted.remove(&name);
         }
-        if kwok_pools::kubelet::node::is_ready(node) {
+        if kwok_pools::kubelet::status::node::is_ready(node) {
             if !self.ready.contains(&name) {
                 self.ready_leased += usize::from(self.leases.contains_key(&name));
                 self.ready.insert(name);

@@ -38,7 +38,7 @@ pub fn node(i: u32, final_state: bool) -> Node {
     .unwrap();
     if final_state {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        node.status = Some(kwok_pools::kubelet::node::simulated(
+        node.status = Some(kwok_pools::kubelet::status::node::simulated(
             &name,
             node.status.as_ref(),
             &[host_ip(i)],
@@ -147,7 +147,7 @@ pub async fn create_nodes(
                 let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
                 let name = created.metadata.name.clone().unwrap_or_default();
                 let uid = created.metadata.uid.clone().unwrap_or_default();
-                let lease = kwok_pools::kinds::nodepool::simulator::leases::lease(&name, &uid, lease_seconds, now);
+                let lease = kwok_pools::kubelet::node::lease::lease(&name, &uid, lease_seconds, now);
                 match leases.create(pp, &lease).await {
                     Ok(_) => leased.lock().unwrap().push((name, tokio::time::Instant::now())),
                     Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -188,7 +188,7 @@ pub async fn create_pods(
                 let base: Ipv4Addr =
                     cidr.split('/').next().unwrap_or("10.0.0.0").parse().unwrap_or(Ipv4Addr::UNSPECIFIED);
                 let ip = IpAddr::V4(Ipv4Addr::from(u32::from(base) + 2 + i / n));
-                let patch = kwok_pools::kubelet::pod_status::running_patch(&slim, &[], &[ip], &now);
+                let patch = kwok_pools::kubelet::status::patches::running_patch(&slim, &[], &[ip], &now);
                 api.patch_status(&format!("cmp-pod-{i}"), status_pp, &Patch::Merge(&patch)).await?;
             }
             Ok(())

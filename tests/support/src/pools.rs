@@ -58,7 +58,7 @@ pub async fn pool_nodes(client: &kube::Client, pool: &str) -> Vec<Node> {
 }
 
 pub fn is_ready(node: &Node) -> bool {
-    kwok_pools::kubelet::node::is_ready(node)
+    kwok_pools::kubelet::status::node::is_ready(node)
 }
 
 pub fn ready_condition(node: &Node) -> String {

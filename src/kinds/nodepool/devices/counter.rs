@@ -5,12 +5,13 @@
 //! instances share a cluster) and there by one replica, the one the shard gives the pool's
 //! name to; the status is the simulator's field, the controller's writes leave it alone.
 
+use super::super::NodePool;
+use super::super::metrics::{DeviceLabels, NodePoolMetrics};
+use super::status::{DeviceCount, count};
 use crate::api::conventions::FIELD_MANAGER;
-use crate::kinds::nodepool::NodePool;
-use crate::kinds::nodepool::devices::status::{DeviceCount, count};
 use crate::shard::Shard;
 use crate::simulator::manage::Manage;
-use crate::telemetry::metrics::{DeviceLabels, Metrics};
+use crate::telemetry::metrics::Metrics;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Patch, PatchParams};
@@ -23,7 +24,7 @@ use std::time::Duration;
 /// How often the counts are taken.
 const EVERY: Duration = Duration::from_secs(3);
 
-pub struct DeviceStatus {
+pub struct DeviceCounter {
     pub client: Client,
     pub nodes: Store<Node>,
     pub manage: Manage,
@@ -32,9 +33,11 @@ pub struct DeviceStatus {
     pub claims: Store<ResourceClaim>,
     pub shard: Shard,
     pub metrics: Arc<Metrics>,
+    /// NodePool's own metrics (`kwok_pools_pool_devices`).
+    pub devices: Arc<NodePoolMetrics>,
 }
 
-impl DeviceStatus {
+impl DeviceCounter {
     pub async fn run(self) {
         let _ = self.pools.wait_until_ready().await;
         let _ = self.slices.wait_until_ready().await;
@@ -66,7 +69,7 @@ impl DeviceStatus {
                 }
             }
             for gone in shown.difference(&now) {
-                self.metrics.devices.remove(gone);
+                self.devices.devices.remove(gone);
             }
             shown = now;
         }
@@ -88,7 +91,7 @@ impl DeviceStatus {
         for c in counts {
             for (state, value) in [("total", c.total), ("allocated", c.allocated), ("unhealthy", c.unhealthy)] {
                 let labels = DeviceLabels { pool: pool.into(), driver: c.driver.clone(), state: state.into() };
-                self.metrics.devices.get_or_create(&labels).set(i64::from(value));
+                self.devices.devices.get_or_create(&labels).set(i64::from(value));
                 now.insert(labels);
             }
         }

@@ -4,8 +4,10 @@
 //! after the node), so the real scheduler allocates ResourceClaims against simulated devices.
 //! Pure: the simulator's publisher writes what [`slices::slices`] builds.
 
+pub mod counter;
 pub mod prepare;
 pub mod presets;
+pub mod publisher;
 pub mod rules;
 pub mod slices;
 pub mod status;

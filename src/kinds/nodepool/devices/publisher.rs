@@ -4,10 +4,10 @@
 //! republishes them with the pool's generation, and slices of drivers the pool no longer
 //! lists are deleted.
 
+use super::super::NodePool;
+use super::{self as devices, POOL_LABEL};
 use crate::api::conventions::FIELD_MANAGER;
 use crate::informer::Change;
-use crate::kinds::nodepool::NodePool;
-use crate::kinds::nodepool::devices::{self, POOL_LABEL};
 use crate::shard::Shard;
 use crate::simulator::manage::Manage;
 use crate::telemetry::metrics::Metrics;

@@ -3,6 +3,7 @@
 //! beside a real KubeVirt only virt-handler's ([`vmis`], [`status`]). It waits, holding
 //! nothing up, until KubeVirt's VMI CRD is installed.
 
+pub mod plan;
 pub mod status;
 pub mod vmis;
 
@@ -11,9 +12,10 @@ use super::{VMIPool, VmiEnv};
 use crate::deploy::rule::Rule;
 use crate::informer::pod::SlimPod;
 use crate::informer::{shared, wait_synced};
+use crate::pool::Simulate;
 use crate::pool::controller::crd_established;
 use crate::simulator::selector::Selector;
-use crate::simulator::{SimContext, Simulate, Simulation};
+use crate::simulator::{SimContext, Simulation};
 use kube::Client;
 use std::time::Duration;
 use vmis::{KubevirtRole, VmiSimulator};
@@ -48,6 +50,8 @@ impl VmiFlags {
 }
 
 impl Simulate for VMIPool {
+    type Metrics = super::metrics::VmiPoolMetrics;
+
     const POD_LABELS: &'static [&'static str] = &[status::APP_LABEL, status::CREATED_BY_LABEL];
 
     /// Launcher pods, wherever they run (their VMI's simulator reads them).
@@ -141,6 +145,7 @@ async fn run(flags: VmiFlags, sim: SimContext) {
         pods: pods.store(),
         vmis: vmis.store(),
         metrics: sim.metrics.clone(),
+        vmi_metrics: sim.metrics.kind::<super::metrics::VmiPoolMetrics>(),
         writes: sim.writes.clone(),
         shard: sim.shard.clone(),
         lifecycles: sim.lifecycles.clone(),

@@ -4,11 +4,12 @@
 //! since KubeVirt's webhook puts back status written by anyone else). The launcher pods are
 //! ordinary pods: the pod simulator runs them and gives them their addresses.
 
+use super::super::kubevirt::VirtualMachineInstance;
+use super::super::metrics::VmiPoolMetrics;
 use super::status::{self as vmi_status, APP_LABEL, CREATED_BY_LABEL, Step};
 use crate::api::conventions::FIELD_MANAGER;
 use crate::informer::Change;
 use crate::informer::pod::SlimPod;
-use crate::kinds::vmipool::kubevirt::VirtualMachineInstance;
 use crate::shard::Shard;
 use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes, object_gone};
 use crate::simulator::manage::Manage;
@@ -47,6 +48,8 @@ pub struct VmiSimulator {
     pub pods: Store<SlimPod>,
     pub vmis: Store<VirtualMachineInstance>,
     pub metrics: Arc<Metrics>,
+    /// VMIPool's own metrics (`kwok_pools_simulator_vmi_transitions`).
+    pub vmi_metrics: Arc<VmiPoolMetrics>,
     pub writes: WriteBudget,
     /// Which VMIs are this replica's: those on its nodes, and (before they have one) those
     /// whose own key is its (all, unless the simulator is sharded).
@@ -318,7 +321,7 @@ impl VmiLoop {
     /// `failPercent` share of VMIs fail then.
     fn boot(&self, vmi: &VirtualMachineInstance, uid: &str) -> Boot {
         let (ns, name) = (vmi.namespace().unwrap_or_default(), vmi.name_any());
-        let plan = self.sim.lifecycles.vmi(vmi.owner_references(), &ns, &name, uid);
+        let plan = super::plan::of(&self.sim.lifecycles, vmi.owner_references(), &ns, &name, uid);
         let since = vmi_status::phase_since(vmi, "Scheduled");
         let booted = since.map_or(0.0, |at| {
             (k8s_openapi::jiff::Timestamp::now() - at).total(k8s_openapi::jiff::Unit::Second).unwrap_or(0.0)
@@ -363,7 +366,7 @@ async fn act(
         Step::Running => {
             let ips = pod.map(|p| p.pod_ips.clone()).unwrap_or_default();
             let uid = vmi.metadata.uid.as_deref().unwrap_or_default();
-            let agent = sim.lifecycles.vmi(vmi.owner_references(), &ns, &name, uid).guest_agent;
+            let agent = super::plan::of(&sim.lifecycles, vmi.owner_references(), &ns, &name, uid).guest_agent;
             patch_vmi(sim, vmi, vmi_status::running_patch(vmi, &ips, agent, &now)).await
         }
         Step::Fail(why) => patch_vmi(sim, vmi, vmi_status::failed_patch(vmi, why, &now)).await,
@@ -375,7 +378,7 @@ async fn act(
         Step::Release => patch_vmi(sim, vmi, vmi_status::release_patch(vmi)).await,
     };
     let transition = format!("{step:?}").split(['(', ' ']).next().unwrap_or_default().to_lowercase();
-    sim.metrics.vmi_transitions.get_or_create(&ResultLabels { result: transition }).inc();
+    sim.vmi_metrics.transitions.get_or_create(&ResultLabels { result: transition }).inc();
     match result {
         Ok(()) => true,
         // Gone or replaced meanwhile (a patch carries the UID, which the API server refuses

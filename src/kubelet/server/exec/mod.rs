@@ -1,9 +1,12 @@
 //! What happens on an exec or attach connection, whatever carries it (SPDY from the API
 //! server, WebSocket from a direct caller): the typed answer of the pod's `exec` knob, stdin
-//! echoed where the knob echoes, an attached container's new log lines. Nothing runs.
+//! echoed where the knob echoes, an attached container's new log lines. Nothing runs. The
+//! answer itself is pure ([`answer`]).
 
-use crate::kubelet::exec::Answer;
-use crate::kubelet::logs::Script;
+pub mod answer;
+
+use crate::kubelet::server::logs::script::Script;
+use answer::Answer;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;

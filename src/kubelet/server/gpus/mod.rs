@@ -1,15 +1,15 @@
-//! `/metrics/dcgm`: the GPUs of a simulated node (its NodePool's `spec.devices` whose devices
-//! are `type: gpu`, as the `nvidia-gpu` preset publishes them) with what the pod holding each
-//! one uses (its pool's `usage.gpuUtilization` and `gpuMemory`), in the DCGM exporter's names
-//! ([`crate::kubelet::dcgm`]).
+//! `/metrics/dcgm`: the GPUs a simulated node has (what its kind gives it, e.g. a NodePool's
+//! `spec.devices` whose devices are `type: gpu`, as the `nvidia-gpu` preset publishes them) with
+//! what the pod holding each one uses (its pool's `usage.gpuUtilization` and `gpuMemory`), in
+//! the DCGM exporter's names ([`dcgm`]).
+
+pub mod dcgm;
 
 use super::state::KubeletApi;
-use crate::informer::pod::SlimPod;
-use crate::kinds::nodepool::devices::{self, slices::NodeRef};
-use crate::kubelet::dcgm::{self, GpuReading};
-use crate::kubelet::usage::{self, Model};
+use crate::kubelet::status::usage::{self, Model};
+use dcgm::GpuReading;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::{Device, ResourceClaim};
+use k8s_openapi::api::resource::v1::Device;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use std::collections::HashMap;
@@ -20,65 +20,35 @@ fn string<'a>(d: &'a Device, name: &str) -> Option<&'a str> {
 }
 
 /// A GPU, the pod holding it (and its first container), and (utilisation, bytes used).
-type Held = (Device, Option<(Arc<SlimPod>, String)>, (f64, f64));
-
-/// The pod holding `device` of `driver` on `node`, from the claims reserved for it.
-fn holder(claims: &[Arc<ResourceClaim>], driver: &str, node: &str, device: &str) -> Option<(String, String)> {
-    claims.iter().find_map(|c| {
-        let status = c.status.as_ref()?;
-        let results = status.allocation.as_ref()?.devices.as_ref()?.results.as_ref()?;
-        results.iter().find(|r| r.driver == driver && r.pool == node && r.device == device)?;
-        let pod = status.reserved_for.as_ref()?.iter().find(|r| r.resource == "pods")?;
-        Some((c.namespace().unwrap_or_default(), pod.name.clone()))
-    })
-}
+type Held = (Device, Option<(Arc<crate::informer::pod::SlimPod>, String)>, (f64, f64));
 
 /// The node's GPUs as the exporter would read them at `now`.
 pub fn render(api: &KubeletApi, node: &Node, now: f64) -> String {
     let name = node.name_any();
-    let Some(stores) = &api.devices else { return dcgm::render(&name, &[]) };
-    let owner = node.owner_references().iter().find(|o| o.controller == Some(true) && o.kind == "NodePool");
-    let Some(pool) = owner.and_then(|o| stores.pools.get(&ObjectRef::new(&o.name))) else {
-        return dcgm::render(&name, &[]);
-    };
-    let seed = pool.spec.lifecycle.as_ref().and_then(|l| l.seed).unwrap_or(0);
-    let uid = node.metadata.uid.clone().unwrap_or_default();
-    let at = NodeRef { pool: &pool.name_any(), generation: 0, seed, node: &name, uid: &uid };
-    let published = devices::slices(&pool.spec.devices, &at);
-    let claims = stores.claims.state();
     let mut models: HashMap<usize, Model> = HashMap::new();
     let mut held: Vec<Held> = Vec::new();
-    for slice in &published {
-        for d in slice.spec.devices.iter().flatten().filter(|d| string(d, "type") == Some("gpu")) {
-            let pod = holder(&claims, &slice.spec.driver, &name, &d.name)
-                .and_then(|(ns, pod)| api.pods.get(&ObjectRef::new(&pod).within(&ns)));
-            let use_ = pod.as_ref().map_or((0.0, 0.0), |pod| {
-                let governing = api.lifecycles.pod_pool(pod, node);
-                let key = governing.as_ref().map_or(0, |p| Arc::as_ptr(p) as *const () as usize);
-                let model = models.entry(key).or_insert_with(|| match governing.as_deref() {
-                    Some(p) => {
-                        let l = p.knobs();
-                        Model::new(
-                            l.and_then(|l| l.pods.as_ref()).and_then(|p| p.usage.as_ref()),
-                            l.and_then(|l| l.seed),
-                            p.created(),
-                        )
-                    }
-                    None => Model::default(),
-                });
-                let ns = pod.namespace().unwrap_or_default();
-                let words: Vec<&str> = match model.seed {
-                    Some(_) => vec![&ns, pod.name(), &d.name],
-                    None => vec![pod.uid(), &d.name],
-                };
-                usage::gpu(model, &words, now)
+    for gpu in api.devices.gpus(node) {
+        let d = gpu.device;
+        let pod = gpu.holder.and_then(|(ns, pod)| api.pods.get(&ObjectRef::new(&pod).within(&ns)));
+        let use_ = pod.as_ref().map_or((0.0, 0.0), |pod| {
+            let governing = api.lifecycles.pod_pool(pod, node);
+            let key = governing.as_ref().map_or(0, |p| Arc::as_ptr(p) as *const () as usize);
+            let model = models.entry(key).or_insert_with(|| match governing.as_deref() {
+                Some(p) => Model::new(p.pods().and_then(|p| p.usage.as_ref()), p.seed(), p.created()),
+                None => Model::default(),
             });
-            let holder = pod.map(|p| {
-                let container = p.containers.first().map(|c| c.name.clone()).unwrap_or_default();
-                (p, container)
-            });
-            held.push((d.clone(), holder, use_));
-        }
+            let ns = pod.namespace().unwrap_or_default();
+            let words: Vec<&str> = match model.seed {
+                Some(_) => vec![&ns, pod.name(), &d.name],
+                None => vec![pod.uid(), &d.name],
+            };
+            usage::gpu(model, &words, now)
+        });
+        let holder = pod.map(|p| {
+            let container = p.containers.first().map(|c| c.name.clone()).unwrap_or_default();
+            (p, container)
+        });
+        held.push((d, holder, use_));
     }
     let readings: Vec<GpuReading> = held
         .iter()

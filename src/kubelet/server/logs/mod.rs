@@ -1,11 +1,13 @@
 //! `/containerLogs`: what a simulated container printed (its pool's `logs` knob, or the pod's
 //! `pools.kwok.x-k8s.io/logs` annotation), with the kubelet's options — follow, previous,
 //! timestamps, sinceSeconds, sinceTime, tailLines, limitBytes. Following ends when the pod goes.
+//! The lines themselves come from the pure [`script`].
+
+pub mod script;
 
 use super::state::{KubeletApi, text};
 use crate::api::kubelet::LOGS_ANNOTATION;
 use crate::informer::pod::SlimPod;
-use crate::kubelet::logs::{Options, Script};
 use crate::simulator::lifecycle::{Knobs, epoch_now};
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -13,6 +15,7 @@ use axum::response::Response;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::runtime::reflector::ObjectRef;
+use script::{Options, Script};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +37,7 @@ pub async fn script(api: &KubeletApi, node: &Node, pod: &SlimPod, container: &st
         _ => None,
     };
     let pool = api.lifecycles.pod_pool(pod, node);
-    let knob = pool.as_deref().and_then(Knobs::knobs).and_then(|l| l.pods.as_ref()).and_then(|p| p.logs.clone());
+    let knob = pool.as_deref().and_then(Knobs::pods).and_then(|p| p.logs.clone());
     Script::new(knob.as_ref(), annotation.as_deref(), pod.name(), container)
 }
 

@@ -5,7 +5,7 @@
 //! headers, its data arrives on a channel, its writes go out in order, pings are echoed.
 //!
 //! Header blocks are zlib-compressed, one stream per direction for the whole connection; the
-//! client's use the SPDY/3 dictionary (`spdy_dictionary.bin`, the spec's bytes as spdystream
+//! client's use the SPDY/3 dictionary (`dictionary.bin`, the spec's bytes as spdystream
 //! has them), ours are plain zlib (a reader with a dictionary accepts a stream without one).
 //! No flow control: spdystream neither sends nor honours WINDOW_UPDATE.
 
@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-const DICTIONARY: &[u8] = include_bytes!("spdy_dictionary.bin");
+const DICTIONARY: &[u8] = include_bytes!("dictionary.bin");
 /// The most a header block may decompress to, and the most frames a stream may have waiting.
 const MAX_HEADERS: usize = 64 * 1024;
 const MAX_PAIRS: usize = 64;

@@ -1,12 +1,15 @@
 //! Exec, attach and port-forward over SPDY/3.1, as the API server speaks them to a kubelet
 //! (kubectl talks WebSocket to the API server, which opens SPDY streams here): the upgrade
 //! with the negotiated `X-Stream-Protocol-Version`, the streams named by their `streamType`
-//! header, the exit status as a v4 JSON Status on the error stream.
+//! header, the exit status as a v4 JSON Status on the error stream. The protocol's framing is
+//! [`framing`].
 
-use super::session::{self, Streams};
-use crate::kubelet::spdy::{self, Stream};
+pub mod framing;
+
+use super::exec::{self, Streams};
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use framing::Stream;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -71,7 +74,7 @@ impl Asked {
     }
 }
 
-fn writer(s: &Stream) -> session::Write {
+fn writer(s: &Stream) -> exec::Write {
     let out = s.outbound();
     Box::new(move |b: &[u8]| out.write(b))
 }
@@ -83,7 +86,7 @@ where
     F: FnOnce(Streams) -> Fut,
     Fut: Future<Output = i32>,
 {
-    let mut incoming = spdy::session(io);
+    let mut incoming = framing::session(io);
     let mut by_type: HashMap<String, Stream> = HashMap::new();
     let collected = tokio::time::timeout(STREAMS_WITHIN, async {
         while by_type.len() < asked.count() {
@@ -125,7 +128,7 @@ where
     };
     let code = run(streams).await;
     let status = if protocol == EXEC_PROTOCOLS[0] {
-        session::status(code)
+        exec::status(code)
     } else if code != 0 {
         format!("command terminated with non-zero exit code: exit status {code}").into_bytes()
     } else {
@@ -149,7 +152,7 @@ pub async fn port_forward<IO>(io: IO, namespace: String, pod: String)
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
 {
-    let mut incoming = spdy::session(io);
+    let mut incoming = framing::session(io);
     let mut errors: HashMap<String, Stream> = HashMap::new();
     let mut data: HashMap<String, Stream> = HashMap::new();
     while let Some(s) = incoming.recv().await {
@@ -184,7 +187,7 @@ async fn answer_port(error: Stream, mut data: Stream, namespace: String, pod: St
     // The answer goes out once the client has spoken (or closed its side).
     let _ = tokio::time::timeout(Duration::from_secs(30), data.inbound.recv()).await;
     let out = data.outbound();
-    out.write(&session::port_answer(&namespace, &pod, port));
+    out.write(&exec::port_answer(&namespace, &pod, port));
     out.finish();
     error.outbound().finish();
     // Drain whatever else the client sends on it.

@@ -1,14 +1,17 @@
 //! A node's usage reading at a moment: its running pods' containers under the knobs of the
 //! pool that governs each pod, plus the node's own base, with the node's CPU counter kept
 //! monotonic across pods that come and go. What `/metrics/resource` and `/stats/summary`
-//! render.
+//! render ([`resource_metrics`], [`summary`]).
+
+pub mod resource_metrics;
+pub mod summary;
 
 use crate::informer::pod::SlimPod;
-use crate::kubelet::resource_metrics::{ContainerReading, NodeReading};
-use crate::kubelet::usage::{self, Identity, Model, NodeCounter, Overrides};
+use crate::kubelet::status::usage::{self, Identity, Model, NodeCounter, Overrides};
 use crate::simulator::lifecycle::{Knobs, Lifecycles};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
+use resource_metrics::{ContainerReading, NodeReading};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -49,9 +52,8 @@ pub fn reading<'a>(
     let node_name = node.metadata.name.as_deref().unwrap_or_default();
     let node_started = node.metadata.creation_timestamp.as_ref().map_or(now, |t| secs(&t.0));
     let node_pool = lifecycles.node_pool(node);
-    let (base_cpu, base_memory) = usage::node_base(
-        node_pool.as_deref().and_then(Knobs::knobs).and_then(|l| l.nodes.as_ref()).and_then(|n| n.usage.as_ref()),
-    );
+    let (base_cpu, base_memory) =
+        usage::node_base(node_pool.as_deref().and_then(Knobs::nodes).and_then(|n| n.usage.as_ref()));
     // Each governing pool's knobs parsed once per reading.
     let mut models: HashMap<usize, Model> = HashMap::new();
     let mut containers = Vec::new();
@@ -59,14 +61,7 @@ pub fn reading<'a>(
         let pool = lifecycles.pod_pool(pod, node);
         let key = pool.as_ref().map_or(0, |p| Arc::as_ptr(p) as *const () as usize);
         let model = models.entry(key).or_insert_with(|| match pool.as_deref() {
-            Some(p) => {
-                let l = p.knobs();
-                Model::new(
-                    l.and_then(|l| l.pods.as_ref()).and_then(|p| p.usage.as_ref()),
-                    l.and_then(|l| l.seed),
-                    p.created(),
-                )
-            }
+            Some(p) => Model::new(p.pods().and_then(|p| p.usage.as_ref()), p.seed(), p.created()),
             None => Model::default(),
         });
         let started = pod.running_since.as_ref().or(pod.start_time.as_ref()).map_or(now, secs);
@@ -104,7 +99,6 @@ pub fn reading<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simulator::lifecycle::Defaults;
 
     fn pod(name: &str, phase: &str, annotations: serde_json::Value) -> Arc<SlimPod> {
         let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
@@ -132,7 +126,7 @@ mod tests {
             ),
             pod("b", "Pending", serde_json::json!({})),
         ];
-        let lifecycles = Lifecycles::new(Defaults::default());
+        let lifecycles = Lifecycles::default();
         let counters = Counters::default();
         let now = secs(&"2026-01-01T00:01:40Z".parse().unwrap());
         let r = reading(&node, &pods, &lifecycles, &counters, now);
