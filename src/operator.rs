@@ -304,6 +304,7 @@ fn simulations(
         node_lease_duration: config.lease_duration,
         shard_takeover: config.shard.as_ref().map_or(Duration::ZERO, |s| s.lease_duration + s.handover),
         identity: config.shard.as_ref().map(|_| config.identity.clone()),
+        clock: crate::simulator::clock::Clock::System,
     };
     let mut s = Simulations { context, config, envs: &wiring.envs, out: Vec::new(), devices: Vec::new() };
     kinds::visit_all(&mut s);

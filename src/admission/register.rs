@@ -13,7 +13,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, ObjectMeta, Patch};
 
 pub const WEBHOOK_NAME: &str = "validate.pools.kwok.x-k8s.io";
 pub const PATH: &str = "/validate";
@@ -123,7 +123,7 @@ pub async fn inject(
     if check(client.clone(), validating, mutating).await.is_ok() {
         return Ok(());
     }
-    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let pp = crate::api::conventions::patch_params();
     let name = validating.metadata.name.clone().unwrap_or_default();
     Api::<ValidatingWebhookConfiguration>::all(client.clone()).patch(&name, &pp, &Patch::Merge(validating)).await?;
     Api::<MutatingWebhookConfiguration>::all(client).patch(&name, &pp, &Patch::Merge(mutating)).await?;
@@ -139,7 +139,7 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
 {
     let name = desired.meta().name.clone().unwrap_or_default();
-    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let pp = crate::api::conventions::patch_params();
     match api.patch(&name, &pp, &Patch::Merge(desired)).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => {

@@ -5,6 +5,17 @@
 /// The field manager of every write the operator makes (children, status, CRDs, webhooks).
 pub const FIELD_MANAGER: &str = "kwok-pools";
 
+/// The parameters of every patch the operator makes: its field manager.
+pub fn patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }
+}
+
+/// The parameters of every server-side apply the operator makes: its field manager, taking
+/// over the fields it applies.
+pub fn apply_params() -> kube::api::PatchParams {
+    kube::api::PatchParams::apply(FIELD_MANAGER).force()
+}
+
 /// The label naming the pool a child belongs to.
 pub const POOL_LABEL: &str = "pools.kwok.x-k8s.io/pool";
 /// The label holding a child's index (0..count-1).

@@ -5,12 +5,10 @@ use super::error::ClusterError;
 use super::layout::Layout;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-use crate::api::conventions::FIELD_MANAGER;
 
 /// A client for the kubeconfig at `path`.
 pub async fn client(path: &Path) -> Result<kube::Client, ClusterError> {
@@ -63,7 +61,7 @@ pub async fn install_crds(
     deadline: Instant,
 ) -> Result<(), ClusterError> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let pp = crate::api::conventions::apply_params();
     for crd in &crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
         api.patch(&name, &pp, &Patch::Apply(crd)).await?;

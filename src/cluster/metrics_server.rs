@@ -4,11 +4,10 @@
 
 use super::error::ClusterError;
 use super::layout::Layout;
-use crate::api::conventions::FIELD_MANAGER;
 use base64::Engine;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use std::time::{Duration, Instant};
 
 /// The Service and APIService for metrics-server on `port`, as applied.
@@ -41,7 +40,7 @@ pub async fn register(
     let ca = std::fs::read_to_string(layout.ca_cert())
         .map_err(|e| ClusterError::Other(format!("reading the cluster CA: {e}")))?;
     let (service, api_service) = objects(&ca, port);
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let pp = crate::api::conventions::apply_params();
     Api::<Service>::namespaced(client.clone(), "kube-system")
         .patch("metrics-server", &pp, &Patch::Apply(&service))
         .await?;

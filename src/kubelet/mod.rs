@@ -14,6 +14,8 @@
 //! ([`crate::simulator::lifecycle`]). The operator runs it once per process
 //! ([`simulations`]), whichever kinds are registered.
 
+#[cfg(test)]
+pub mod fixtures;
 pub mod flags;
 pub mod node;
 pub mod pods;

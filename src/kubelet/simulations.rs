@@ -78,6 +78,7 @@ pub fn simulations(kubelet: &Kubelet, sim: &SimContext, devices: Vec<Arc<dyn Dev
             lease_duration: sim.node_lease_duration,
             status_frequency: flags.node_status_frequency.max(Duration::from_secs(1)),
             defaults: kubelet.defaults.clone(),
+            clock: sim.clock,
         },
         nodes: nodes.store(),
         addresses: kubelet.addresses.clone(),
@@ -97,6 +98,7 @@ pub fn simulations(kubelet: &Kubelet, sim: &SimContext, devices: Vec<Arc<dyn Dev
             defaults: flags.pod_defaults(),
             // Checked when the kubelet was set up: a bad mask never gets here.
             fallback: flags.fallback().ok().flatten(),
+            clock: sim.clock,
         },
         nodes: nodes.store(),
         pods: pods.store(),

@@ -137,7 +137,7 @@ fn operation<P: PoolKind>(
 /// Creates a child: a POST (never takes over an object of the same name) or a forced apply.
 async fn create<P: PoolKind>(api: &Api<P::Child>, name: &str, child: &P::Child) -> kube::Result<()> {
     if !P::CREATE_WITH_POST {
-        let apply = PatchParams::apply(FIELD_MANAGER).force();
+        let apply = crate::api::conventions::apply_params();
         return api.patch(name, &apply, &Patch::Apply(child)).await.map(|_| ());
     }
     let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
@@ -219,8 +219,8 @@ async fn update<C>(
 where
     C: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
 {
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
-    let merge = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let apply = crate::api::conventions::apply_params();
+    let merge = crate::api::conventions::patch_params();
     let mut done = Vec::new();
     for w in writes {
         let (verb, r) = match w {

@@ -6,7 +6,6 @@ use super::reconcile::{error_policy, reconcile_contained};
 use super::{ChildCrd, PoolKind};
 use crate::api::common::GROUP;
 use crate::api::common::conditions::DEGRADED;
-use crate::api::conventions::FIELD_MANAGER;
 use crate::api::conventions::split_child_name;
 use crate::informer::{Change, Informer};
 use crate::simulator::selector::Selector;
@@ -14,7 +13,7 @@ use crate::telemetry::metrics::PoolLabels;
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::controller::Action;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
@@ -183,7 +182,7 @@ pub async fn await_child_crd<P: PoolKind>(client: &Client, crd: ChildCrd, pools:
             conditions.retain(|c| c.type_ != DEGRADED);
             conditions.push(condition);
             let patch = serde_json::json!({ "status": { "conditions": conditions } });
-            let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            let pp = crate::api::conventions::patch_params();
             match P::pool_api(client.clone(), &pool).patch_status(&pool.name_any(), &pp, &Patch::Merge(&patch)).await {
                 Ok(_) => {
                     told.insert(key);

@@ -9,11 +9,11 @@ use super::expectations::Expect;
 use super::plan::{self, Observed, Plan, PlanInput};
 use super::status::{self, Problem, Reason, StatusInput};
 use crate::api::PoolStatus;
-use crate::api::conventions::{FIELD_MANAGER, POOL_LABEL, child_index, child_name};
+use crate::api::conventions::{POOL_LABEL, child_index, child_name};
 use crate::informer::owners::Owners;
 use crate::telemetry::metrics::PoolLabels;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -351,7 +351,7 @@ async fn write_status<P: PoolKind>(pool: &P, ctx: &PoolContext<P>, status: PoolS
     }
     let api = P::pool_api(ctx.client.clone(), pool);
     let patch = serde_json::json!({ "status": status });
-    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let pp = crate::api::conventions::patch_params();
     let result = api.patch_status(&pool.name_any(), &pp, &Patch::Merge(&patch)).await;
     ctx.metrics.write(&P::plural(&()), "patch-status", result.is_ok());
     match result {

@@ -10,7 +10,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PostParams};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -76,7 +76,7 @@ impl Renewer {
             // (Re)joining: when this membership began.
             patch["spec"]["acquireTime"] = serde_json::json!(now);
         }
-        let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let pp = crate::api::conventions::patch_params();
         let result = match self.api.patch(&name, &pp, &Patch::Merge(&patch)).await {
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 let lease = Lease {

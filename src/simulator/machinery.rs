@@ -15,9 +15,10 @@ use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::Instant;
 use tokio_util::time::{DelayQueue, delay_queue};
 
 /// Timers on one wheel, each at most once: setting a timer that is already set moves it. A
@@ -181,7 +182,7 @@ impl WriteBudget {
                 };
                 let urgent = async {
                     match urgent_at {
-                        Some(at) if at > Instant::now() => tokio::time::sleep_until(at.into()).await,
+                        Some(at) if at > Instant::now() => tokio::time::sleep_until(at).await,
                         Some(_) => {}
                         None => std::future::pending::<()>().await,
                     }
@@ -300,6 +301,17 @@ impl<D: Send + 'static> Writes<D> {
             let _ = done.send(write.await);
         });
     }
+}
+
+/// A strategic-merge patch of `name`'s status subresource (conditions merge by type, so the
+/// ones other components own survive), guarded by its `uid`: the API server refuses it when
+/// the object was replaced by another of the same name meanwhile ([`object_gone`] tells).
+pub async fn status_patch<K>(api: &kube::Api<K>, name: &str, uid: &str, mut patch: serde_json::Value) -> kube::Result<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    patch["metadata"] = serde_json::json!({ "uid": uid });
+    api.patch_status(name, &crate::api::conventions::patch_params(), &kube::api::Patch::Strategic(&patch)).await
 }
 
 /// Whether a write failed because its object is gone or was replaced by another of the same

@@ -5,6 +5,7 @@
 //! simulated kubelet (`kubelet/`) and the kinds' own simulations (`Simulate`, beside
 //! `PoolKind` in `pool/`) are built on it.
 
+pub mod clock;
 pub mod lifecycle;
 pub mod machinery;
 pub mod manage;
@@ -16,6 +17,7 @@ pub use crate::backoff::{retry_after, timer_delay};
 use crate::informer::{Informers, SyncWait};
 use crate::shard::Shard;
 use crate::telemetry::metrics::Metrics;
+use clock::Clock;
 use futures::future::BoxFuture;
 use kube::Client;
 use lifecycle::Lifecycles;
@@ -46,6 +48,8 @@ pub struct SimContext {
     pub shard_takeover: Duration,
     /// This replica's name, written on what it renews when the simulator is sharded.
     pub identity: Option<String>,
+    /// Where the simulations read the time (the system's; tests follow tokio's paused clock).
+    pub clock: Clock,
 }
 
 /// One long-running part of a kind's simulator, wired before the informers start (so it sees

@@ -7,7 +7,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::Api;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PostParams};
 
 pub use crate::informer::shared::LEASE_NAMESPACE;
 
@@ -93,14 +93,14 @@ pub async fn renew(
     api: &Api<Lease>,
     node: &Node,
     duration_secs: i32,
-    simulator: Option<&str>,
+    (simulator, now): (Option<&str>, k8s_openapi::jiff::Timestamp),
     first: bool,
     expect: Option<&str>,
 ) -> Result<Renewed, kube::Error> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let uid = node.metadata.uid.clone().unwrap_or_default();
-    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let now = MicroTime(now);
+    let pp = crate::api::conventions::patch_params();
     let renewed = |lease: Lease, verb: &'static str, foreign: Option<String>| Renewed {
         verb,
         ours: names(&lease, simulator),

@@ -9,29 +9,29 @@ pub mod renewal;
 
 use crate::kubelet::status::fate;
 
-use crate::api::conventions::FIELD_MANAGER;
 use crate::api::lifecycle::BadCondition;
 use crate::informer::Change;
 use crate::ipam::HostAllocator;
 use crate::kubelet::status::endpoint::{Endpoint, Endpoints, hostname_address};
 use crate::kubelet::status::node::{self as node_status, NodeDefaults};
 use crate::shard::Shard;
-use crate::simulator::lifecycle::{Lifecycles, epoch_now};
+use crate::simulator::clock::Clock;
+use crate::simulator::lifecycle::Lifecycles;
 use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
 use crate::simulator::manage::Manage;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use rand::Rng;
 use renewal::{Latency, Stretch};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio::time::Instant;
 use tracing::Instrument;
 
 #[derive(Clone, Debug)]
@@ -42,6 +42,8 @@ pub struct NodeSimConfig {
     /// How often the node conditions' heartbeat times are refreshed.
     pub status_frequency: Duration,
     pub defaults: NodeDefaults,
+    /// Where the worker reads the time.
+    pub clock: Clock,
 }
 
 pub struct NodeSimulator {
@@ -399,7 +401,7 @@ impl NodeLoop {
         if plans.is_empty() {
             return Vec::new();
         }
-        let now = epoch_now();
+        let now = self.sim.config.clock.now().epoch();
         let (bad, next) = fate::bad_at(&plans, now);
         if let Some(next) = next {
             // A moment past the change, so the window has surely turned when it is looked at.
@@ -425,7 +427,7 @@ impl NodeLoop {
             t.status_every = status_every;
             self.timers.set(Timer::Status(name.clone()), jittered(status_every, 0.1, 1.0));
         }
-        let now = epoch_now();
+        let now = self.sim.config.clock.now().epoch();
         if let Some(until) =
             fate::node_flap(self.sim.lifecycles.node_pool(&node).as_deref(), &node).and_then(|f| f.away_until(now))
         {
@@ -475,7 +477,7 @@ impl NodeLoop {
     /// change nothing and the simulator's writes queue ([`renewal::defer_report`]).
     fn defer_report(&mut self, node: &Node, name: &str, bad: &[BadCondition], every: Duration) -> bool {
         let endpoint = self.sim.kubelet.as_ref().and_then(|k| k.lock().unwrap_or_else(|e| e.into_inner()).get(name));
-        let age = node_status::report_age(node, k8s_openapi::jiff::Timestamp::now());
+        let age = node_status::report_age(node, self.sim.config.clock.now().wall);
         if node_status::needs_write(node, endpoint.as_ref(), bad)
             || !renewal::defer_report(self.sim.writes.pressure(), age, every)
         {
@@ -524,7 +526,8 @@ async fn lease_write(
     let secs = this.lease_duration_of(&node).as_secs().max(1) as i32;
     let lateness = due.elapsed();
     let sent = Instant::now();
-    let result = lease::renew(&api, &node, secs, this.identity.as_deref(), first, expect.as_deref()).await;
+    let now = this.config.clock.now().wall;
+    let result = lease::renew(&api, &node, secs, (this.identity.as_deref(), now), first, expect.as_deref()).await;
     let ok = result.is_ok();
     let ours = result.as_ref().is_ok_and(|r| r.ours);
     tracing::debug!(
@@ -565,7 +568,7 @@ fn note_conflict(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, name: &str, ot
     let (sim, name) = (sim.clone(), name.to_string());
     writes.spawn(move || async move {
         let api: Api<Node> = Api::all(sim.client.clone());
-        let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let pp = crate::api::conventions::patch_params();
         let patch = serde_json::json!({ "metadata": { "annotations": { lease::CONFLICT_ANNOTATION: other } } });
         let result = api.patch(&name, &pp, &Patch::Merge(&patch)).await;
         sim.metrics.write("nodes", "patch", result.is_ok());
@@ -601,7 +604,7 @@ fn spawn_status(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, node: Arc<Node>
 /// Writes the node's status; `bad`: the conditions its knobs make bad now.
 async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad: Vec<BadCondition>) -> Done {
     let name = node.name_any();
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let now = this.config.clock.now().time();
     let patch = if full {
         let mut base = node.status.clone().unwrap_or_default();
         let mut ips = Vec::new();
@@ -642,13 +645,11 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad
         serde_json::json!({ "status": { "conditions": conditions } })
     };
     let api: Api<Node> = Api::all(this.client.clone());
-    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-    let mut patch = patch;
-    // Refused if the node was replaced by another of the same name meanwhile.
-    patch["metadata"] = serde_json::json!({ "uid": node.metadata.uid });
     // A strategic merge, as the kubelet writes: conditions merge by type, so the ones other
-    // components own (node-problem-detector's, say) survive the heartbeat.
-    let result = api.patch_status(&name, &pp, &Patch::Strategic(&patch)).await;
+    // components own (node-problem-detector's, say) survive the heartbeat. Refused if the node
+    // was replaced by another of the same name meanwhile.
+    let uid = node.metadata.uid.as_deref().unwrap_or_default();
+    let result = crate::simulator::machinery::status_patch(&api, &name, uid, patch).await;
     this.metrics.write("nodes", "patch-status", result.is_ok());
     if let Err(e) = &result
         && !crate::simulator::machinery::object_gone(&result)
@@ -661,7 +662,8 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad
 #[cfg(test)]
 mod urgency_tests {
     use super::urgency;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
+    use tokio::time::Instant;
 
     #[test]
     fn a_first_renewal_is_urgent_at_once_and_later_ones_half_a_lease_after_the_last() {
@@ -673,3 +675,6 @@ mod urgency_tests {
         assert_eq!(urgency(Some(renewed), lease), renewed + Duration::from_secs(20));
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -8,13 +8,12 @@
 use super::super::NodePool;
 use super::super::metrics::{DeviceLabels, NodePoolMetrics};
 use super::status::{DeviceCount, count};
-use crate::api::conventions::FIELD_MANAGER;
 use crate::shard::Shard;
 use crate::simulator::manage::Manage;
 use crate::telemetry::metrics::Metrics;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use std::collections::HashSet;
@@ -101,7 +100,7 @@ impl DeviceCounter {
         let api: Api<NodePool> = Api::all(self.client.clone());
         let value = if counts.is_empty() { serde_json::Value::Null } else { serde_json::json!(counts) };
         let patch = serde_json::json!({ "status": { "devices": value } });
-        let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let pp = crate::api::conventions::patch_params();
         let result = api.patch_status(pool, &pp, &Patch::Merge(&patch)).await;
         self.metrics.write("nodepools", "patch-status", result.is_ok());
         if let Err(e) = result {

@@ -6,14 +6,13 @@
 
 use super::super::NodePool;
 use super::{self as devices, POOL_LABEL};
-use crate::api::conventions::FIELD_MANAGER;
 use crate::informer::Change;
 use crate::shard::Shard;
 use crate::simulator::manage::Manage;
 use crate::telemetry::metrics::Metrics;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -168,7 +167,7 @@ impl SlicePublisher {
         before: BTreeSet<String>,
     ) -> Option<Shown> {
         let api: Api<ResourceSlice> = Api::all(self.client.clone());
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let pp = crate::api::conventions::apply_params();
         let mut names = BTreeSet::new();
         for slice in &want {
             let name = slice.name_any();

@@ -17,7 +17,7 @@ use crate::simulator::selector::Selector;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PostParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use std::collections::HashMap;
@@ -396,7 +396,7 @@ async fn act(
 
 async fn patch_vmi(sim: &VmiSimulator, vmi: &VirtualMachineInstance, patch: serde_json::Value) -> kube::Result<()> {
     let api: Api<VirtualMachineInstance> = Api::namespaced(sim.client.clone(), &vmi.namespace().unwrap_or_default());
-    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let pp = crate::api::conventions::patch_params();
     let r = api.patch(&vmi.name_any(), &pp, &Patch::Merge(&patch)).await.map(|_| ());
     sim.metrics.write("virtualmachineinstances", "patch", r.is_ok());
     r
@@ -417,7 +417,7 @@ async fn create_launcher(
 
 async fn patch_pod_status(sim: &VmiSimulator, pod: &SlimPod, patch: serde_json::Value) -> kube::Result<()> {
     let api: Api<Pod> = Api::namespaced(sim.pod_client.clone(), &pod.namespace().unwrap_or_default());
-    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let pp = crate::api::conventions::patch_params();
     let r = api.patch_status(pod.name(), &pp, &Patch::Strategic(&patch)).await.map(|_| ());
     sim.metrics.write("pods", "patch-status", r.is_ok());
     r

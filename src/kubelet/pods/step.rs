@@ -1,0 +1,607 @@
+//! What the kubelet does next for one pod, decided apart from doing it (as the kubelet's
+//! `pod_workers` decide and its status manager sends): given the pod, what is tracked of it,
+//! its plan and the time, [`step`] (the pod was seen or looked at again) and [`fire`] (one of
+//! its timers went off) return the [`Effect`]s — status patches, timers, events — that the
+//! worker then applies. Pure: no I/O, no clock but the [`Now`] given, so every behaviour is
+//! unit-tested here and under tokio's paused clock in the worker's tests.
+
+use super::super::Prepare;
+use super::super::status::fate::{self, Fate, PodPlan};
+use super::super::status::patches as pod_status;
+use super::super::status::pod::Exit;
+use crate::informer::pod::SlimPod;
+use crate::simulator::clock::Now;
+use crate::simulator::machinery::Attempts;
+use serde_json::Value;
+use std::net::IpAddr;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How often a deferred resize is tried again.
+pub const RESIZE_RETRY: Duration = Duration::from_secs(5);
+/// How long a timer that cannot act now (a write of the pod in flight) waits to try again.
+const BUSY: Duration = Duration::from_secs(1);
+/// How long an image pull fails before it backs off (ErrImagePull → ImagePullBackOff).
+const PULL_BACK_OFF: Duration = Duration::from_secs(10);
+
+/// One of a pod's timers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TimerKind {
+    /// Its start delay is over (or its node is back, or its claims may be known): look again.
+    Start,
+    /// A crash-looping container crashes.
+    Crash,
+    /// Its back-off is over: it runs again (or fails again, if it fails at start).
+    Restart,
+    /// Its run time is over: it completes.
+    Complete,
+    /// Its exit delay is over: its terminal status, then the final delete.
+    Remove,
+    /// Its `activeDeadlineSeconds` have passed since it started.
+    Deadline,
+    /// A failing image pull turns into ImagePullBackOff.
+    PullBackOff,
+    /// A failed init container's back-off is over: it fails again.
+    InitRetry,
+    /// Its readiness probe starts or stops failing.
+    Probe,
+    /// A deferred resize is tried again.
+    Resize,
+}
+
+impl TimerKind {
+    pub const ALL: [TimerKind; 10] = [
+        TimerKind::Start,
+        TimerKind::Crash,
+        TimerKind::Restart,
+        TimerKind::Complete,
+        TimerKind::Remove,
+        TimerKind::Deadline,
+        TimerKind::PullBackOff,
+        TimerKind::InitRetry,
+        TimerKind::Probe,
+        TimerKind::Resize,
+    ];
+
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+/// What the worker keeps of one pod between events.
+#[derive(Clone, Debug)]
+pub struct Tracked {
+    pub node: String,
+    /// The pod's status or delete write (one at a time; failures in a row for the back-off).
+    pub write: Attempts,
+    /// Its timers that are armed (the worker's timer wheel holds them).
+    armed: u16,
+    /// We wrote Running; the store may not show it yet.
+    pub started: bool,
+    /// When the simulator first saw the pod on its node (start delays count from here).
+    pub seen: Instant,
+    /// `down` and `restarts` were read from the pod (first sight).
+    pub known: bool,
+    /// We wrote the pod acknowledged (Pending, ContainerCreating) during its start delay.
+    pub acknowledged: bool,
+    /// Its containers are down (crashed, in back-off), as last written or seen.
+    pub down: bool,
+    pub restarts: i32,
+    /// The final delete went through (the object may linger for others' finalizers).
+    pub removed: bool,
+    /// Deleted: how its containers end (from its exit delay and grace period), and whether
+    /// that terminal status was written (the final delete follows it).
+    pub ending: Option<pod_status::Ending>,
+    pub terminal_written: bool,
+    pub exhausted_reported: bool,
+    /// Its annotations' problems were reported (an event on the pod).
+    pub annotations_reported: bool,
+    /// A failed prepare of its claims was reported (an event on the pod).
+    pub prepare_reported: bool,
+}
+
+impl Tracked {
+    /// A pod first seen at `seen`.
+    pub fn new(seen: Instant) -> Self {
+        Self {
+            node: String::new(),
+            write: Attempts::default(),
+            armed: 0,
+            started: false,
+            seen,
+            known: false,
+            acknowledged: false,
+            down: false,
+            restarts: 0,
+            removed: false,
+            ending: None,
+            terminal_written: false,
+            exhausted_reported: false,
+            annotations_reported: false,
+            prepare_reported: false,
+        }
+    }
+
+    pub fn is_armed(&self, kind: TimerKind) -> bool {
+        self.armed & kind.bit() != 0
+    }
+
+    /// The timer went off (the wheel no longer holds it).
+    pub fn fired(&mut self, kind: TimerKind) {
+        self.armed &= !kind.bit();
+    }
+
+    /// The timers armed now.
+    pub fn armed(&self) -> impl Iterator<Item = TimerKind> + '_ {
+        TimerKind::ALL.into_iter().filter(|k| self.is_armed(*k))
+    }
+}
+
+/// What the worker does for a pod.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Write this status patch (`transition` names it in metrics and traces).
+    Status { patch: Value, transition: &'static str },
+    /// Answer the pod's in-place resize (the writer reads its node's pods first).
+    Resize,
+    /// The final delete.
+    Remove,
+    /// Arm (or move) one of its timers.
+    Arm(TimerKind, Duration),
+    /// Disarm one of its timers.
+    Cancel(TimerKind),
+    /// A Warning event on the pod.
+    Warn { reason: &'static str, action: &'static str, note: String },
+    /// Count a fault a knob injected.
+    Injected(&'static str),
+    /// Count a transition that was not written.
+    Skipped(&'static str),
+    /// It needs addresses from its node's range: the worker allocates and steps again with
+    /// them, or puts it on the node's waiting list.
+    NeedAddresses,
+    /// Its node has no address yet: its next update looks at the pod again.
+    WaitForNode,
+    /// It finished: its address goes back.
+    Release,
+    /// It runs with these addresses: the allocator keeps them its.
+    Observe(Vec<IpAddr>),
+}
+
+/// What a decision about one pod reads besides the pod and what is tracked of it.
+pub struct Input<'a> {
+    pub pod: &'a SlimPod,
+    pub now: Now,
+    /// Its node and plan, when its node is one this replica simulates.
+    pub node: Option<NodeFacts<'a>>,
+    /// The addresses the worker allocated for it, once it has them.
+    pub pod_ips: Option<&'a [IpAddr]>,
+    /// The prepare step of its ResourceClaims (read only for a pod with claims not started).
+    pub prepare: Prepare,
+    /// How saturated the simulator's writes are (0 to 1).
+    pub pressure: f64,
+}
+
+/// What a decision reads of the pod's node and its knobs.
+pub struct NodeFacts<'a> {
+    pub plan: &'a PodPlan,
+    /// When the node's NotReady window ends, if it is in one.
+    pub away: Option<Instant>,
+    /// The node's InternalIPs.
+    pub host_ips: &'a [IpAddr],
+}
+
+/// The effects being decided, with the tracked state they change.
+struct Out<'t> {
+    t: &'t mut Tracked,
+    effects: Vec<Effect>,
+}
+
+impl Out<'_> {
+    fn arm(&mut self, kind: TimerKind, after: Duration) {
+        self.t.armed |= kind.bit();
+        self.effects.push(Effect::Arm(kind, after));
+    }
+
+    fn arm_once(&mut self, kind: TimerKind, after: Duration) {
+        if !self.t.is_armed(kind) {
+            self.arm(kind, after);
+        }
+    }
+
+    fn cancel(&mut self, kind: TimerKind) {
+        if self.t.is_armed(kind) {
+            self.t.armed &= !kind.bit();
+            self.effects.push(Effect::Cancel(kind));
+        }
+    }
+
+    /// A write: the pod's one write in flight.
+    fn write(&mut self, effect: Effect) {
+        self.t.write.in_flight = true;
+        self.effects.push(effect);
+    }
+
+    fn status(&mut self, patch: Value, transition: &'static str) {
+        self.write(Effect::Status { patch, transition });
+    }
+}
+
+/// The pod was seen, or is looked at again: what a kubelet does next (nothing for a pod on no
+/// node of ours). The knobs are read each time (its node's `plan`), so a pool's change applies
+/// at once.
+pub fn step(i: &Input, t: &mut Tracked) -> Vec<Effect> {
+    let mut out = Out { t, effects: Vec::new() };
+    let Some(facts) = &i.node else { return out.effects };
+    if out.t.write.in_flight {
+        return out.effects;
+    }
+    let pod = i.pod;
+    if !out.t.known {
+        // After a restart the pod tells where its crash loop stands.
+        out.t.known = true;
+        out.t.down = pod.crash_looping;
+        out.t.restarts = pod.restart_count;
+    }
+    if !out.t.annotations_reported
+        && let Some(o) = pod.overrides.as_deref().filter(|o| !o.problems.is_empty())
+    {
+        out.t.annotations_reported = true;
+        let note = format!("{} (fix the annotation on the pod or its template)", o.problems.join("; "));
+        out.effects.push(Effect::Warn { reason: "BadAnnotation", action: "ReadAnnotations", note });
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        schedule_removal(i, facts, &mut out);
+    } else if let Some(until) = facts.away {
+        // Its node's kubelet is "gone": nothing happens to the pod until the node is back.
+        out.arm_once(TimerKind::Start, until.saturating_duration_since(i.now.at));
+    } else if pod_status::is_terminal(pod) {
+        // A finished pod is not live: its address goes back, and may fit a waiting pod.
+        out.effects.push(Effect::Release);
+    } else {
+        watch_deadline(i, &mut out);
+        if !pod_status::is_running(pod) {
+            start(i, facts, &mut out);
+        } else {
+            keep_running(i, facts, &mut out);
+        }
+    }
+    out.effects
+}
+
+/// A pod with `activeDeadlineSeconds` and a start time: ended when they have passed, as the
+/// kubelet ends it.
+fn watch_deadline(i: &Input, out: &mut Out) {
+    let (Some(deadline), Some(started)) = (i.pod.active_deadline_seconds, i.pod.start_time) else { return };
+    let left = (f64::from(deadline) - i.now.since(started)).clamp(0.0, 1e9);
+    out.arm_once(TimerKind::Deadline, Duration::from_secs_f64(left));
+}
+
+/// A deleted pod goes once its exit delay has passed: about a second for a process that
+/// honours SIGTERM, the whole grace period for one that ignores it, never past the grace. On
+/// a node in a NotReady window nobody confirms the exit until the node is back.
+fn schedule_removal(i: &Input, facts: &NodeFacts, out: &mut Out) {
+    let pod = i.pod;
+    let Some(deleted_at) = pod.metadata.deletion_timestamp.as_ref() else { return };
+    if out.t.is_armed(TimerKind::Remove) || out.t.removed {
+        return;
+    }
+    let grace = Duration::from_secs(pod.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64);
+    let terminal = pod_status::is_terminal(pod) || out.t.terminal_written;
+    let exit_delay = facts.plan.exit_delay;
+    let wait = if terminal { Duration::ZERO } else { exit_delay.map_or(grace, |d| d.min(grace)) };
+    if !terminal {
+        out.t.ending = Some(if !pod_status::is_running(pod) {
+            pod_status::Ending::NeverStarted
+        } else if exit_delay.is_some_and(|d| d < grace) {
+            pod_status::Ending::Signalled
+        } else {
+            pod_status::Ending::Killed
+        });
+    }
+    // Like a kubelet, wait from now; but never past the deletion timestamp (seconds
+    // resolution, hence the extra second), which matters after a restart.
+    let until_deadline = -i.now.since(deleted_at.0) + 1.0;
+    let mut remaining = wait.min(Duration::from_secs_f64(until_deadline.clamp(0.0, 1e9)));
+    if let Some(back) = facts.away {
+        remaining = remaining.max(back.saturating_duration_since(i.now.at));
+    }
+    out.arm(TimerKind::Remove, remaining);
+}
+
+/// A pod not running yet: acknowledged at once (Pending, its containers creating) when it has
+/// a start delay; after the delay, addresses and one status write: Running, or crashed, or
+/// Failed, as its fate says.
+fn start(i: &Input, facts: &NodeFacts, out: &mut Out) {
+    let pod = i.pod;
+    if pod.claims && !out.t.started && !prepared(i, facts, out) {
+        return;
+    }
+    if out.t.started || out.t.is_armed(TimerKind::Start) {
+        return; // our write is on its way through the watch, or the start delay runs
+    }
+    let host_ips = facts.host_ips;
+    if host_ips.is_empty() {
+        // The node has no address yet; its next update retries.
+        out.effects.push(Effect::WaitForNode);
+        return;
+    }
+    let due = out.t.seen + facts.plan.start_delay;
+    if due > i.now.at {
+        out.arm(TimerKind::Start, due - i.now.at);
+        acknowledge(i, host_ips, out);
+        return;
+    }
+    let never_restarts = pod.restart_policy.as_deref() == Some("Never");
+    let now = i.now.value();
+    let (patch, transition) = match &facts.plan.fate {
+        Fate::FailsAtStart(exit) if never_restarts => (pod_status::failed_patch(pod, host_ips, exit, &now), "fail"),
+        Fate::InitFails(exit) if never_restarts => {
+            (pod_status::init_failed_patch(pod, (host_ips, &[]), exit, 0, &now), "init-fail")
+        }
+        fate => {
+            // The sandbox is made: the pod has its addresses whatever its containers do.
+            let Some(pod_ips) = i.pod_ips else {
+                out.effects.push(Effect::NeedAddresses);
+                return;
+            };
+            match fate {
+                Fate::FailsAtStart(exit) => {
+                    let running = pod_status::running_patch(pod, host_ips, pod_ips, &now);
+                    (pod_status::with(running, pod_status::crashed_patch(pod, 1, exit, &now)), "crash")
+                }
+                Fate::ImagePullFails => {
+                    out.arm(TimerKind::PullBackOff, PULL_BACK_OFF);
+                    (pod_status::image_pull_patch(pod, host_ips, pod_ips, false, &now), "image-pull-fail")
+                }
+                Fate::InitFails(exit) => {
+                    out.arm(TimerKind::InitRetry, fate::crash_back_off(1));
+                    (pod_status::init_failed_patch(pod, (host_ips, pod_ips), exit, 0, &now), "init-fail")
+                }
+                _ => (pod_status::running_patch(pod, host_ips, pod_ips, &now), "run"),
+            }
+        }
+    };
+    if transition == "crash" {
+        out.t.down = true;
+        out.t.restarts = 1;
+    }
+    if transition != "run" {
+        out.effects.push(Effect::Injected(transition));
+    }
+    out.t.started = true;
+    out.status(patch, transition);
+}
+
+/// As a kubelet does before it pulls images: startTime, host IPs, containers creating (once).
+fn acknowledge(i: &Input, host_ips: &[IpAddr], out: &mut Out) {
+    if !out.t.acknowledged && i.pod.start_time.is_none() {
+        out.t.acknowledged = true;
+        out.status(pod_status::pending_patch(i.pod, host_ips, &i.now.value()), "acknowledge");
+    }
+}
+
+/// The kubelet's prepare step for the pod's ResourceClaims: false while the pod cannot start
+/// — its claims are not known yet (looked at again in a second), or a driver fails to
+/// prepare one (acknowledged once, ContainerCreating, with the kubelet's event; for good, as a
+/// broken driver does).
+fn prepared(i: &Input, facts: &NodeFacts, out: &mut Out) -> bool {
+    let note = match &i.prepare {
+        Prepare::Ready => return true,
+        Prepare::Later => {
+            out.arm_once(TimerKind::Start, Duration::from_secs(1));
+            return false;
+        }
+        Prepare::Fails(note) => note.clone(),
+    };
+    if std::mem::replace(&mut out.t.prepare_reported, true) {
+        return false;
+    }
+    acknowledge(i, facts.host_ips, out);
+    out.effects.push(Effect::Injected("prepare_fail"));
+    out.effects.push(Effect::Warn { reason: "FailedPrepareDynamicResources", action: "PrepareDynamicResources", note });
+    false
+}
+
+/// A running pod: its addresses stay known, Ready follows its readiness gates, a crash loop
+/// goes round (a pod that is down always comes back after its back-off, whatever the knobs say
+/// now), a pod with a run time finishes.
+fn keep_running(i: &Input, facts: &NodeFacts, out: &mut Out) {
+    let pod = i.pod;
+    let ips = pod_status::pod_ips(pod);
+    if !pod_status::host_network(pod) && !ips.is_empty() {
+        out.effects.push(Effect::Observe(ips));
+    }
+    out.t.started = true;
+    let now = i.now.value();
+    if let Some(patch) = pod_status::ready_fix(pod, &now) {
+        out.status(patch, "ready");
+        return;
+    }
+    // A spec change the kubelet has not answered (an in-place resize).
+    if pod.generation > pod.observed_generation.max(1) {
+        out.write(Effect::Resize);
+        return;
+    }
+    if pod.condition("PodResizePending") == Some("True") {
+        // Deferred: tried again now and then, as the kubelet does, until room comes free.
+        out.arm_once(TimerKind::Resize, RESIZE_RETRY);
+    }
+    if let Some(patch) = pod_status::ephemeral_patch(pod, &now) {
+        out.status(patch, "ephemeral");
+        return;
+    }
+    if !out.t.down && probe(i, facts.plan, out) {
+        return;
+    }
+    if !out.t.is_armed(TimerKind::Crash) && !out.t.is_armed(TimerKind::Restart) {
+        if out.t.down {
+            out.arm(TimerKind::Restart, fate::crash_back_off(out.t.restarts));
+        } else if let Fate::CrashLoops { after, .. } = facts.plan.fate {
+            out.arm(TimerKind::Crash, after);
+        }
+    }
+    let looping = out.t.down || !facts.plan.fate.runs();
+    if let Some(run_time) = facts.plan.run_time
+        && !looping
+        && !out.t.is_armed(TimerKind::Complete)
+    {
+        let ran = pod.start_time.map_or(0.0, |s| i.now.since(s).clamp(0.0, 1e9));
+        out.arm(TimerKind::Complete, run_time.saturating_sub(Duration::from_secs_f64(ran)));
+    }
+}
+
+/// A running pod whose readiness flaps: writes the probe's verdict when it differs from what
+/// the pod shows, and looks again when the verdict changes. `true` when it wrote.
+fn probe(i: &Input, plan: &PodPlan, out: &mut Out) -> bool {
+    let Some(flap) = &plan.readiness else { return false };
+    let now = i.now.epoch();
+    let passing = flap.away_until(now).is_none();
+    // A moment past the change, so the window has surely turned when the pod is looked at.
+    out.arm(TimerKind::Probe, flap.next_change(now).saturating_sub(now) + Duration::from_millis(100));
+    let shown = i.pod.condition("ContainersReady") != Some("False");
+    if passing == shown {
+        return false;
+    }
+    if !passing {
+        out.effects.push(Effect::Injected("unready"));
+    }
+    let transition = if passing { "probe-pass" } else { "probe-fail" };
+    out.status(pod_status::probe_patch(i.pod, passing, &i.now.value()), transition);
+    true
+}
+
+/// How the plan's fate exits (a plain `Error` exit 1 when it does not say).
+fn exit_of(plan: &PodPlan) -> Exit {
+    match &plan.fate {
+        Fate::CrashLoops { exit, .. } | Fate::FailsAtStart(exit) | Fate::InitFails(exit) => exit.clone(),
+        _ => Exit::error(1),
+    }
+}
+
+/// One of the pod's timers went off (the worker found the pod and its UID the timer's).
+/// `Start` and `Probe` look at the pod again ([`step`]); the others act.
+pub fn fire(kind: TimerKind, i: &Input, t: &mut Tracked) -> Vec<Effect> {
+    let mut out = Out { t, effects: Vec::new() };
+    out.t.fired(kind);
+    let pod = i.pod;
+    let deleted = pod.metadata.deletion_timestamp.is_some();
+    match kind {
+        TimerKind::Start | TimerKind::Probe => return step(i, out.t),
+        TimerKind::Crash | TimerKind::Restart => {
+            if let Some(facts) = live(i) {
+                loop_round(kind, i, facts, &mut out);
+            }
+        }
+        TimerKind::Complete => {
+            if !deleted && pod.phase() == "Running" && !busy(kind, &mut out) {
+                out.status(pod_status::completed_patch(pod, &i.now.value()), "complete");
+            }
+        }
+        TimerKind::Deadline => {
+            if !deleted && !pod_status::is_terminal(pod) && !busy(kind, &mut out) {
+                out.cancel(TimerKind::Complete);
+                out.status(pod_status::deadline_patch(pod, &i.now.value()), "deadline");
+            }
+        }
+        TimerKind::Remove => remove_or_end(i, &mut out),
+        TimerKind::PullBackOff | TimerKind::InitRetry => {
+            if let Some(facts) = i.node.as_ref().filter(|_| !deleted && pod.phase() == "Pending")
+                && !busy(kind, &mut out)
+            {
+                pending_round(kind, i, facts, &mut out);
+            }
+        }
+        TimerKind::Resize => {
+            if live(i).is_some() && pod.condition("PodResizePending") == Some("True") && !busy(kind, &mut out) {
+                out.write(Effect::Resize);
+            }
+        }
+    }
+    out.effects
+}
+
+/// Whether the pod's write is in flight: then the timer goes off again a moment later.
+fn busy(kind: TimerKind, out: &mut Out) -> bool {
+    if out.t.write.in_flight {
+        out.arm(kind, BUSY);
+    }
+    out.t.write.in_flight
+}
+
+/// The node facts of a live pod (running, not deleted, on a node of ours).
+fn live<'a>(i: &'a Input) -> Option<&'a NodeFacts<'a>> {
+    let live = i.pod.metadata.deletion_timestamp.is_none() && pod_status::phase(i.pod) == "Running";
+    i.node.as_ref().filter(|_| live)
+}
+
+/// A crash loop goes round: the container crashes (CrashLoopBackOff, or Failed if never
+/// restarted), or its back-off is over (it runs again, or fails again if it fails at start).
+/// Waits while a write is in flight or its node is away.
+fn loop_round(kind: TimerKind, i: &Input, facts: &NodeFacts, out: &mut Out) {
+    if busy(kind, out) {
+        return;
+    }
+    if let Some(back) = facts.away {
+        out.arm(kind, back.saturating_duration_since(i.now.at));
+        return;
+    }
+    let (pod, now, exit) = (i.pod, i.now.value(), exit_of(facts.plan));
+    if kind == TimerKind::Crash {
+        let patch = if pod.restart_policy.as_deref() == Some("Never") {
+            pod_status::failed_patch(pod, &[], &exit, &now)
+        } else {
+            pod_status::crashed_patch(pod, out.t.restarts.saturating_add(1), &exit, &now)
+        };
+        out.t.down = true;
+        out.t.restarts = out.t.restarts.saturating_add(1);
+        out.effects.push(Effect::Injected(if exit.reason == "OOMKilled" { "oom-kill" } else { "crash" }));
+        out.status(patch, "crash");
+    } else if matches!(facts.plan.fate, Fate::FailsAtStart(_)) {
+        out.t.restarts = out.t.restarts.saturating_add(1);
+        out.effects.push(Effect::Injected("crash"));
+        out.status(pod_status::crashed_patch(pod, out.t.restarts, &exit, &now), "crash");
+    } else {
+        out.t.down = false;
+        out.status(pod_status::restarted_patch(pod, out.t.restarts, &exit, &now), "restart");
+    }
+}
+
+/// A pending pod's failure goes round: ErrImagePull becomes ImagePullBackOff (and stays so:
+/// the image never pulls), or a failed init container runs again after its back-off and fails
+/// again.
+fn pending_round(kind: TimerKind, i: &Input, facts: &NodeFacts, out: &mut Out) {
+    let now = i.now.value();
+    if kind == TimerKind::PullBackOff {
+        out.status(pod_status::image_pull_patch(i.pod, &[], &[], true, &now), "image-pull-back-off");
+        return;
+    }
+    out.t.restarts = out.t.restarts.saturating_add(1);
+    let restarts = out.t.restarts;
+    out.arm(TimerKind::InitRetry, fate::crash_back_off(restarts + 1));
+    out.effects.push(Effect::Injected("init-fail"));
+    let exit = exit_of(facts.plan);
+    out.status(pod_status::init_failed_patch(i.pod, (&[], &[]), &exit, restarts, &now), "init-fail");
+}
+
+/// A deleted pod whose exit delay has passed: first its terminal status, as the kubelet (since
+/// 1.27) writes it, then — when that is written — the final delete. While the simulator's
+/// writes queue, a pod nothing keeps after the final delete goes straight to it
+/// ([`crate::kubelet::status::pod::reports_termination`]).
+fn remove_or_end(i: &Input, out: &mut Out) {
+    if busy(TimerKind::Remove, out) {
+        return;
+    }
+    let pod = i.pod;
+    if pod_status::is_terminal(pod) || out.t.terminal_written {
+        out.write(Effect::Remove);
+        return;
+    }
+    if !crate::kubelet::status::pod::reports_termination(pod, i.pressure) {
+        out.effects.push(Effect::Skipped("terminal-status-skipped"));
+        out.write(Effect::Remove);
+        return;
+    }
+    out.t.terminal_written = true;
+    let ending = out.t.ending.unwrap_or(pod_status::Ending::Killed);
+    out.status(pod_status::terminated_patch(pod, ending, &i.now.value()), "terminate");
+}
