@@ -52,6 +52,12 @@ fn the_registry_generates_its_crd_schema_and_rbac() {
     );
     assert!(granted("configmaps", "patch", kwok_pools::deploy::rbac::Scope::PoolNamespaces), "updated in place");
     assert!(!granted("configmaps", "create", kwok_pools::deploy::rbac::Scope::Cluster));
+    // Its own lifecycle section and its own metric, from its directory alone.
+    let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+    let lifecycle = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["lifecycle"]["properties"];
+    assert!(lifecycle["configMaps"]["properties"]["stampAfter"].is_object(), "{lifecycle:#}");
+    let metrics = kwok_pools::telemetry::metrics::Metrics::new(kwok_pools::kinds::register_metrics).encode();
+    assert!(metrics.contains("# TYPE kwok_pools_configmappool_stamps counter"), "{metrics}");
 }
 
 fn review(object: serde_json::Value) -> Vec<u8> {
@@ -83,6 +89,12 @@ async fn admission_judges_it_by_its_own_rules() {
     assert!(message.starts_with("spec.configMapTemplate.data.bad key!:"), "{message}");
     let (_, allowed, r) = answer(&review(pool_json("a", -1, json!({}))), &judge).await.unwrap();
     assert!(!allowed && r.response.unwrap().result.message.starts_with("spec.configMapCount:"));
+    // Its own knob, judged by its own rule.
+    let mut knob = pool_json("a", 1, json!({}));
+    knob["spec"]["lifecycle"] = json!({"configMaps": {"stampAfter": {"min": "3s", "max": "1s"}}});
+    let (_, allowed, r) = answer(&review(knob), &judge).await.unwrap();
+    let message = r.response.unwrap().result.message;
+    assert!(!allowed && message.starts_with("spec.lifecycle.configMaps.stampAfter.min:"), "{message}");
 }
 
 fn crd_yaml() -> String {
@@ -114,7 +126,7 @@ async fn it_is_reconciled_scaled_refused_and_cleaned_up_on_the_real_cluster() {
     op.wait_ready().await;
 
     apply(&format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: {KIND}\nmetadata: {{name: settings, namespace: {}, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  configMapCount: 3\n  configMapTemplate:\n    metadata: {{labels: {{app: settings}}}}\n    data: {{mode: fast}}\n",
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: {KIND}\nmetadata: {{name: settings, namespace: {}, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  configMapCount: 3\n  configMapTemplate:\n    metadata: {{labels: {{app: settings}}}}\n    data: {{mode: fast}}\n  lifecycle: {{configMaps: {{stampAfter: {{fixed: 2s}}}}}}\n",
         ns.name
     ));
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
@@ -135,6 +147,18 @@ async fn it_is_reconciled_scaled_refused_and_cleaned_up_on_the_real_cluster() {
         assert_eq!((owner.controller, owner.uid.as_str()), (Some(true), pool.metadata.uid.as_deref().unwrap()));
         assert_eq!(c.data.as_ref().unwrap()["mode"], "fast");
     }
+
+    // Its knob, found by the shared lifecycle engine, drives its own simulation and metric.
+    wait_for("every ConfigMap stamped by the kind's own simulation", Duration::from_secs(60), || async {
+        let stamped = config_maps(&api, "settings")
+            .await
+            .iter()
+            .filter(|c| c.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("pools.kwok.x-k8s.io/stamped")))
+            .count();
+        if stamped == 3 { Ok(()) } else { Err(format!("{stamped} of 3")) }
+    })
+    .await;
+    assert!(op.metric("kwok_pools_configmappool_stamps_total").await >= 3.0, "its own metric counts them");
 
     kubectl_ok(&["scale", "-n", &ns.name, "configmappools.pools.kwok.x-k8s.io/settings", "--replicas", "5"]);
     wait_count(&api, "settings", 5).await;

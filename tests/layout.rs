@@ -4,6 +4,10 @@
 //! file's code, resolved to the file that defines the module it names; a `mod.rs` pointing into
 //! its own directory (declaring or re-exporting its children) is the room's map, not an import.
 //! Test modules (`#[cfg(test)]` to the end of a file, `*_tests.rs`, fixtures) are left out.
+//!
+//! Beside the loops, the rooms' layering ([`MAY_IMPORT`]): each room (a directory or file of
+//! `src/`, a kind's directory, the registry) names the rooms it may import; everything points
+//! one way, downward, and the shared rooms name no kind.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
@@ -235,6 +239,211 @@ fn cycles(edges: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<Vec<PathBuf>> {
         }
     }
     s.found
+}
+
+/// The rooms each room may import besides itself: the layering, bottom up. A room is a
+/// directory or file directly under `src/`; a kind's directory is `kinds/*`, the registry
+/// (`src/kinds/mod.rs`) is `kinds`; `deploy::rule` is the leaf every room declares the rights it
+/// needs with (the rest of `deploy/` generates the install from the registry).
+const MAY_IMPORT: &[(&str, &[&str])] = &[
+    // Leaves: API primitives and process-wide helpers.
+    ("api", &[]),
+    ("backoff", &[]),
+    ("certs", &[]),
+    ("dedicated", &[]),
+    ("setup", &[]),
+    ("sync", &[]),
+    ("telemetry", &[]),
+    ("deploy::rule", &[]),
+    // The shared machinery every simulation is built on.
+    ("ipam", &["api", "sync"]),
+    ("informer", &["api", "backoff", "sync", "telemetry"]),
+    ("shard", &["api", "backoff", "sync", "telemetry"]),
+    ("simulator", &["api", "backoff", "informer", "shard", "sync", "telemetry"]),
+    // The simulated kubelet: names no pool and no kind.
+    (
+        "kubelet",
+        &[
+            "api",
+            "backoff",
+            "certs",
+            "deploy::rule",
+            "informer",
+            "ipam",
+            "setup",
+            "shard",
+            "simulator",
+            "sync",
+            "telemetry",
+        ],
+    ),
+    // The pool core and the traits a kind implements.
+    (
+        "pool",
+        &[
+            "api",
+            "backoff",
+            "deploy::rule",
+            "informer",
+            "ipam",
+            "kubelet",
+            "setup",
+            "shard",
+            "simulator",
+            "sync",
+            "telemetry",
+        ],
+    ),
+    // A kind: everything shared, never another kind, never the process above.
+    (
+        "kinds/*",
+        &[
+            "api",
+            "backoff",
+            "certs",
+            "deploy::rule",
+            "informer",
+            "ipam",
+            "kubelet",
+            "pool",
+            "setup",
+            "shard",
+            "simulator",
+            "sync",
+            "telemetry",
+        ],
+    ),
+    // The registry: the kinds, and what a kind is.
+    ("kinds", &["kinds/*", "api", "pool", "telemetry"]),
+    // What iterates the registry (never a kind directly).
+    ("admission", &["api", "backoff", "certs", "informer", "kinds", "pool", "setup", "sync", "telemetry"]),
+    ("deploy", &["admission", "api", "deploy::rule", "informer", "kinds", "kubelet", "pool", "simulator"]),
+    ("cluster", &["api", "certs", "kinds", "setup", "sync"]),
+    ("leader", &["admission", "api", "backoff", "dedicated", "sync", "telemetry"]),
+    // The process and its command line.
+    (
+        "operator",
+        &[
+            "admission",
+            "api",
+            "backoff",
+            "dedicated",
+            "informer",
+            "kinds",
+            "kubelet",
+            "leader",
+            "pool",
+            "setup",
+            "shard",
+            "simulator",
+            "sync",
+            "telemetry",
+        ],
+    ),
+    (
+        "cli",
+        &[
+            "admission",
+            "api",
+            "certs",
+            "cluster",
+            "deploy",
+            "deploy::rule",
+            "informer",
+            "kinds",
+            "kubelet",
+            "operator",
+            "pool",
+            "setup",
+            "shard",
+            "simulator",
+            "sync",
+            "telemetry",
+        ],
+    ),
+];
+
+/// The room of a file of `src/` (see [`MAY_IMPORT`]); `None` for the crate root.
+fn room(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).ok()?;
+    let parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    match parts.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["lib.rs" | "main.rs"] => None,
+        ["kinds", "mod.rs"] => Some("kinds".into()),
+        ["kinds", _, ..] => Some("kinds/*".into()),
+        ["deploy", "rule.rs"] => Some("deploy::rule".into()),
+        [first, ..] => Some(first.trim_end_matches(".rs").to_string()),
+        [] => None,
+    }
+}
+
+/// Every import that breaks the layering: a room importing one it may not, a shared room
+/// importing a kind, a kind importing another kind.
+fn inversions(src: &Path, edges: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<String> {
+    let rules: BTreeMap<&str, &[&str]> = MAY_IMPORT.iter().copied().collect();
+    let kind_dir = |f: &Path| {
+        let rel = f.strip_prefix(src).ok()?;
+        let mut it = rel.iter();
+        (it.next()? == "kinds").then(|| it.next().map(|d| d.to_string_lossy().into_owned())).flatten()
+    };
+    let mut found = Vec::new();
+    for (file, targets) in edges {
+        let Some(from) = room(src, file) else { continue };
+        let Some(allowed) = rules.get(from.as_str()) else {
+            found.push(format!("{}: room {from} has no rule in MAY_IMPORT", file.display()));
+            continue;
+        };
+        for target in targets {
+            let Some(to) = room(src, target) else { continue };
+            let same_kind = from == "kinds/*" && to == "kinds/*" && kind_dir(file) == kind_dir(target);
+            if to == from && (from != "kinds/*" || same_kind) {
+                continue;
+            }
+            if !allowed.contains(&to.as_str()) || (from == "kinds/*" && !same_kind && to == "kinds/*") {
+                let shown = |f: &Path| f.strip_prefix(src).unwrap_or(f).display().to_string();
+                found.push(format!("{} ({from}) imports {} ({to})", shown(file), shown(target)));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn every_room_imports_only_the_rooms_below_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = inversions(&src, &graph(&src));
+    assert!(
+        found.is_empty(),
+        "imports against the layering (tests/layout.rs MAY_IMPORT; move what both need down a room):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn a_planted_inversion_is_caught() {
+    let src = Path::new("/r/src");
+    let edge = |a: &str, b: &[&str]| (src.join(a), b.iter().map(|t| src.join(t)).collect::<BTreeSet<_>>());
+    let edges: BTreeMap<_, _> = [
+        edge("api/common.rs", &["pool/mod.rs"]),
+        edge("kubelet/pods/mod.rs", &["kinds/nodepool/api.rs", "simulator/mod.rs"]),
+        edge("kinds/podpool/kind.rs", &["kinds/nodepool/api.rs", "kinds/podpool/api.rs", "kinds/mod.rs"]),
+        edge("admission/review.rs", &["kinds/mod.rs", "cli/run.rs"]),
+        edge("pool/mod.rs", &["kubelet/mod.rs", "deploy/rule.rs"]),
+        edge("newroom/x.rs", &["api/common.rs"]),
+    ]
+    .into();
+    let found = inversions(src, &edges);
+    assert_eq!(
+        found,
+        [
+            "admission/review.rs (admission) imports cli/run.rs (cli)",
+            "api/common.rs (api) imports pool/mod.rs (pool)",
+            "kinds/podpool/kind.rs (kinds/*) imports kinds/mod.rs (kinds)",
+            "kinds/podpool/kind.rs (kinds/*) imports kinds/nodepool/api.rs (kinds/*)",
+            "kubelet/pods/mod.rs (kubelet) imports kinds/nodepool/api.rs (kinds/*)",
+            "/r/src/newroom/x.rs: room newroom has no rule in MAY_IMPORT",
+        ]
+    );
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! The ConfigMapPool type.
 
 use crate::api::common::{PoolStatus, TemplateMetadata};
+use crate::api::lifecycle::{Delay, LifecycleSpec, Sections, delay_problem};
 use crate::api::validation;
 use garde::Validate;
 use kube::{CustomResource, KubeSchema};
@@ -41,6 +42,43 @@ pub struct ConfigMapPoolSpec {
     #[serde(default)]
     #[garde(custom(ConfigMapTemplate::rules))]
     pub config_map_template: ConfigMapTemplate,
+
+    /// How the ConfigMaps behave once made (the kind's own lifecycle section).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(custom(validation::lifecycle))]
+    pub lifecycle: Option<ConfigMapPoolLifecycle>,
+}
+
+/// `spec.lifecycle` of a ConfigMapPool: a seed and what its ConfigMaps do.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapPoolLifecycle {
+    /// Makes every random choice reproducible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_maps: Option<ConfigMapLifecycle>,
+}
+
+/// What a pool's ConfigMaps do.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapLifecycle {
+    /// How long after it is seen a ConfigMap gets the annotation `pools.kwok.x-k8s.io/stamped`
+    /// (default: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp_after: Option<Delay>,
+}
+
+impl LifecycleSpec for ConfigMapPoolLifecycle {
+    fn sections(&self) -> Sections<'_> {
+        Sections { seed: self.seed, ..Sections::default() }
+    }
+
+    fn own_problems(&self) -> Vec<String> {
+        let stamp = self.config_maps.as_ref().and_then(|c| c.stamp_after.as_ref());
+        delay_problem("configMaps.stampAfter", stamp).into_iter().collect()
+    }
 }
 
 /// A ConfigMap template: metadata and data.

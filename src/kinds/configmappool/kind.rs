@@ -37,6 +37,10 @@ impl PoolKind for ConfigMapPool {
         UpdateMode::InPlace
     }
 
+    fn lifecycle(&self) -> Option<&dyn crate::api::lifecycle::LifecycleSpec> {
+        self.spec.lifecycle.as_ref().map(|l| l as &dyn crate::api::lifecycle::LifecycleSpec)
+    }
+
     fn problems(&self, _old: Option<&Self>, _peers: &[Arc<Self>]) -> Vec<String> {
         ConfigMapPool::problems(self)
     }
@@ -57,6 +61,7 @@ impl PoolKind for ConfigMapPool {
             serde_json::from_value(serde_json::json!({
                 "configMapCount": 2,
                 "configMapTemplate": {"metadata": {"labels": {"app": "settings"}}, "data": {"mode": "fast"}},
+                "lifecycle": {"seed": 1, "configMaps": {"stampAfter": {"fixed": "2s"}}},
             }))
             .unwrap_or_else(|e| unreachable!("the example ConfigMapPool spec decodes: {e}")),
         );
