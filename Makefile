@@ -92,9 +92,13 @@ lint: ## rustfmt --check on every Rust file and clippy -D warnings (with the tes
 kubeconform: ## Build kubeconform from its Go module into a cache (bin/kubeconform; it validates the samples).
 	./hack/install-kubeconform.sh
 
+# Every test file that needs no cluster: all of tests/*.rs but the end-to-end ones (e2e_*) and
+# the test-only kind's proof (it needs a cluster and a feature; `make e2e` runs it).
+UNIT_TESTS := $(filter-out e2e_% kind_proof,$(basename $(notdir $(wildcard tests/*.rs))))
+
 .PHONY: unit
-unit: schema-tools kubeconform ## Unit tests only (no cluster).
-	cargo test --lib --bins --test crds --test schemas --test rbac --test layout --test dashboard --test webhook_limits --test fuzz --test pod_memory --test readme_results
+unit: schema-tools kubeconform ## Unit tests only (no cluster): the crate's and every non-e2e test file.
+	cargo test --lib --bins $(addprefix --test ,$(UNIT_TESTS))
 
 # `make chaos`: the fault rounds of tests/e2e_chaos.rs at full size (`make test` runs them small).
 CHAOS_NODES ?= 2000

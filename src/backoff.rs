@@ -60,24 +60,24 @@ impl<K: Eq + Hash> Backoffs<K> {
 
     /// Counts one more failure of `key`; the delay before its next try.
     pub fn failed(&self, key: K) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let mut failures = crate::sync::lock(&self.failures);
         let n = failures.entry(key).or_insert(0);
         *n = n.saturating_add(1);
         retry_after(*n, self.cap)
     }
 
     pub fn succeeded(&self, key: &K) {
-        self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+        crate::sync::lock(&self.failures).remove(key);
     }
 
     /// Keeps only the keys `keep` keeps (the entries of what is gone are dropped).
     pub fn retain(&self, keep: impl Fn(&K) -> bool) {
-        self.failures.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| keep(k));
+        crate::sync::lock(&self.failures).retain(|k, _| keep(k));
     }
 
     /// Failures of `key` in a row.
     pub fn failures(&self, key: &K) -> u32 {
-        self.failures.lock().unwrap_or_else(|e| e.into_inner()).get(key).copied().unwrap_or(0)
+        crate::sync::lock(&self.failures).get(key).copied().unwrap_or(0)
     }
 }
 

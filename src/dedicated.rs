@@ -9,6 +9,15 @@
 use std::future::Future;
 use tokio::sync::oneshot;
 
+/// A dedicated thread that cannot be started.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start the {what} thread: {source}")]
+pub struct ThreadError {
+    pub what: &'static str,
+    #[source]
+    pub source: std::io::Error,
+}
+
 /// Starts `work` on a thread named `name`. The receiver resolves when the work ends (with
 /// `Err` if it panicked or its runtime could not start).
 pub fn spawn<F, Fut>(name: &str, work: F) -> std::io::Result<oneshot::Receiver<()>>

@@ -34,11 +34,13 @@ async fn main() {
             print!("{}", crds.iter().filter_map(|c| serde_yaml::to_string(c).ok()).collect::<Vec<_>>().join("---\n"));
             Ok(())
         }
-        Command::Generate { root } => kwok_pools::deploy::write_all(&root).map(|written| {
-            for path in written {
-                println!("wrote {path}");
-            }
-        }),
+        Command::Generate { root } => {
+            kwok_pools::deploy::write_all(&root).map_err(anyhow::Error::from).map(|written| {
+                for path in written {
+                    println!("wrote {path}");
+                }
+            })
+        }
         Command::Schema { out } => write_schemas(&out),
         Command::Dist { image } => {
             print!("{}", kwok_pools::deploy::dist::install_yaml(&image));

@@ -203,7 +203,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let webhook_seen = webhook_problem.clone();
     let problems: server::Problems = Arc::new(move || {
         let mut all = watched.problems();
-        all.extend(webhook_seen.lock().unwrap_or_else(|e| e.into_inner()).clone());
+        all.extend(crate::sync::lock(&webhook_seen).clone());
         all
     });
     let watched = informers.clone();

@@ -2,6 +2,7 @@
 //! in, allow or deny out, with messages that name the field by its manifest path.
 
 pub mod cert;
+pub mod error;
 pub mod mutate;
 pub mod register;
 pub mod review;
@@ -16,6 +17,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+pub use error::WebhookError;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -204,7 +206,7 @@ pub async fn certificate(
     client: &kube::Client,
     config: &WebhookConfig,
     bound: SocketAddr,
-) -> anyhow::Result<(tls::Source, tls::ServingCert)> {
+) -> Result<(tls::Source, tls::ServingCert), WebhookError> {
     let Some((namespace, name)) = &config.cert_secret else { return certificate_for(config, bound) };
     let source = secret::SecretSource {
         api: kube::Api::namespaced(client.clone(), namespace),
@@ -216,14 +218,14 @@ pub async fn certificate(
 }
 
 /// The names the serving certificate is for, and the host of `--webhook-url` (if any).
-fn hosts(config: &WebhookConfig, bound: SocketAddr) -> anyhow::Result<(Vec<String>, Option<String>)> {
+fn hosts(config: &WebhookConfig, bound: SocketAddr) -> Result<(Vec<String>, Option<String>), WebhookError> {
     let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), bound.ip().to_string()];
     hosts.extend(config.hosts.iter().cloned());
     let url_host = match &config.endpoint {
         Some(register::Endpoint::Url(url)) => Some(tls::url_host(url).ok_or_else(|| {
-            anyhow::anyhow!(
+            WebhookError::Flag(format!(
                 "--webhook-url {url:?} is not an https://HOST[:PORT]/PATH URL; the API server calls webhooks over TLS"
-            )
+            ))
         })?),
         _ => None,
     };
@@ -234,7 +236,10 @@ fn hosts(config: &WebhookConfig, bound: SocketAddr) -> anyhow::Result<(Vec<Strin
 }
 
 /// A generated certificate, or one from `--webhook-cert-dir` (see [`certificate`]).
-pub fn certificate_for(config: &WebhookConfig, bound: SocketAddr) -> anyhow::Result<(tls::Source, tls::ServingCert)> {
+pub fn certificate_for(
+    config: &WebhookConfig,
+    bound: SocketAddr,
+) -> Result<(tls::Source, tls::ServingCert), WebhookError> {
     let (hosts, url_host) = hosts(config, bound)?;
     let Some(dir) = &config.cert_dir else {
         return Ok(tls::Source::generated(&hosts, tls::GENERATED_LIFETIME)?);
@@ -248,10 +253,10 @@ pub fn certificate_for(config: &WebhookConfig, bound: SocketAddr) -> anyhow::Res
     for host in needed {
         if !tls::covers(&cert.cert_pem, &host) {
             let names = tls::subject_names(&cert.cert_pem).map(|(d, i)| format!("{d:?} {i:?}")).unwrap_or_default();
-            anyhow::bail!(
+            return Err(WebhookError::Certificate(format!(
                 "the certificate in {} is for {names}, not for {host}, which the API server would call: issue it for {host} (or point --webhook-url at a name it has)",
                 dir.display()
-            );
+            )));
         }
     }
     Ok((tls::Source::Dir(dir.clone()), cert))
@@ -270,25 +275,25 @@ pub struct Registration {
 impl Registration {
     /// One attempt: the configurations written (Apply) or found as they should be (Check); the
     /// error says what to do.
-    pub async fn once(&self) -> anyhow::Result<()> {
+    pub async fn once(&self) -> Result<(), WebhookError> {
         match self.mode {
             RegistrationMode::Apply => register::register(self.client.clone(), &self.vwc, &self.mwc).await.map_err(|e| {
-                anyhow::anyhow!(
+                WebhookError::Registration(format!(
                     "cannot write the webhook configurations {}: {e}; outside a cluster the operator needs get/create/patch on them (the local cluster's admin has it; config/components/webhook-registration grants it to its ServiceAccount), or run with --no-webhook",
                     self.name
-                )
+                ))
             }),
             RegistrationMode::Inject => register::inject(self.client.clone(), &self.vwc, &self.mwc).await.map_err(|e| {
-                anyhow::anyhow!(
+                WebhookError::Registration(format!(
                     "cannot give the webhook configurations {} the CA of the certificate in --webhook-cert-secret: {e}; they ship with the operator (dist/install.yaml), which may patch them by name",
                     self.name
-                )
+                ))
             }),
             RegistrationMode::Check => register::check(self.client.clone(), &self.vwc, &self.mwc).await.map_err(|e| {
-                anyhow::anyhow!(
+                WebhookError::Registration(format!(
                     "the webhook configurations {} are not as this operator serves them: {e}; install them with the operator (config/webhook.yaml with `kwok-pools webhook-cert`, or the Helm chart), or let an operator outside the cluster write them (--webhook-registration apply)",
                     self.name
-                )
+                ))
             }),
         }
     }
@@ -301,7 +306,7 @@ impl Registration {
         loop {
             match self.once().await {
                 Ok(()) => {
-                    if problem.lock().unwrap_or_else(|e| e.into_inner()).take().is_some() {
+                    if crate::sync::lock(&problem).take().is_some() {
                         tracing::info!(configuration = %self.name, mode = ?self.mode, "admission webhook registered");
                     }
                     failures = 0;
@@ -312,7 +317,7 @@ impl Registration {
                     failures = failures.saturating_add(1);
                     let retry = crate::backoff::retry_after(failures, std::time::Duration::from_secs(60));
                     tracing::warn!(error = %e, retry_in = ?retry, "webhook not registered; the simulator and controllers go on, and this replica is not Ready meanwhile");
-                    *problem.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("webhook not registered: {e}"));
+                    *crate::sync::lock(&problem) = Some(format!("webhook not registered: {e}"));
                     tokio::time::sleep(retry).await;
                 }
             }
@@ -326,9 +331,12 @@ pub async fn start(
     config: WebhookConfig,
     peers: review::Peers,
     metrics: Arc<Metrics>,
-) -> anyhow::Result<(SocketAddr, Registration)> {
+) -> Result<(SocketAddr, Registration), WebhookError> {
     let listener = std::net::TcpListener::bind(config.addr).map_err(|e| {
-        anyhow::anyhow!("cannot listen on {} for the webhook: {e}; choose another --webhook-addr", config.addr)
+        WebhookError::Flag(format!(
+            "cannot listen on {} for the webhook: {e}; choose another --webhook-addr",
+            config.addr
+        ))
     })?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;

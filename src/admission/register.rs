@@ -6,6 +6,7 @@
 //! before it acts, reporting Degraded instead of doing damage. With Fail, a stopped operator
 //! would lock every pool, including the fix for a bad one.
 
+use super::error::WebhookError;
 use crate::api::conventions::FIELD_MANAGER;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -119,7 +120,7 @@ pub async fn inject(
     client: kube::Client,
     validating: &ValidatingWebhookConfiguration,
     mutating: &MutatingWebhookConfiguration,
-) -> anyhow::Result<()> {
+) -> Result<(), WebhookError> {
     if check(client.clone(), validating, mutating).await.is_ok() {
         return Ok(());
     }
@@ -156,35 +157,37 @@ pub async fn check(
     client: kube::Client,
     validating: &ValidatingWebhookConfiguration,
     mutating: &MutatingWebhookConfiguration,
-) -> anyhow::Result<()> {
+) -> Result<(), WebhookError> {
     let name = validating.metadata.name.clone().unwrap_or_default();
     let found_v = Api::<ValidatingWebhookConfiguration>::all(client.clone()).get_opt(&name).await?;
     let found_m = Api::<MutatingWebhookConfiguration>::all(client).get_opt(&name).await?;
     let (Some(found_v), Some(found_m)) = (found_v, found_m) else {
-        anyhow::bail!("ValidatingWebhookConfiguration and MutatingWebhookConfiguration {name} must both exist");
+        return Err(WebhookError::Registration(format!(
+            "ValidatingWebhookConfiguration and MutatingWebhookConfiguration {name} must both exist"
+        )));
     };
     let want = |hooks: Vec<(String, WebhookClientConfig, Option<Vec<RuleWithOperations>>)>,
                 have: Vec<(String, WebhookClientConfig, Option<Vec<RuleWithOperations>>)>,
                 what: &str|
-     -> anyhow::Result<()> {
+     -> Result<(), WebhookError> {
         for (hook, config, rules) in hooks {
             let Some((_, got, got_rules)) = have.iter().find(|(n, _, _)| *n == hook) else {
-                anyhow::bail!("the {what} has no webhook {hook}");
+                return Err(WebhookError::Registration(format!("the {what} has no webhook {hook}")));
             };
             if got.service != config.service || got.url != config.url {
-                anyhow::bail!(
+                return Err(WebhookError::Registration(format!(
                     "the {what}'s webhook {hook} calls {:?}, not this operator ({:?})",
                     got.service.as_ref().map(|s| format!("{}/{}", s.namespace, s.name)).or(got.url.clone()),
                     config.service.as_ref().map(|s| format!("{}/{}", s.namespace, s.name)).or(config.url.clone())
-                );
+                )));
             }
             let ca = |c: &WebhookClientConfig| {
                 c.ca_bundle.as_ref().map(|b| String::from_utf8_lossy(&b.0).trim().to_string())
             };
             if ca(got) != ca(&config) {
-                anyhow::bail!(
+                return Err(WebhookError::Registration(format!(
                     "the {what}'s webhook {hook} trusts another CA than the webhook's certificate (ca.crt of its Secret)"
-                );
+                )));
             }
             let resources = |r: &Option<Vec<RuleWithOperations>>| -> Vec<String> {
                 let mut v: Vec<String> =
@@ -195,7 +198,10 @@ pub async fn check(
             let missing: Vec<String> =
                 resources(&rules).into_iter().filter(|r| !resources(got_rules).contains(r)).collect();
             if !missing.is_empty() {
-                anyhow::bail!("the {what}'s webhook {hook} does not cover {}", missing.join(", "));
+                return Err(WebhookError::Registration(format!(
+                    "the {what}'s webhook {hook} does not cover {}",
+                    missing.join(", ")
+                )));
             }
         }
         Ok(())

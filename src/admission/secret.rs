@@ -8,6 +8,7 @@
 //! replica that loses the race reads the winner's).
 
 use super::cert::{GENERATED_LIFETIME, ServingCert, not_after};
+use super::error::WebhookError;
 use crate::certs::Authority;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -64,15 +65,15 @@ fn issue(ca: &Authority, hosts: &[String]) -> Result<std::collections::BTreeMap<
 }
 
 impl SecretSource {
-    fn fix(&self, what: &str, e: impl std::fmt::Display) -> anyhow::Error {
-        anyhow::anyhow!(
+    fn fix(&self, what: &str, e: impl std::fmt::Display) -> WebhookError {
+        WebhookError::Certificate(format!(
             "{what} the webhook certificate Secret {}: {e}; the operator needs get, create and update on it (dist/install.yaml and the chart with webhook.certSource=operator grant them)",
             self.name
-        )
+        ))
     }
 
     /// The certificate to serve at start: the Secret's, or a new one in a new Secret.
-    pub async fn load_or_create(&self) -> anyhow::Result<ServingCert> {
+    pub async fn load_or_create(&self) -> Result<ServingCert, WebhookError> {
         if let Some(secret) = self.api.get_opt(&self.name).await.map_err(|e| self.fix("cannot read", e))?
             && let Some(cert) = serving(&secret)
         {
@@ -92,17 +93,18 @@ impl SecretSource {
         match self.api.create(&PostParams::default(), &secret).await {
             Ok(made) => {
                 tracing::info!(secret = %self.name, "made the webhook certificate and its CA");
-                serving(&made)
-                    .ok_or_else(|| anyhow::anyhow!("the Secret {} came back without its certificate", self.name))
+                serving(&made).ok_or_else(|| {
+                    WebhookError::Certificate(format!("the Secret {} came back without its certificate", self.name))
+                })
             }
             // Another replica made it first (or it exists without a whole certificate).
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 let secret = self.api.get(&self.name).await.map_err(|e| self.fix("cannot read", e))?;
                 serving(&secret).ok_or_else(|| {
-                    anyhow::anyhow!(
+                    WebhookError::Certificate(format!(
                         "the Secret {} exists without tls.crt, tls.key and ca.crt: delete it and the operator makes it again",
                         self.name
-                    )
+                    ))
                 })
             }
             Err(e) => Err(self.fix("cannot create", e)),
@@ -110,9 +112,10 @@ impl SecretSource {
     }
 
     /// What the Secret holds now, renewed first when due (`None`: the same as `current`).
-    pub async fn refresh(&self, current: &ServingCert, now: SystemTime) -> anyhow::Result<Option<ServingCert>> {
+    pub async fn refresh(&self, current: &ServingCert, now: SystemTime) -> Result<Option<ServingCert>, WebhookError> {
         let mut secret = self.api.get(&self.name).await.map_err(|e| self.fix("cannot read", e))?;
-        let held = serving(&secret).ok_or_else(|| anyhow::anyhow!("the Secret {} lost its certificate", self.name))?;
+        let held = serving(&secret)
+            .ok_or_else(|| WebhookError::Certificate(format!("the Secret {} lost its certificate", self.name)))?;
         if due(&held.cert_pem, now)
             && let (Some(ca_pem), Some(ca_key)) = (text(&secret, "ca.crt"), text(&secret, "ca.key"))
         {

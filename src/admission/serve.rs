@@ -6,6 +6,7 @@
 //! certificate from a given CA (the API server's admission client identity); and a serving
 //! certificate that is renewed (or read again) while serving.
 
+use super::error::WebhookError;
 use super::tls::{ServingCert, Source};
 use axum::Router;
 use axum_server::accept::{Accept, DefaultAcceptor};
@@ -65,39 +66,43 @@ const REFRESH_EVERY: Duration = Duration::from_secs(10);
 
 /// The TLS configuration: `cert`, HTTP/2 and HTTP/1.1, and client certificates from the CA
 /// in `clients` when one is given.
-pub fn server_config(cert: &ServingCert, clients: &ClientAuth) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+pub fn server_config(cert: &ServingCert, clients: &ClientAuth) -> Result<Arc<rustls::ServerConfig>, WebhookError> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes())
         .collect::<Result<_, _>>()
-        .map_err(|e| anyhow::anyhow!("the webhook certificate (tls.crt) is not PEM: {e}"))?;
+        .map_err(|e| WebhookError::Certificate(format!("the webhook certificate (tls.crt) is not PEM: {e}")))?;
     let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes())
-        .map_err(|e| anyhow::anyhow!("the webhook key (tls.key) is not a PEM private key: {e}"))?;
+        .map_err(|e| WebhookError::Certificate(format!("the webhook key (tls.key) is not a PEM private key: {e}")))?;
     let builder = rustls::ServerConfig::builder();
     let builder = match &clients.ca_file {
         None => builder.with_no_client_auth(),
         Some(path) => {
             let pem = std::fs::read(path).map_err(|e| {
-                anyhow::anyhow!("cannot read the webhook's client CA {}: {e}; pass the file the API server's admission client certificate is signed by", path.display())
+                WebhookError::Certificate(format!("cannot read the webhook's client CA {}: {e}; pass the file the API server's admission client certificate is signed by", path.display()))
             })?;
             let mut roots = rustls::RootCertStore::empty();
             for c in CertificateDer::pem_slice_iter(&pem) {
-                let c = c.map_err(|e| anyhow::anyhow!("{} is not a PEM certificate: {e}", path.display()))?;
-                roots.add(c).map_err(|e| anyhow::anyhow!("{}: not a usable CA certificate: {e}", path.display()))?;
+                let c = c.map_err(|e| {
+                    WebhookError::Certificate(format!("{} is not a PEM certificate: {e}", path.display()))
+                })?;
+                roots.add(c).map_err(|e| {
+                    WebhookError::Certificate(format!("{}: not a usable CA certificate: {e}", path.display()))
+                })?;
             }
             if roots.is_empty() {
-                anyhow::bail!(
+                return Err(WebhookError::Certificate(format!(
                     "{} holds no certificate: pass the CA of the API server's admission client",
                     path.display()
-                );
+                )));
             }
-            let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
-                .build()
-                .map_err(|e| anyhow::anyhow!("the webhook's client CA {} is not usable: {e}", path.display()))?;
+            let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots)).build().map_err(|e| {
+                WebhookError::Certificate(format!("the webhook's client CA {} is not usable: {e}", path.display()))
+            })?;
             builder.with_client_cert_verifier(verifier)
         }
     };
     let mut config = builder
         .with_single_cert(chain, key)
-        .map_err(|e| anyhow::anyhow!("the webhook certificate and key do not go together: {e}"))?;
+        .map_err(|e| WebhookError::Certificate(format!("the webhook certificate and key do not go together: {e}")))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -109,7 +114,7 @@ pub async fn serve(
     cert: ServingCert,
     app: Router,
     limits: &Limits,
-) -> anyhow::Result<()> {
+) -> Result<(), WebhookError> {
     serve_with(listener, source, cert, app, limits, ClientAuth::default()).await
 }
 
@@ -121,7 +126,7 @@ pub async fn serve_with(
     app: Router,
     limits: &Limits,
     clients: ClientAuth,
-) -> anyhow::Result<()> {
+) -> Result<(), WebhookError> {
     let rustls = RustlsConfig::from_config(server_config(&cert, &clients)?);
     let handshake = RustlsAcceptor::new(rustls.clone()).handshake_timeout(limits.handshake_timeout);
     let acceptor = ConnectionLimit::new(limits.max_connections, handshake);

@@ -5,6 +5,7 @@
 
 use super::cert::issue;
 pub use super::cert::{GENERATED_LIFETIME, ServingCert, covers, generate, not_after, subject_names, url_host};
+use super::error::WebhookError;
 use crate::certs::Authority;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -29,7 +30,7 @@ impl Source {
 
     /// The certificate to serve now: `current` when it is still good, else a fresh one
     /// (`None`: keep `current`, nothing changed).
-    pub async fn refresh(&self, current: &ServingCert, now: SystemTime) -> anyhow::Result<Option<ServingCert>> {
+    pub async fn refresh(&self, current: &ServingCert, now: SystemTime) -> Result<Option<ServingCert>, WebhookError> {
         match self {
             Self::Generated { ca, hosts, lifetime } => {
                 let renew_at = not_after(&current.cert_pem)
@@ -49,13 +50,13 @@ impl Source {
 }
 
 /// Reads `tls.crt`, `tls.key` and (if present) `ca.crt` from `dir`.
-pub fn from_dir(dir: &Path) -> anyhow::Result<ServingCert> {
+pub fn from_dir(dir: &Path) -> Result<ServingCert, WebhookError> {
     let read = |name: &str| {
         std::fs::read_to_string(dir.join(name)).map_err(|e| {
-            anyhow::anyhow!(
+            WebhookError::Certificate(format!(
                 "reading {}: {e} (the webhook certificate directory needs tls.crt and tls.key)",
                 dir.join(name).display()
-            )
+            ))
         })
     };
     let cert_pem = read("tls.crt")?;

@@ -78,15 +78,24 @@ pub fn files() -> Vec<(String, String)> {
     out
 }
 
+/// A generated file that cannot be written.
+#[derive(Debug, thiserror::Error)]
+#[error("writing {}: {source}", path.display())]
+pub struct WriteError {
+    pub path: std::path::PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
 /// Writes every generated file under `root` (the repository).
-pub fn write_all(root: &std::path::Path) -> anyhow::Result<Vec<String>> {
+pub fn write_all(root: &std::path::Path) -> Result<Vec<String>, WriteError> {
     let mut written = Vec::new();
     for (path, text) in files() {
         let full = root.join(&path);
         if let Some(dir) = full.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|source| WriteError { path: dir.to_path_buf(), source })?;
         }
-        std::fs::write(&full, text).map_err(|e| anyhow::anyhow!("writing {}: {e}", full.display()))?;
+        std::fs::write(&full, text).map_err(|source| WriteError { path: full.clone(), source })?;
         written.push(path);
     }
     Ok(written)

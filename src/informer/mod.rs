@@ -50,7 +50,7 @@ struct Ended<K: Resource<DynamicType = ()> + Clone + 'static>(Arc<Informer<K>>);
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Ended<K> {
     fn mark(&self, how: &str) {
         tracing::error!(kind = %K::kind(&()), how, "a watch task ended; the operator is no longer healthy");
-        self.0.state.lock().unwrap_or_else(|e| e.into_inner()).ended = true;
+        crate::sync::lock(&self.0.state).ended = true;
     }
 }
 
@@ -84,7 +84,7 @@ where
     }
 
     fn state(&self) -> health::WatchState {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        crate::sync::lock(&self.state).clone()
     }
 
     fn cached(&self) -> usize {
@@ -111,12 +111,12 @@ where
     /// The stored objects indexed by their controller owner's UID, for owners of `kind` (kept
     /// up to date with the store from now on, before each change is sent).
     pub fn index_owners(&self, kind: &str) -> owners::Owners<K> {
-        self.owners.lock().unwrap_or_else(|e| e.into_inner()).add_kind(kind, self.reader.state().iter());
+        crate::sync::lock(&self.owners).add_kind(kind, self.reader.state().iter());
         self.owners.clone()
     }
 
     fn index(&self, f: impl FnOnce(&mut owners::OwnerIndex<K>)) {
-        f(&mut self.owners.lock().unwrap_or_else(|e| e.into_inner()));
+        f(&mut crate::sync::lock(&self.owners));
     }
 
     pub fn store(&self) -> Store<K> {
@@ -127,7 +127,7 @@ where
     /// the first list.
     pub fn subscribe(&self) -> UnboundedReceiver<Change<K>> {
         let (tx, rx) = unbounded_channel();
-        self.subscribers.lock().unwrap_or_else(|e| e.into_inner()).push(tx);
+        crate::sync::lock(&self.subscribers).push(tx);
         rx
     }
 
@@ -160,7 +160,7 @@ where
     ) where
         W: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     {
-        let Some(mut writer) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        let Some(mut writer) = crate::sync::lock(&self.writer).take() else {
             tracing::warn!(kind = %K::kind(&()), "informer started twice");
             return;
         };
@@ -257,11 +257,11 @@ where
     }
 
     fn set_state(&self, f: impl FnOnce(&mut health::WatchState)) {
-        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
+        f(&mut crate::sync::lock(&self.state));
     }
 
     fn send(&self, change: Change<K>) {
-        let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut subs = crate::sync::lock(&self.subscribers);
         subs.retain(|tx| tx.send(change.clone()).is_ok());
     }
 }
@@ -319,11 +319,20 @@ pub fn trim_meta<K: Resource>(obj: &mut K) {
     }
 }
 
+/// A store that closed before its first list (the process is stopping).
+#[derive(Debug, thiserror::Error)]
+#[error("the {what} store closed before syncing: {source}")]
+pub struct SyncError {
+    pub what: String,
+    #[source]
+    pub source: kube::runtime::reflector::store::WriterDropped,
+}
+
 /// A wait for one store's first list.
-pub type SyncWait = std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>;
+pub type SyncWait = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), SyncError>> + Send>>;
 
 /// Waits for a store to sync, printing progress every few seconds.
-pub async fn wait_synced<K>(what: &str, store: &Store<K>) -> anyhow::Result<()>
+pub async fn wait_synced<K>(what: &str, store: &Store<K>) -> Result<(), SyncError>
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
@@ -335,7 +344,7 @@ where
                 tracing::info!(what, objects = store.len(), took = ?start.elapsed(), "store synced");
                 return Ok(());
             }
-            Ok(Err(e)) => anyhow::bail!("the {what} store closed before syncing: {e}"),
+            Ok(Err(source)) => return Err(SyncError { what: what.to_string(), source }),
             Err(_) => {
                 tracing::info!(what, waited = ?start.elapsed(), "still waiting for the first list of {what} (is the API server reachable? are the CRDs installed?)")
             }

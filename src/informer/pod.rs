@@ -114,7 +114,7 @@ pub struct SlimContainer {
 fn interned(json: String) -> std::sync::Arc<str> {
     static SEEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<std::sync::Arc<str>>>> =
         std::sync::LazyLock::new(Default::default);
-    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut seen = crate::sync::lock(&SEEN);
     if let Some(hit) = seen.get(json.as_str()) {
         return hit.clone();
     }

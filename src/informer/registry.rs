@@ -46,7 +46,7 @@ impl Informers {
     where
         K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
     {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = crate::sync::lock(&self.inner);
         if let Some(found) = inner.by_type.get(&TypeId::of::<K>())
             && let Ok(informer) = found.clone().downcast::<Informer<K>>()
         {
@@ -71,18 +71,18 @@ impl Informers {
     where
         K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
     {
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let inner = crate::sync::lock(&self.inner);
         inner.by_type.get(&TypeId::of::<K>()).cloned()?.downcast::<Informer<K>>().ok()
     }
 
     /// Stores of `K` keep only what `keep` keeps: set before the informer is first asked for.
     pub fn keep<K: Send + Sync + 'static>(&self, keep: super::Keep<K>) {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).keep.insert(TypeId::of::<K>(), Arc::new(keep));
+        crate::sync::lock(&self.inner).keep.insert(TypeId::of::<K>(), Arc::new(keep));
     }
 
     /// Stored pods keep these labels too (someone reads them): set before pods are first asked for.
     pub fn read_pod_labels(&self, labels: &[&'static str]) {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = crate::sync::lock(&self.inner);
         for l in labels {
             if !inner.pod_labels.contains(l) {
                 inner.pod_labels.push(l);
@@ -92,7 +92,7 @@ impl Informers {
 
     /// The pod labels stored pods keep: the pool conventions and what was asked for.
     pub fn pod_labels(&self) -> Vec<&'static str> {
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let inner = crate::sync::lock(&self.inner);
         let mut all = super::pod::POOL_LABELS.to_vec();
         all.extend(inner.pod_labels.iter().filter(|l| !super::pod::POOL_LABELS.contains(l)));
         all
@@ -100,7 +100,7 @@ impl Informers {
 
     /// What stores of `K` keep (`None`: everything).
     pub fn kept<K: Send + Sync + 'static>(&self) -> Option<super::Keep<K>> {
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let inner = crate::sync::lock(&self.inner);
         inner.keep.get(&TypeId::of::<K>())?.downcast_ref::<super::Keep<K>>().cloned()
     }
 
@@ -125,13 +125,13 @@ impl Informers {
 
     /// Every informer asked for so far.
     pub fn watched(&self) -> Vec<Arc<dyn super::Watched>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).watched.clone()
+        crate::sync::lock(&self.inner).watched.clone()
     }
 
     /// Starts every informer created so far; later ones start when created.
     pub fn start_all(&self) {
         let waiting = {
-            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut inner = crate::sync::lock(&self.inner);
             inner.started = true;
             std::mem::take(&mut inner.waiting)
         };

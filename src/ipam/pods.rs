@@ -89,10 +89,6 @@ impl PodIpam {
     pub fn forget_node(&mut self, node: &str) {
         self.nodes.remove(node);
     }
-
-    pub fn in_use(&self, node: &str) -> usize {
-        self.nodes.get(node).map(|(_, a)| a.iter().map(HostAllocator::len).max().unwrap_or(0)).unwrap_or(0)
-    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 
 pub mod record;
 
+use crate::dedicated::ThreadError;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
@@ -55,7 +56,7 @@ pub struct Leader {
 impl Leader {
     /// Joins the election on a thread and a client of its own; keeps taking part in it until
     /// the process ends or the lead is released.
-    pub fn join(config: LeaderConfig) -> anyhow::Result<Self> {
+    pub fn join(config: LeaderConfig) -> Result<Self, ThreadError> {
         let (tx, state) = watch::channel(State::default());
         let (release, released) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         let (c, r, d) = (config.clone(), release.clone(), released.clone());
@@ -66,7 +67,7 @@ impl Leader {
             }
             d.notify_waiters();
         })
-        .map_err(|e| anyhow::anyhow!("cannot start the leader election thread: {e}"))?;
+        .map_err(|source| ThreadError { what: "leader election", source })?;
         Ok(Self { state, release, released, config })
     }
 
@@ -338,14 +339,14 @@ pub async fn lead(
     let mut controllers = tokio::task::JoinSet::new();
     if let Some(r) = registration {
         // Not registered until the first attempt says so.
-        *webhook_problem.lock().unwrap_or_else(|e| e.into_inner()) = Some("webhook not registered yet".into());
+        *crate::sync::lock(&webhook_problem) = Some("webhook not registered yet".into());
         let problem = webhook_problem.clone();
         match r.once().await {
             Ok(()) => {
-                *problem.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                *crate::sync::lock(&problem) = None;
                 tracing::info!("admission webhook registered");
             }
-            Err(e) => *problem.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("webhook not registered: {e}")),
+            Err(e) => *crate::sync::lock(&problem) = Some(format!("webhook not registered: {e}")),
         }
         controllers.spawn(async move {
             r.until_done(problem).await;

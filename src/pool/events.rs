@@ -59,7 +59,7 @@ pub struct Limiter {
 
 impl Limiter {
     pub fn allow(&self, pool_uid: &str, reason: &str, now: Instant, interval: Duration) -> bool {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = crate::sync::lock(&self.last);
         // Forget what no longer limits anything, so the map stays as small as the pools.
         if last.len() > 4096 {
             last.retain(|_, at| now.duration_since(*at) < interval);

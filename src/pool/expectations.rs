@@ -30,7 +30,7 @@ impl Expectations {
             return;
         }
         let now = std::time::Instant::now();
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = crate::sync::lock(&self.inner);
         // Pools deleted meanwhile leave entries nobody asks about again: sweep them.
         inner.retain(|_, e| e.values().any(|(_, at)| at.elapsed() < EXPECTATION_TTL));
         let entry = inner.entry(pool_uid.to_string()).or_default();
@@ -41,7 +41,7 @@ impl Expectations {
 
     /// Drops satisfied and expired entries and returns what is still pending.
     pub fn pending(&self, pool_uid: &str, satisfied: impl Fn(&str, Expect) -> bool) -> Vec<(String, Expect)> {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = crate::sync::lock(&self.inner);
         let Some(entry) = inner.get_mut(pool_uid) else { return vec![] };
         entry.retain(|name, (what, at)| at.elapsed() < EXPECTATION_TTL && !satisfied(name, *what));
         let out = entry.iter().map(|(n, (w, _))| (n.clone(), *w)).collect();
@@ -52,7 +52,7 @@ impl Expectations {
     }
 
     pub fn forget(&self, pool_uid: &str) {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).remove(pool_uid);
+        crate::sync::lock(&self.inner).remove(pool_uid);
     }
 }
 

@@ -67,7 +67,7 @@ pub fn owned_children<P: PoolKind>(
     let mut objects = HashMap::new();
     let candidates: Vec<Arc<P::Stored>> = match owners {
         Some(index) => {
-            let refs = index.lock().unwrap_or_else(|e| e.into_inner()).owned_by(&uid);
+            let refs = crate::sync::lock(index).owned_by(&uid);
             refs.iter().filter_map(|r| store.get(r)).collect()
         }
         None => store.state(),

@@ -41,7 +41,7 @@ impl PodFilter {
             None => true,
             Some(n) if manage.manages(&n) => true,
             Some(_) => {
-                self.dropped.lock().unwrap_or_else(|e| e.into_inner()).insert(node.to_string());
+                crate::sync::lock(&self.dropped).insert(node.to_string());
                 false
             }
         }
@@ -51,7 +51,7 @@ impl PodFilter {
     /// the pods again).
     pub fn now_managed(&self, node: &Node) -> bool {
         let managed = self.manage.as_ref().is_some_and(|m| m.manages(node));
-        managed && self.dropped.lock().unwrap_or_else(|e| e.into_inner()).remove(&node.name_any())
+        managed && crate::sync::lock(&self.dropped).remove(&node.name_any())
     }
 }
 

@@ -63,12 +63,20 @@ pub fn router(health: Health) -> Router {
         .with_state(health)
 }
 
+/// The metrics address cannot be served.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr} for metrics: {source}; choose another --metrics-addr")]
+pub struct ServeError {
+    pub addr: SocketAddr,
+    #[source]
+    pub source: std::io::Error,
+}
+
 /// Binds `addr` and serves in the background. Fails at once if the address is taken.
-pub async fn serve(addr: SocketAddr, health: Health) -> anyhow::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {addr} for metrics: {e}; choose another --metrics-addr"))?;
-    let bound = listener.local_addr()?;
+pub async fn serve(addr: SocketAddr, health: Health) -> Result<SocketAddr, ServeError> {
+    let listen = |source| ServeError { addr, source };
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(listen)?;
+    let bound = listener.local_addr().map_err(listen)?;
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, router(health)).await {
             tracing::error!(error = %e, "metrics server stopped");

@@ -4,14 +4,11 @@
 #![allow(dead_code)]
 
 use kwok_pools::cluster::{self, CreateOptions, Layout};
+pub use kwok_pools_test_support::{free_port, free_ports, repo};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 pub struct Bench {
     pub home: PathBuf,
@@ -135,11 +132,6 @@ fn status_kib(pid: i32, key: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A TCP port free on loopback right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// Whether `url` answers with a success within `timeout` (asked every 100 ms).
 pub async fn answers(url: &str, timeout: Duration) -> bool {
     let start = Instant::now();
@@ -169,7 +161,7 @@ impl Operator {
 
     /// `kwok-pools <command>` (run, simulate) logging to `<log>.log` in the bench home.
     pub async fn start_command(bench: &Bench, command: &str, log: &str, extra: &[&str]) -> Self {
-        let (port, kubelet_port) = (free_port(), free_port());
+        let [port, kubelet_port] = free_ports();
         let log_path = bench.home.join(format!("{log}.log"));
         let log = std::fs::File::create(&log_path).unwrap();
         // The kubelet API on a port of its own, with the cluster's CAs (as `make run` does).

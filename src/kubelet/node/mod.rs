@@ -258,7 +258,7 @@ impl NodeLoop {
         // Every node's addresses count, managed or not, so defaults never collide. Two nodes
         // with one address (two replicas or instances picked it at once): the node with the
         // greater name moves, a rule every replica applies alike.
-        let mut addresses = self.sim.addresses.lock().unwrap_or_else(|e| e.into_inner());
+        let mut addresses = crate::sync::lock(&self.sim.addresses);
         let mut clash = false;
         let mut loser = None;
         for ip in node_status::internal_ips(node) {
@@ -284,7 +284,7 @@ impl NodeLoop {
             self.timers.cancel(&Timer::Lease(name.to_string()));
             self.timers.cancel(&Timer::Status(name.to_string()));
             if let Some(k) = &self.sim.kubelet {
-                k.lock().unwrap_or_else(|e| e.into_inner()).release(name);
+                crate::sync::lock(k).release(name);
             }
         }
     }
@@ -293,7 +293,7 @@ impl NodeLoop {
     /// node reports where it can).
     fn endpoint(&self, node: &Node, name: &str) -> Option<Endpoint> {
         let k = self.sim.kubelet.as_ref()?;
-        k.lock().unwrap_or_else(|e| e.into_inner()).assign(name, hostname_address(node))
+        crate::sync::lock(k).assign(name, hostname_address(node))
     }
 
     fn on_node(&mut self, node: &Arc<Node>) {
@@ -358,9 +358,9 @@ impl NodeLoop {
         let name = node.name_any();
         self.untrack(&name);
         if let Some(k) = &self.sim.kubelet {
-            k.lock().unwrap_or_else(|e| e.into_inner()).release(&name);
+            crate::sync::lock(k).release(&name);
         }
-        self.sim.addresses.lock().unwrap_or_else(|e| e.into_inner()).release(&name);
+        crate::sync::lock(&self.sim.addresses).release(&name);
     }
 
     fn on_timer(&mut self, timer: Timer) {
@@ -444,8 +444,7 @@ impl NodeLoop {
         }
         if std::mem::take(&mut t.away) {
             tracing::info!(node = %name, "flapping node comes back");
-            let endpoint =
-                self.sim.kubelet.as_ref().and_then(|k| k.lock().unwrap_or_else(|e| e.into_inner()).get(&name));
+            let endpoint = self.sim.kubelet.as_ref().and_then(|k| crate::sync::lock(k).get(&name));
             let bad = self.bad_now(&node, &name);
             let Some(t) = self.tracked.get_mut(&name) else { return };
             if node_status::needs_write(&node, endpoint.as_ref(), &bad) && t.status.begin() {
@@ -476,7 +475,7 @@ impl NodeLoop {
     /// Whether the node's periodic status report waits (its timer moved) because it would
     /// change nothing and the simulator's writes queue ([`renewal::defer_report`]).
     fn defer_report(&mut self, node: &Node, name: &str, bad: &[BadCondition], every: Duration) -> bool {
-        let endpoint = self.sim.kubelet.as_ref().and_then(|k| k.lock().unwrap_or_else(|e| e.into_inner()).get(name));
+        let endpoint = self.sim.kubelet.as_ref().and_then(|k| crate::sync::lock(k).get(name));
         let age = node_status::report_age(node, self.sim.config.clock.now().wall);
         if node_status::needs_write(node, endpoint.as_ref(), bad)
             || !renewal::defer_report(self.sim.writes.pressure(), age, every)
@@ -609,7 +608,7 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad
         let mut base = node.status.clone().unwrap_or_default();
         let mut ips = Vec::new();
         {
-            let mut addresses = this.addresses.lock().unwrap_or_else(|e| e.into_inner());
+            let mut addresses = crate::sync::lock(&this.addresses);
             // Keep the addresses that are this node's (or outside the default range);
             // drop one that another node holds.
             let theirs = |ip: &std::net::IpAddr| addresses.is_used(*ip) && addresses.get(&name) != Some(*ip);
@@ -626,7 +625,7 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad
                 }
             }
         }
-        let endpoint = this.kubelet.as_ref().and_then(|k| k.lock().unwrap_or_else(|e| e.into_inner()).get(&name));
+        let endpoint = this.kubelet.as_ref().and_then(|k| crate::sync::lock(k).get(&name));
         let mut status =
             node_status::simulated(&name, Some(&base), &ips, endpoint.as_ref(), &now, &this.config.defaults);
         if !bad.is_empty() {

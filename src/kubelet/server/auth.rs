@@ -115,9 +115,7 @@ impl Authorizer {
     pub async fn token(&self, token: &str) -> Result<Option<Caller>, ReviewError> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let cached = || {
-            self.tokens
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
+            crate::sync::lock(&self.tokens)
                 .get(&key)
                 .filter(|(_, at)| at.elapsed() < TOKEN_TTL)
                 .map(|(caller, _)| caller.clone())
@@ -143,7 +141,7 @@ impl Authorizer {
             uid: u.uid,
             extra: u.extra.unwrap_or_default(),
         });
-        let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tokens = crate::sync::lock(&self.tokens);
         bounded(&mut tokens);
         tokens.insert(key, (caller.clone(), Instant::now()));
         Ok(caller)
@@ -189,9 +187,7 @@ impl Authorizer {
     ) -> Result<bool, ReviewError> {
         let key = (caller.clone(), verb, sub, node.to_string());
         let cached = || {
-            self.decisions
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
+            crate::sync::lock(&self.decisions)
                 .get(&key)
                 .filter(|(allowed, at)| at.elapsed() < if *allowed { ALLOWED_TTL } else { DENIED_TTL })
                 .map(|(allowed, _)| *allowed)
@@ -225,7 +221,7 @@ impl Authorizer {
             .await
             .map_err(ReviewError::Access)?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
-        let mut decisions = self.decisions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut decisions = crate::sync::lock(&self.decisions);
         bounded(&mut decisions);
         decisions.insert(key, (allowed, Instant::now()));
         Ok(allowed)

@@ -16,11 +16,11 @@ pub struct PodsByNode {
 impl PodsByNode {
     /// The pods bound to `node`.
     pub fn on(&self, node: &str) -> Vec<Arc<SlimPod>> {
-        self.nodes.read().unwrap_or_else(|e| e.into_inner()).get(node).cloned().unwrap_or_default()
+        crate::sync::read(&self.nodes).get(node).cloned().unwrap_or_default()
     }
 
     pub fn apply(&self, pod: &Arc<SlimPod>) {
-        let mut nodes = self.nodes.write().unwrap_or_else(|e| e.into_inner());
+        let mut nodes = crate::sync::write(&self.nodes);
         let Some(node) = pod.node_name.as_deref() else { return };
         let list = nodes.entry(node.to_string()).or_default();
         match list.iter_mut().find(|p| same(p, pod)) {
@@ -30,7 +30,7 @@ impl PodsByNode {
     }
 
     pub fn delete(&self, pod: &SlimPod) {
-        let mut nodes = self.nodes.write().unwrap_or_else(|e| e.into_inner());
+        let mut nodes = crate::sync::write(&self.nodes);
         let Some(node) = pod.node_name.as_deref() else { return };
         if let Some(list) = nodes.get_mut(node) {
             list.retain(|p| !same(p, pod));

@@ -148,7 +148,7 @@ pub fn simulation(
     serves: Box<dyn Fn(&k8s_openapi::api::core::v1::Node) -> bool + Send + Sync>,
     devices: super::AllDevices,
 ) -> Option<Simulation> {
-    let listener = env.listener.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+    let listener = crate::sync::lock(&env.listener).take()?;
     let (nodes, pods) = (shared::nodes(&sim.informers), shared::pods(&sim.informers));
     let index = Arc::new(index::PodsByNode::default());
     let follow = index.clone().follow(pods.subscribe());
@@ -165,9 +165,8 @@ pub fn simulation(
         serves,
     });
     let endpoints = env.endpoints.clone();
-    let names: tls::Names = Arc::new(move |ip| {
-        endpoints.lock().unwrap_or_else(|e| e.into_inner()).node_at(ip).map(|n| vec![n.to_string()]).unwrap_or_default()
-    });
+    let names: tls::Names =
+        Arc::new(move |ip| crate::sync::lock(&endpoints).node_at(ip).map(|n| vec![n.to_string()]).unwrap_or_default());
     let acceptor = tls::Acceptor { serving: env.serving.clone(), names, handshake_timeout: Duration::from_secs(10) };
     let (client, serving, has_client_ca) = (sim.client.clone(), env.serving.clone(), env.client_ca.is_some());
     let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();

@@ -49,7 +49,7 @@ impl KubeletApi {
 
     /// The node the connection's address is for (a node's own loopback address), if any.
     fn node_at(&self, conn: &Conn) -> Option<String> {
-        self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).node_at(conn.local).map(str::to_string)
+        crate::sync::lock(&self.endpoints).node_at(conn.local).map(str::to_string)
     }
 
     #[allow(clippy::result_large_err)] // the error is the answer to send
@@ -75,7 +75,7 @@ impl KubeletApi {
             return Ok(Located { node: Some(self.node(&node_name)?), pod: Some(pod) });
         }
         let name = parsed.node.clone().or_else(|| self.node_at(conn));
-        let advertise = self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).advertise();
+        let advertise = crate::sync::lock(&self.endpoints).advertise();
         match (name, &parsed.route) {
             (Some(n), _) => Ok(Located { node: Some(self.node(&n)?), pod: None }),
             (None, Route::Healthz) => Ok(Located { node: None, pod: None }),

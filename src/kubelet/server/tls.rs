@@ -61,14 +61,14 @@ impl Serving {
             .allow_unauthenticated()
             .build()
             .map_err(|e| format!("the client CA is not usable: {e}"))?;
-        *self.clients.write().unwrap_or_else(|e| e.into_inner()) = Some(verifier);
-        self.configs.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        *crate::sync::write(&self.clients) = Some(verifier);
+        crate::sync::lock(&self.configs).clear();
         Ok(())
     }
 
     /// The configuration for connections to `local`, whose certificate names `names`.
     pub fn config(&self, local: IpAddr, names: &[String]) -> Result<Arc<ServerConfig>, String> {
-        if let Some((config, renew)) = self.configs.lock().unwrap_or_else(|e| e.into_inner()).get(&local)
+        if let Some((config, renew)) = crate::sync::lock(&self.configs).get(&local)
             && Instant::now() < *renew
         {
             return Ok(config.clone());
@@ -86,14 +86,14 @@ impl Serving {
             .map_err(|e| e.to_string())?;
         let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).map_err(|e| e.to_string())?;
         let builder = ServerConfig::builder();
-        let builder = match self.clients.read().unwrap_or_else(|e| e.into_inner()).clone() {
+        let builder = match crate::sync::read(&self.clients).clone() {
             Some(v) => builder.with_client_cert_verifier(v),
             None => builder.with_no_client_auth(),
         };
         let mut config = builder.with_single_cert(chain, key).map_err(|e| e.to_string())?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let config = Arc::new(config);
-        let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut configs = crate::sync::lock(&self.configs);
         if configs.len() > 50_000 {
             configs.clear();
         }
@@ -102,7 +102,7 @@ impl Serving {
     }
 
     pub fn forget(&self, local: IpAddr) {
-        self.configs.lock().unwrap_or_else(|e| e.into_inner()).remove(&local);
+        crate::sync::lock(&self.configs).remove(&local);
     }
 }
 

@@ -179,7 +179,7 @@ pub fn free_port() -> u16 {
 pub fn free_ports<const N: usize>() -> [u16; N] {
     static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
-    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut given = kwok_pools::sync::lock(&GIVEN);
     let (mut held, mut refused) = (Vec::new(), Vec::new());
     while held.len() < N {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -154,8 +154,17 @@ async fn run(flags: VmiFlags, sim: SimContext) {
 }
 
 /// A client for the same cluster that acts as `user`.
-async fn impersonating(user: &str) -> anyhow::Result<Client> {
+async fn impersonating(user: &str) -> Result<Client, ImpersonateError> {
     let mut config = kube::Config::infer().await?;
     config.auth_info.impersonate = Some(user.to_string());
     Ok(Client::try_from(config)?)
+}
+
+/// Why a client acting as KubeVirt's handler cannot be built.
+#[derive(Debug, thiserror::Error)]
+enum ImpersonateError {
+    #[error("no Kubernetes configuration: {0}")]
+    Config(#[from] kube::config::InferConfigError),
+    #[error("{0}")]
+    Client(#[from] kube::Error),
 }

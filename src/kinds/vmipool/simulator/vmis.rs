@@ -417,8 +417,7 @@ async fn create_launcher(
 
 async fn patch_pod_status(sim: &VmiSimulator, pod: &SlimPod, patch: serde_json::Value) -> kube::Result<()> {
     let api: Api<Pod> = Api::namespaced(sim.pod_client.clone(), &pod.namespace().unwrap_or_default());
-    let pp = crate::api::conventions::patch_params();
-    let r = api.patch_status(pod.name(), &pp, &Patch::Strategic(&patch)).await.map(|_| ());
+    let r = crate::simulator::machinery::status_patch(&api, pod.name(), pod.uid(), patch).await.map(|_| ());
     sim.metrics.write("pods", "patch-status", r.is_ok());
     r
 }

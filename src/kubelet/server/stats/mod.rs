@@ -25,11 +25,11 @@ pub struct Counters(Mutex<HashMap<String, NodeCounter>>);
 
 impl Counters {
     pub fn forget(&self, node: &str) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(node);
+        crate::sync::lock(&self.0).remove(node);
     }
 
     fn read(&self, node: &str, now: f64, base: f64, since: f64, containers: &[ContainerReading<'_>]) -> f64 {
-        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = crate::sync::lock(&self.0);
         let running = containers.iter().map(|c| (format!("{}/{}", c.uid, c.container), c.cpu_seconds));
         all.entry(node.to_string()).or_default().read(now, base, since, running)
     }
