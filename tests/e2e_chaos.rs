@@ -12,7 +12,7 @@
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kwok_pools::kinds::nodepool::NodePool;
-use kwok_pools_test_support::pools::{is_ready, list_pods, pool_nodes, scoped_nodepool, scoped_podpool};
+use kwok_pools_test_support::pools::{NodePoolYaml, is_ready, list_pods, pool_nodes, scoped_podpool};
 use kwok_pools_test_support::{Operator, OwnCluster, unique, wait_for};
 use rand::Rng;
 use std::collections::HashSet;
@@ -92,8 +92,13 @@ async fn converge(client: &kube::Client, what: &str, goal: &Goal<'_>) -> Duratio
 }
 
 fn nodepool(pool: &str, scope: &str, count: u32, tier: &str) -> String {
-    scoped_nodepool(pool, scope, count, "10.64.0.0/12", 24, 110, "")
-        .replace("      labels: {", &format!("      labels: {{tier: {tier}, "))
+    let capacity = Some("{cpu: 64, memory: 256Gi, pods: 110}");
+    NodePoolYaml::new(pool, scope)
+        .count(count)
+        .pod_cidr("10.64.0.0/12", 24)
+        .capacity(capacity)
+        .node_label("tier", tier)
+        .yaml()
 }
 
 /// A supervisor's part: the operator exits when it loses its lead (a Deployment restarts it).

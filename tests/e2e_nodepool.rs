@@ -145,8 +145,7 @@ async fn template_edits_reach_every_node_and_deleted_nodes_come_back() {
     let pool = scope.clone();
     let ranges = "  podCIDR:\n    cidr: 10.200.0.0/16\n    maskSize: 24\n  internalIPs: 10.201.0.0/24\n";
     // A label the nodes are created with (by POST), removed later by an edit.
-    let scope_line = format!("        {SCOPE_LABEL}: {scope}\n");
-    apply(&nodepool_yaml(&pool, &scope, 3, ranges).replace(&scope_line, &format!("{scope_line}        born: here\n")));
+    apply(&NodePoolYaml::new(&pool, &scope).count(3).spec(ranges).node_label("born", "here").yaml());
     let nodes = wait_ready_nodes(&client, &pool, 3, T).await;
     assert!(nodes.iter().all(|n| kube::ResourceExt::labels(n).get("born").map(String::as_str) == Some("here")));
     for (i, n) in nodes.iter().enumerate() {

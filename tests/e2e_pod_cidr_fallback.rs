@@ -7,7 +7,7 @@
 
 use kwok_pools_test_support as common;
 
-use common::pools;
+use common::pools::{self, NodePoolYaml};
 use common::*;
 use ipnet::IpNet;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -22,19 +22,7 @@ const CLAIM_LABEL: &str = "pools.kwok.x-k8s.io/pod-cidr-node-uid";
 use kwok_pools::kubelet::node::lease::SIMULATOR_ANNOTATION;
 
 fn nodepool(name: &str, scope: &str, count: u32) -> String {
-    format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
-kind: NodePool
-metadata:
-  name: {name}
-  labels: {{{SCOPE_LABEL}: {scope}}}
-spec:
-  nodeCount: {count}
-  nodeTemplate:
-    metadata:
-      labels: {{{SCOPE_LABEL}: {scope}}}
-"
-    )
+    NodePoolYaml::new(name, scope).count(count).capacity(None).yaml()
 }
 
 /// A DaemonSet: one pod on every node of the scope.

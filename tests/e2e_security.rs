@@ -439,11 +439,7 @@ async fn two_instances_without_selectors_never_reconcile_one_pool() {
     op_a.wait_ready().await;
     op_b.wait_ready().await;
     let labelled = |pool: &str, instance: &str| {
-        nodepool_yaml(pool, &scope, 2, "").replacen(
-            &format!("  labels:\n    {SCOPE_LABEL}: {scope}\n"),
-            &format!("  labels:\n    {SCOPE_LABEL}: {scope}\n    pools.kwok.x-k8s.io/instance: {instance}\n"),
-            1,
-        )
+        NodePoolYaml::new(pool, &scope).count(2).pool_label("pools.kwok.x-k8s.io/instance", instance).yaml()
     };
     let (pool_a, pool_b) = (format!("{scope}-a"), format!("{scope}-b"));
     apply(&labelled(&pool_a, &a));

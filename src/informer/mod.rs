@@ -4,6 +4,8 @@
 //! before they are stored, so memory grows with what the operator must remember, not with
 //! whole objects.
 
+#[cfg(test)]
+pub mod fixtures;
 pub mod health;
 pub mod owners;
 pub mod pod;

@@ -114,27 +114,13 @@ pub type Owners<K> = Arc<Mutex<OwnerIndex<K>>>;
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
     fn pod(name: &str, owner: Option<(&str, &str)>) -> Pod {
-        let owner_references = owner.map(|(kind, uid)| {
-            vec![OwnerReference {
-                kind: kind.into(),
-                uid: uid.into(),
-                name: "x".into(),
-                api_version: "v1".into(),
-                controller: Some(true),
-                ..Default::default()
-            }]
-        });
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("ns".into()),
-                owner_references,
-                ..Default::default()
-            },
-            ..Default::default()
+        use crate::informer::fixtures::TestPod;
+        let pod = Pod::test(name).namespace("ns");
+        match owner {
+            Some((kind, uid)) => pod.owned_by("v1", kind, "x", uid),
+            None => pod,
         }
     }
 

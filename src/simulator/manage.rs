@@ -71,19 +71,11 @@ impl Manage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::api::ObjectMeta;
 
     fn node(name: &str, annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Node {
-        let m = |p: &[(&str, &str)]| Some(p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
-        Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                annotations: m(annotations),
-                labels: m(labels),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
+        use crate::informer::fixtures::TestNode;
+        let node = annotations.iter().fold(Node::test(name), |n, (k, v)| n.annotate(k, v));
+        labels.iter().fold(node, |n, (k, v)| n.label(k, v))
     }
 
     #[test]

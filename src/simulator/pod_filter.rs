@@ -62,14 +62,8 @@ mod tests {
     use kube::runtime::watcher::Event;
 
     fn node(name: &str, fake: bool) -> Node {
-        let mut annotations = std::collections::BTreeMap::new();
-        if fake {
-            annotations.insert(crate::api::conventions::FAKE_NODE_ANNOTATION.to_string(), "fake".to_string());
-        }
-        Node {
-            metadata: ObjectMeta { name: Some(name.into()), annotations: Some(annotations), ..Default::default() },
-            ..Default::default()
-        }
+        use crate::informer::fixtures::TestNode;
+        if fake { Node::test(name).fake() } else { Node::test(name) }
     }
 
     const LAUNCHER_LABEL: &str = "example.com/launcher";

@@ -223,10 +223,8 @@ mod tests {
     use super::*;
 
     fn node(name: &str) -> Node {
-        Node {
-            metadata: ObjectMeta { name: Some(name.into()), uid: Some(format!("uid-{name}")), ..Default::default() },
-            ..Default::default()
-        }
+        use crate::informer::fixtures::TestNode;
+        Node::test(name)
     }
 
     #[test]

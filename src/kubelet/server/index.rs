@@ -61,11 +61,8 @@ mod tests {
     use super::*;
 
     fn pod(name: &str, node: &str) -> Arc<SlimPod> {
-        let mut p = SlimPod::default();
-        p.metadata.name = Some(name.into());
-        p.metadata.namespace = Some("d".into());
-        p.node_name = Some(node.into());
-        Arc::new(p)
+        use crate::informer::fixtures::TestPod;
+        Arc::new(k8s_openapi::api::core::v1::Pod::test(name).on(node).slim())
     }
 
     #[test]

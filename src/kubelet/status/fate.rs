@@ -319,11 +319,8 @@ mod tests {
     }
 
     fn pod(ns: &str, name: &str, uid: &str) -> SlimPod {
-        let mut p = SlimPod::default();
-        p.metadata.namespace = Some(ns.into());
-        p.metadata.name = Some(name.into());
-        p.metadata.uid = Some(uid.into());
-        p
+        use crate::informer::fixtures::TestPod;
+        k8s_openapi::api::core::v1::Pod::test(name).namespace(ns).uid(uid).slim()
     }
 
     fn settings(yaml: &str) -> PodLifecycle {

@@ -12,20 +12,12 @@ use std::time::Duration;
 /// A NodePool of `nodes` nodes with `devices` (the `spec.devices` lines).
 /// (`net`: the second octet of its 10.x.0.0/16 podCIDR, one per test).
 pub fn pool_with(scope: &str, nodes: u32, devices: &str, net: u8) -> String {
-    format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
-kind: NodePool
-metadata:
-  name: {scope}
-  labels: {{{SCOPE_LABEL}: {scope}}}
-spec:
-  nodeCount: {nodes}
-  podCIDR: {{cidr: 10.{net}.0.0/16, maskSize: 24}}
-{devices}  nodeTemplate:
-    metadata:
-      labels: {{{SCOPE_LABEL}: {scope}}}
-"
-    )
+    crate::pools::NodePoolYaml::new(scope, scope)
+        .count(nodes)
+        .pod_cidr(&format!("10.{net}.0.0/16"), 24)
+        .capacity(None)
+        .spec(devices)
+        .yaml()
 }
 
 /// A ResourceClaimTemplate `name` asking one device of `class` (and `capacity`, if any).

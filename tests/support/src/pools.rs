@@ -7,28 +7,97 @@ use kube::api::{Api, ListParams};
 use kwok_pools::kinds::nodepool::NodePool;
 use std::time::Duration;
 
+/// A NodePool manifest for a test scope, built up: the one place the tests write a NodePool.
+/// The pool and its nodes carry the scope label (the test's operator handles the pool and
+/// simulates the nodes); by default one node with 8 CPUs, 32Gi and room for 110 pods.
+#[derive(Clone, Debug)]
+pub struct NodePoolYaml {
+    name: String,
+    scope: String,
+    count: u32,
+    pool_labels: Vec<(String, String)>,
+    node_labels: Vec<(String, String)>,
+    pod_cidr: Option<(String, u8)>,
+    capacity: Option<String>,
+    spec: String,
+}
+
+impl NodePoolYaml {
+    pub fn new(name: &str, scope: &str) -> Self {
+        Self {
+            name: name.into(),
+            scope: scope.into(),
+            count: 1,
+            pool_labels: Vec::new(),
+            node_labels: Vec::new(),
+            pod_cidr: None,
+            capacity: Some("{cpu: 8, memory: 32Gi, pods: 110}".into()),
+            spec: String::new(),
+        }
+    }
+
+    pub fn count(mut self, count: u32) -> Self {
+        self.count = count;
+        self
+    }
+
+    /// A label on the pool itself.
+    pub fn pool_label(mut self, key: &str, value: &str) -> Self {
+        self.pool_labels.push((key.into(), value.into()));
+        self
+    }
+
+    /// A label on every node.
+    pub fn node_label(mut self, key: &str, value: &str) -> Self {
+        self.node_labels.push((key.into(), value.into()));
+        self
+    }
+
+    /// Each node's podCIDR: a /`mask` of `cidr`.
+    pub fn pod_cidr(mut self, cidr: &str, mask: u8) -> Self {
+        self.pod_cidr = Some((cidr.into(), mask));
+        self
+    }
+
+    /// The nodes' capacity as a YAML flow map (`None`: the template says none).
+    pub fn capacity(mut self, capacity: Option<&str>) -> Self {
+        self.capacity = capacity.map(String::from);
+        self
+    }
+
+    /// More spec lines (each indented two spaces, ending in a newline).
+    pub fn spec(mut self, lines: &str) -> Self {
+        self.spec.push_str(lines);
+        self
+    }
+
+    pub fn yaml(&self) -> String {
+        let labels = |extra: &[(String, String)]| {
+            let mut all = vec![format!("{SCOPE_LABEL}: {}", self.scope)];
+            all.extend(extra.iter().map(|(k, v)| format!("{k}: {v}")));
+            format!("{{{}}}", all.join(", "))
+        };
+        let mut out = format!(
+            "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata:\n  name: {}\n  labels: {}\nspec:\n  nodeCount: {}\n",
+            self.name,
+            labels(&self.pool_labels),
+            self.count
+        );
+        if let Some((cidr, mask)) = &self.pod_cidr {
+            out.push_str(&format!("  podCIDR: {{cidr: {cidr}, maskSize: {mask}}}\n"));
+        }
+        out.push_str(&self.spec);
+        out.push_str(&format!("  nodeTemplate:\n    metadata:\n      labels: {}\n", labels(&self.node_labels)));
+        if let Some(capacity) = &self.capacity {
+            out.push_str(&format!("    status:\n      capacity: {capacity}\n"));
+        }
+        out
+    }
+}
+
 /// A NodePool manifest for `scope` with `count` nodes and extra spec YAML (indented 2).
 pub fn nodepool_yaml(name: &str, scope: &str, count: u32, extra_spec: &str) -> String {
-    format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
-kind: NodePool
-metadata:
-  name: {name}
-  labels:
-    {SCOPE_LABEL}: {scope}
-spec:
-  nodeCount: {count}
-{extra_spec}  nodeTemplate:
-    metadata:
-      labels:
-        {SCOPE_LABEL}: {scope}
-    status:
-      capacity:
-        cpu: 8
-        memory: 32Gi
-        pods: 110
-"
-    )
+    NodePoolYaml::new(name, scope).count(count).spec(extra_spec).yaml()
 }
 
 /// Adds the scope label to a sample NodePool (its metadata and its node template).
@@ -158,22 +227,8 @@ pub fn scoped_nodepool(
     max_pods: u32,
     extra_spec: &str,
 ) -> String {
-    format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
-kind: NodePool
-metadata:
-  name: {name}
-  labels: {{{SCOPE_LABEL}: {scope}}}
-spec:
-  nodeCount: {count}
-  podCIDR: {{cidr: {cidr}, maskSize: {mask}}}
-{extra_spec}  nodeTemplate:
-    metadata:
-      labels: {{{SCOPE_LABEL}: {scope}}}
-    status:
-      capacity: {{cpu: 64, memory: 256Gi, pods: {max_pods}}}
-"
-    )
+    let capacity = format!("{{cpu: 64, memory: 256Gi, pods: {max_pods}}}");
+    NodePoolYaml::new(name, scope).count(count).pod_cidr(cidr, mask).capacity(Some(&capacity)).spec(extra_spec).yaml()
 }
 
 /// A PodPool in `ns` whose pods (labelled `app: <name>`) go to the scope's nodes; `pod_spec`

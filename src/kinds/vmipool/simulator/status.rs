@@ -519,16 +519,9 @@ mod tests {
     }
 
     fn pod(phase: &str, conditions: &[(&str, &str)]) -> SlimPod {
-        SlimPod {
-            metadata: ObjectMeta {
-                name: Some("virt-launcher-vm-abcde".into()),
-                uid: Some("u-pod".into()),
-                ..Default::default()
-            },
-            phase: Some(phase.into()),
-            conditions: conditions.iter().map(|(t, s)| ((*t).into(), (*s).into())).collect(),
-            ..Default::default()
-        }
+        use crate::informer::fixtures::TestPod;
+        let pod = k8s_openapi::api::core::v1::Pod::test("virt-launcher-vm-abcde").uid("u-pod").phase(phase);
+        conditions.iter().fold(pod, |p, (t, s)| p.condition(t, s)).slim()
     }
 
     fn plain() -> Value {
