@@ -40,7 +40,7 @@ fn escape(key: &str) -> String {
 
 /// Every float quantity in `object` (walking `schema` alongside it): its JSON pointer and the
 /// string it becomes.
-pub fn float_quantities(schema: &Value, object: &Value, pointer: &str, out: &mut Vec<(String, String)>) {
+fn float_quantities(schema: &Value, object: &Value, pointer: &str, out: &mut Vec<(String, String)>) {
     match object {
         Value::Number(n) if is_quantity(schema) && !n.is_i64() && !n.is_u64() => {
             out.push((pointer.to_string(), n.to_string()));
@@ -67,7 +67,7 @@ pub fn float_quantities(schema: &Value, object: &Value, pointer: &str, out: &mut
 }
 
 /// The JSON patch that turns the float quantities of a pool into strings, if it has any.
-pub fn patch_for(kind: &str, object: &Value) -> Option<Patch> {
+fn patch_for(kind: &str, object: &Value) -> Option<Patch> {
     let schema = SCHEMAS.get(kind)?;
     let mut found = Vec::new();
     float_quantities(schema, object, "", &mut found);

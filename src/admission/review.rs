@@ -39,7 +39,7 @@ pub struct Judge {
 }
 
 /// Whether a request is about kind `P` (group and kind, as linkerd's `is_kind`).
-pub fn is_kind<P: PoolKind>(gvk: &GroupVersionKind) -> bool {
+fn is_kind<P: PoolKind>(gvk: &GroupVersionKind) -> bool {
     gvk.group == P::group(&()) && gvk.kind == P::kind(&())
 }
 

@@ -87,7 +87,7 @@ pub enum ClusterCommand {
 }
 
 /// The controller manager's flags for kwokctl's heartbeat factor `n` (none for 1).
-pub fn heartbeat_args(n: u32) -> Vec<(Component, String)> {
+fn heartbeat_args(n: u32) -> Vec<(Component, String)> {
     if n <= 1 {
         return vec![];
     }

@@ -255,7 +255,7 @@ impl RunArgs {
     /// those `--pool-selector` selects when it is given (the user partitions the pools);
     /// else, for a named instance, the pools labelled `pools.kwok.x-k8s.io/instance=<name>`;
     /// else (the default instance) the pools without that label.
-    pub fn pools_handled(&self) -> String {
+    fn pools_handled(&self) -> String {
         match &self.pool_selector {
             Some(s) => s.clone(),
             None if self.instance != "kwok-pools" => format!("{INSTANCE_LABEL}={}", self.instance),

@@ -33,7 +33,7 @@ pub fn resolve_bin_dir(flag: Option<&Path>) -> PathBuf {
 
 /// Where `make install` links the control plane: `$XDG_CACHE_HOME/kwok-pools/bin`, else
 /// `~/.cache/kwok-pools/bin`.
-pub fn installed_bin_dir() -> Option<PathBuf> {
+fn installed_bin_dir() -> Option<PathBuf> {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)

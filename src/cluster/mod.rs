@@ -64,7 +64,7 @@ pub struct Listed {
 }
 
 /// How many of the cluster's components run (checked by pid and command line).
-pub fn running_components(layout: &Layout) -> usize {
+fn running_components(layout: &Layout) -> usize {
     component::ALL
         .into_iter()
         .chain(component::OPTIONAL)

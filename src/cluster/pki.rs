@@ -17,7 +17,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// Names the API server answers to (in-cluster and on loopback).
-pub fn apiserver_sans() -> Vec<String> {
+fn apiserver_sans() -> Vec<String> {
     [
         "localhost",
         "127.0.0.1",
@@ -97,7 +97,7 @@ pub const METRICS_SERVER_HOST: &str = "metrics-server.kube-system.svc";
 /// The API server's client identities towards kubelets and aggregated API servers, and
 /// metrics-server's serving certificate: `ca` signs the first and the last (kubelets and
 /// metrics-server trust the cluster CA), a front-proxy CA of its own the aggregator's.
-pub fn write_aggregation(layout: &Layout, ca: &Authority) -> Result<(), ClusterError> {
+fn write_aggregation(layout: &Layout, ca: &Authority) -> Result<(), ClusterError> {
     let leaf = |cn: &'static str, org: Option<&'static str>, sans: Vec<String>, server: bool| LeafSpec {
         common_name: cn,
         organization: org,
@@ -168,7 +168,7 @@ pub fn write_webhook_client(layout: &Layout) -> Result<(), ClusterError> {
 
 /// The kubeconfig text for cluster `name` served on `port`, with the PKI embedded so the file
 /// can be copied elsewhere.
-pub fn kubeconfig_text(name: &str, port: u16, ca: &str, cert: &str, key: &str) -> String {
+fn kubeconfig_text(name: &str, port: u16, ca: &str, cert: &str, key: &str) -> String {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let ctx = format!("kwok-pools-{name}");
     format!(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 /// An HTTP client that trusts the cluster CA and presents the admin certificate. The
 /// controller manager and scheduler serve self-signed certificates on loopback, so their
 /// health checks do not verify the server.
-pub fn http_client(layout: &Layout, verify: bool) -> Result<reqwest::Client, ClusterError> {
+fn http_client(layout: &Layout, verify: bool) -> Result<reqwest::Client, ClusterError> {
     client_as(layout, "admin", verify)
 }
 

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 /// The rights on kind `K`'s pools and children.
-pub fn kind_rules<K: Kind>() -> Vec<Rule> {
+fn kind_rules<K: Kind>() -> Vec<Rule> {
     let (plural, noun) = (K::plural(&()).into_owned(), K::NOUN);
     let child_group = <K::Child as kube::Resource>::group(&()).into_owned();
     let child = <K::Child as kube::Resource>::plural(&()).into_owned();

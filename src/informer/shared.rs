@@ -17,7 +17,7 @@ use std::sync::Arc;
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 
 /// A node less what nobody here reads (images and volumes can be most of a node).
-pub fn trim_node(mut node: Node) -> Node {
+fn trim_node(mut node: Node) -> Node {
     trim_meta(&mut node);
     if let Some(s) = node.status.as_mut() {
         s.images = None;

@@ -173,7 +173,7 @@ where
 /// to its server-side apply (operation `Apply`), so that an apply which leaves a field out
 /// removes it — as `kubectl`'s client-side-apply upgrade does. `None`: nothing to hand over
 /// (already applied once, or not ours). Guarded by the child's UID.
-pub fn claim_patch(
+fn claim_patch(
     entries: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry],
     uid: &str,
 ) -> Option<serde_json::Value> {

@@ -145,7 +145,7 @@ pub async fn crd_established(client: &Client, name: &str) -> kube::Result<bool> 
 }
 
 /// The Degraded condition of a pool whose child CRD is missing.
-pub fn missing_crd_condition(crd: &ChildCrd, noun: &str, generation: Option<i64>) -> Condition {
+fn missing_crd_condition(crd: &ChildCrd, noun: &str, generation: Option<i64>) -> Condition {
     Condition {
         type_: DEGRADED.into(),
         status: "True".into(),

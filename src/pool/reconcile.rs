@@ -56,7 +56,7 @@ pub struct Observation<P: PoolKind> {
 /// The children of `pool` in the store: owned ones (by controller owner UID) as planner input.
 /// With the store's owner index, only the pool's own children are looked at; without it
 /// (tests), every object of the store.
-pub fn owned_children<P: PoolKind>(
+fn owned_children<P: PoolKind>(
     pool: &P,
     store: &Store<P::Stored>,
     owners: Option<&Owners<P::Stored>>,
@@ -95,7 +95,7 @@ pub fn owned_children<P: PoolKind>(
 
 /// Writes the store does not show yet: created children count as present (not ready),
 /// deleted ones as terminating.
-pub fn add_pending(observed: &mut Vec<Observed>, pending: Vec<(String, Expect)>, pool: &str, hash: &str) {
+fn add_pending(observed: &mut Vec<Observed>, pending: Vec<(String, Expect)>, pool: &str, hash: &str) {
     for (child, what) in pending {
         match what {
             Expect::Create => {
@@ -142,7 +142,7 @@ pub fn observe<P: PoolKind>(pool: &P, ctx: &PoolContext<P>, hash: &str) -> Obser
 /// The pools a pool is compared with by the reconciler: the older ones (by creation time,
 /// then name), so that of two overlapping pools only the newer is blamed and the older one
 /// keeps working.
-pub fn older_peers<P: PoolKind>(pool: &P, all: &[Arc<P>]) -> Vec<Arc<P>> {
+fn older_peers<P: PoolKind>(pool: &P, all: &[Arc<P>]) -> Vec<Arc<P>> {
     fn key<P: PoolKind>(p: &P) -> (Option<k8s_openapi::jiff::Timestamp>, Option<&str>, Option<&str>) {
         let m = p.meta();
         (m.creation_timestamp.as_ref().map(|t| t.0), m.name.as_deref(), m.namespace.as_deref())
@@ -168,7 +168,7 @@ pub fn validate<P: PoolKind>(pool: &P, all: &[Arc<P>]) -> Option<(Problem, Actio
 }
 
 /// Stage 3, plan (pure).
-pub fn plan_for<P: PoolKind>(pool: &P, seen: &Observation<P>, hash: &str, max_creates: usize) -> Plan {
+fn plan_for<P: PoolKind>(pool: &P, seen: &Observation<P>, hash: &str, max_creates: usize) -> Plan {
     plan::plan(&PlanInput {
         count: pool.count(),
         hash,

@@ -32,7 +32,7 @@ fn is_authorization_denial(message: &str) -> bool {
 
 /// Where a child's field sits in the pool manifest. `template` is the template's path
 /// (`spec.nodeTemplate`); the child's `metadata.name` is the pool's business (`<pool>-<index>`).
-pub fn manifest_path(template: &str, child: &str, field: &str) -> String {
+fn manifest_path(template: &str, child: &str, field: &str) -> String {
     match field {
         "" => template.to_string(),
         "metadata.name" => format!("metadata.name (child name {child:?})"),

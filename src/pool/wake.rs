@@ -20,7 +20,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 /// ready, terminating, finished or failing, and its simulator conflict — as a hash. Nothing
 /// else of a child changes a pool's plan or status, so a change of anything else (a node's
 /// status heartbeat, a pod's probe time) wakes no pool.
-pub fn child_view<P: PoolKind>(child: &P::Stored) -> u64 {
+fn child_view<P: PoolKind>(child: &P::Stored) -> u64 {
     let mut h = DefaultHasher::new();
     child.meta().uid.hash(&mut h);
     for owner in child.owner_references().iter().filter(|o| o.controller == Some(true)) {

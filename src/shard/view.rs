@@ -44,7 +44,8 @@ impl Ownership {
         Self { me: next.me.clone(), members: next.members.clone(), before }
     }
 
-    pub fn in_hand_over(&self) -> bool {
+    #[cfg(test)]
+    fn in_hand_over(&self) -> bool {
         !self.before.is_empty()
     }
 

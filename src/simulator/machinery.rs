@@ -62,7 +62,7 @@ impl<T: Clone + Eq + Hash> Timers<T> {
         }
     }
 
-    pub fn is_set(&self, timer: &T) -> bool {
+    fn is_set(&self, timer: &T) -> bool {
         self.keys.contains_key(timer)
     }
 
@@ -260,7 +260,7 @@ impl<D: Send + 'static> Writes<D> {
 
     /// As [`Writes::spawn`], for a heartbeat that becomes urgent at `urgent_at`: from then on
     /// it takes the first free place in the budget rather than waiting for the heartbeats'.
-    pub fn spawn_by<F, W>(&self, urgent_at: Option<Instant>, make: F)
+    fn spawn_by<F, W>(&self, urgent_at: Option<Instant>, make: F)
     where
         F: FnOnce() -> W + Send + 'static,
         W: Future<Output = D> + Send + 'static,

@@ -63,7 +63,7 @@ pub struct Renewed {
 pub const CONFLICT_ANNOTATION: &str = crate::api::conventions::SIMULATOR_CONFLICT_ANNOTATION;
 
 /// The field manager, not this operator, that owns the Lease's renewTime, if any (pure).
-pub fn other_renewer(lease: &Lease) -> Option<String> {
+fn other_renewer(lease: &Lease) -> Option<String> {
     lease.metadata.managed_fields.iter().flatten().find_map(|entry| {
         let manager = entry.manager.as_deref()?;
         let fields = entry.fields_v1.as_ref()?;

@@ -41,7 +41,7 @@ impl Stretch {
     /// The longest a renewal of a lease of `duration` may wait after the last one, given
     /// `latency`, how long renewals take from due to done (queueing and the round trip):
     /// twice that is kept as margin. Never less than the kubelet's cadence `base`.
-    pub fn ceiling(&self, duration: Duration, base: Duration, latency: Duration) -> Duration {
+    fn ceiling(&self, duration: Duration, base: Duration, latency: Duration) -> Duration {
         let kept = duration.mul_f64(1.0 - MONITOR_SHARE).saturating_sub(self.reserve);
         let cap = duration.mul_f64(self.fraction.clamp(0.0, 1.0)).min(kept);
         cap.saturating_sub(latency * 2).max(base)

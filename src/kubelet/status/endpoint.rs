@@ -41,7 +41,7 @@ const FIRST: u32 = u32::from_be_bytes([127, 128, 0, 1]);
 const LAST: u32 = u32::from_be_bytes([127, 255, 255, 254]);
 
 /// Whether `ip` is one of the per-node loopback addresses.
-pub fn is_node_loopback(ip: IpAddr) -> bool {
+fn is_node_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => (FIRST..=LAST).contains(&u32::from(v4)),
         IpAddr::V6(_) => false,

@@ -119,7 +119,7 @@ fn over_memory_limit(usage: Option<&crate::api::kubelet::Usage>, seed: Option<i6
 }
 
 /// Whether a Job owns the pod.
-pub fn owned_by_job(pod: &SlimPod) -> bool {
+fn owned_by_job(pod: &SlimPod) -> bool {
     pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Job" && o.api_version.starts_with("batch/"))
 }
 

@@ -66,7 +66,7 @@ fn expected(bad_now: &[BadCondition]) -> Vec<(&'static str, &'static str, &'stat
 
 /// The healthy conditions at `now`, keeping a previous transition time where the status is
 /// unchanged.
-pub fn healthy_conditions(previous: Option<&[NodeCondition]>, now: &Time) -> Vec<NodeCondition> {
+fn healthy_conditions(previous: Option<&[NodeCondition]>, now: &Time) -> Vec<NodeCondition> {
     reported_conditions(previous, now, &[])
 }
 

@@ -70,7 +70,7 @@ impl Exit {
 
 /// Whether something keeps the pod after its final delete: a finalizer, such as the tracking
 /// finalizer of a Job's pods, whose controller then reads the pod's last status.
-pub fn outlives_final_delete(pod: &SlimPod) -> bool {
+fn outlives_final_delete(pod: &SlimPod) -> bool {
     pod.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty())
 }
 

@@ -171,7 +171,7 @@ fn auto_attach_disabled(spec: &VmiSpec) -> bool {
 }
 
 /// How many vCPUs the VMI has (cores × sockets × threads, at least 1).
-pub fn vcpus(spec: &VmiSpec) -> i64 {
+fn vcpus(spec: &VmiSpec) -> i64 {
     let cpu = spec.domain.cpu.clone().unwrap_or_default();
     [cpu.cores, cpu.sockets, cpu.threads]
         .iter()
@@ -351,7 +351,7 @@ pub fn scheduled_patch(vmi: &VirtualMachineInstance, pod: &SlimPod, node: &str, 
 }
 
 /// A deterministic, locally administered MAC for an interface of a VMI.
-pub fn mac(vmi_uid: &str, interface: &str) -> String {
+fn mac(vmi_uid: &str, interface: &str) -> String {
     let digest = Sha256::digest(format!("{vmi_uid}/{interface}").as_bytes());
     let mut bytes = [0x02u8, 0, 0, 0, 0, 0];
     bytes[1..].copy_from_slice(&digest[..5]);

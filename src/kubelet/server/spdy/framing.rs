@@ -207,7 +207,7 @@ fn control(kind: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
 
 impl Encoder {
     /// SYN_REPLY for stream `id`, with no headers.
-    pub fn syn_reply(&mut self, id: u32) -> Vec<u8> {
+    fn syn_reply(&mut self, id: u32) -> Vec<u8> {
         let mut block = Vec::with_capacity(64);
         let empty = 0u32.to_be_bytes();
         let _ = self.deflate.compress_vec(&empty, &mut block, FlushCompress::Sync);
@@ -226,13 +226,13 @@ impl Encoder {
         f
     }
 
-    pub fn rst(id: u32, status: u32) -> Vec<u8> {
+    fn rst(id: u32, status: u32) -> Vec<u8> {
         let mut payload = id.to_be_bytes().to_vec();
         payload.extend_from_slice(&status.to_be_bytes());
         control(RST_STREAM, 0, &payload)
     }
 
-    pub fn ping(id: u32) -> Vec<u8> {
+    fn ping(id: u32) -> Vec<u8> {
         control(PING, 0, &id.to_be_bytes())
     }
 }
