@@ -605,3 +605,83 @@ fn remove_or_end(i: &Input, out: &mut Out) {
     let ending = out.t.ending.unwrap_or(pod_status::Ending::Killed);
     out.status(pod_status::terminated_patch(pod, ending, &i.now.value()), "terminate");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::informer::fixtures::TestPod;
+    use crate::kubelet::status::fate::Defaults;
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn now(at: Instant) -> Now {
+        Now { at, wall: Timestamp::UNIX_EPOCH }
+    }
+
+    fn plan(pod: &SlimPod) -> PodPlan {
+        fate::plan_pod(None, None, pod, &Defaults::default())
+    }
+
+    #[test]
+    fn a_pod_with_a_start_delay_is_acknowledged_and_started_when_the_delay_is_over() {
+        let pod = Pod::test("p").on("n").annotate("pod-ready.stage.kwok.x-k8s.io/delay", "5s").slim();
+        let (p, ips, t0) = (plan(&pod), ["10.1.0.1".parse().unwrap()], Instant::now());
+        let facts = || Some(NodeFacts { plan: &p, away: None, host_ips: &ips });
+        let mut t = Tracked::new(t0);
+        let i = Input { pod: &pod, now: now(t0), node: facts(), pod_ips: None, prepare: Prepare::Ready, pressure: 0.0 };
+        let effects = step(&i, &mut t);
+        assert_eq!(effects[0], Effect::Arm(TimerKind::Start, Duration::from_secs(5)));
+        assert!(matches!(&effects[1], Effect::Status { transition: "acknowledge", .. }));
+        assert!(t.write.in_flight && t.is_armed(TimerKind::Start));
+        // Written; the delay is over: it needs its addresses, then it runs.
+        t.write.in_flight = false;
+        t.fired(TimerKind::Start);
+        let later = Input { now: now(t0 + Duration::from_secs(5)), node: facts(), ..i };
+        assert_eq!(step(&later, &mut t), [Effect::NeedAddresses]);
+        let pod_ips = ["10.244.0.5".parse().unwrap()];
+        let with_ips = Input { pod_ips: Some(&pod_ips), node: facts(), ..later };
+        let effects = step(&with_ips, &mut t);
+        assert!(
+            matches!(&effects[..], [Effect::Status { transition: "run", patch }] if patch["status"]["podIP"] == "10.244.0.5")
+        );
+        assert!(t.started);
+    }
+
+    #[test]
+    fn a_timer_that_finds_a_write_in_flight_goes_off_again_a_moment_later() {
+        let pod = Pod::test("p").on("n").phase("Running").slim();
+        let mut t = Tracked::new(Instant::now());
+        t.write.in_flight = true;
+        let i = Input {
+            pod: &pod,
+            now: now(Instant::now()),
+            node: None,
+            pod_ips: None,
+            prepare: Prepare::Ready,
+            pressure: 0.0,
+        };
+        assert_eq!(fire(TimerKind::Complete, &i, &mut t), [Effect::Arm(TimerKind::Complete, BUSY)]);
+    }
+
+    #[test]
+    fn a_deleted_pod_whose_terminal_status_is_skipped_under_pressure_is_removed_at_once() {
+        let pod = Pod::test("p").on("n").phase("Running").slim();
+        let mut t = Tracked::new(Instant::now());
+        let i = Input {
+            pod: &pod,
+            now: now(Instant::now()),
+            node: None,
+            pod_ips: None,
+            prepare: Prepare::Ready,
+            pressure: 1.0,
+        };
+        assert_eq!(fire(TimerKind::Remove, &i, &mut t), [Effect::Skipped("terminal-status-skipped"), Effect::Remove]);
+        let mut t = Tracked::new(Instant::now());
+        let calm = Input { pressure: 0.0, ..i };
+        assert!(matches!(
+            &fire(TimerKind::Remove, &calm, &mut t)[..],
+            [Effect::Status { transition: "terminate", .. }]
+        ));
+        assert!(t.terminal_written);
+    }
+}
