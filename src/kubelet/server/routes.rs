@@ -278,6 +278,11 @@ async fn streaming(
 
 async fn port_forward(namespace: String, pod: String, req: Request) -> Response {
     let ports: Vec<u16> = query(&req).iter().filter(|(k, _)| k == "port").filter_map(|(_, v)| v.parse().ok()).collect();
+    // Two WebSocket channels per port, each named by one byte.
+    if ports.len() > websocket::MAX_PORTS {
+        let why = format!("{} ports asked for: forward at most {} at once", ports.len(), websocket::MAX_PORTS);
+        return text(StatusCode::BAD_REQUEST, why);
+    }
     upgrade(req, spdy::PORT_FORWARD_PROTOCOLS.as_slice(), websocket::PORT_FORWARD_PROTOCOLS.as_slice(), move |io| {
         match io {
             Upgraded::Spdy(io, _) => Box::pin(spdy::port_forward(io, namespace, pod)),

@@ -11,6 +11,8 @@ use tokio::sync::mpsc;
 
 pub const EXEC_PROTOCOLS: [&str; 4] = ["v5.channel.k8s.io", "v4.channel.k8s.io", "v3.channel.k8s.io", "channel.k8s.io"];
 pub const PORT_FORWARD_PROTOCOLS: [&str; 2] = ["v4.channel.k8s.io", "portforward.k8s.io"];
+/// The most ports one WebSocket port-forward takes: each has two channels of one byte.
+pub const MAX_PORTS: usize = 128;
 
 fn framed(channel: u8, data: &[u8]) -> Message {
     let mut m = Vec::with_capacity(1 + data.len());
@@ -26,7 +28,8 @@ where
     Fut: Future<Output = i32>,
 {
     let (mut sink, mut source) = socket.split();
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Message>();
+    // Bounded: a client that does not read holds the session back (writes await room).
+    let (out_tx, mut out_rx) = mpsc::channel::<Message>(64);
     let writer = tokio::spawn(async move {
         while let Some(m) = out_rx.recv().await {
             if sink.send(m).await.is_err() {
@@ -59,8 +62,11 @@ where
     });
     let out = |channel: u8| -> exec::Write {
         let tx = out_tx.clone();
-        Box::new(move |b: &[u8]| {
-            let _ = tx.send(framed(channel, b));
+        Box::new(move |b: Vec<u8>| {
+            let tx = tx.clone();
+            Box::pin(async move {
+                let _ = tx.send(framed(channel, &b)).await;
+            })
         })
     };
     let streams = Streams {
@@ -71,8 +77,8 @@ where
         closed,
     };
     let code = run(streams).await;
-    let _ = out_tx.send(framed(3, &exec::status(code)));
-    let _ = out_tx.send(Message::Close(None));
+    let _ = out_tx.send(framed(3, &exec::status(code))).await;
+    let _ = out_tx.send(Message::Close(None)).await;
     drop(out_tx);
     let _ = writer.await;
     reader.abort();
@@ -81,8 +87,9 @@ where
 /// Answers each port of `ports` on its data channel once the client writes to it.
 pub async fn port_forward(socket: WebSocket, ports: Vec<u16>, namespace: String, pod: String) {
     let (mut sink, mut source) = socket.split();
-    for (i, port) in ports.iter().enumerate() {
-        for channel in [2 * i as u8, 2 * i as u8 + 1] {
+    for (i, port) in ports.iter().enumerate().take(MAX_PORTS) {
+        let Ok(first) = u8::try_from(2 * i) else { return };
+        for channel in [first, first + 1] {
             if sink.send(framed(channel, &port.to_le_bytes())).await.is_err() {
                 return;
             }

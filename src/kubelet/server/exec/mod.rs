@@ -11,8 +11,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-/// Writes to one of the client's output streams.
-pub type Write = Box<dyn Fn(&[u8]) + Send + Sync>;
+/// Writes to one of the client's output streams, waiting while its transport's queue is full:
+/// a client that does not read holds the session back instead of filling memory.
+pub type Write = Box<dyn Fn(Vec<u8>) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 /// The streams the client opened.
 pub struct Streams {
@@ -27,27 +28,40 @@ pub struct Streams {
 
 /// The longest an echoing exec or an attach lasts.
 const MOST: Duration = Duration::from_secs(3600);
+/// The most input one session echoes back (more ends the echo, with a word on stderr).
+pub const ECHO_LIMIT: usize = 64 * 1024 * 1024;
 
 impl Streams {
-    fn out(&self, b: &[u8]) {
+    async fn out(&self, b: &[u8]) {
         if let Some(w) = &self.stdout {
-            w(b);
+            w(b.to_vec()).await;
         }
     }
 
-    fn err(&self, b: &[u8]) {
+    async fn err(&self, b: &[u8]) {
         match (&self.stderr, self.tty) {
-            (Some(w), false) => w(b),
-            _ => self.out(b),
+            (Some(w), false) => w(b.to_vec()).await,
+            _ => self.out(b).await,
         }
     }
 
-    /// Copies stdin to stdout until it ends.
+    /// Copies stdin to stdout until it ends, the session's echo limit is reached, or the time
+    /// is up; each chunk waits until the client has room for it.
     async fn echo(&mut self) {
         let Some(mut stdin) = self.stdin.take() else { return };
+        let mut echoed = 0usize;
         let _ = tokio::time::timeout(MOST, async {
             while let Some(chunk) = stdin.recv().await {
-                self.out(&chunk);
+                echoed += chunk.len();
+                if echoed > ECHO_LIMIT {
+                    let note = format!(
+                        "kwok-pools: this session echoed its limit of {} MiB of input; input is no longer read\n",
+                        ECHO_LIMIT >> 20
+                    );
+                    self.err(note.as_bytes()).await;
+                    return;
+                }
+                self.out(&chunk).await;
             }
         })
         .await;
@@ -56,8 +70,8 @@ impl Streams {
 
 /// Runs an exec: the answer, then (echoing) stdin until it ends. The exit code.
 pub async fn exec(answer: &Answer, echo_stdin: bool, streams: &mut Streams) -> i32 {
-    streams.out(answer.stdout.as_bytes());
-    streams.err(answer.stderr.as_bytes());
+    streams.out(answer.stdout.as_bytes()).await;
+    streams.err(answer.stderr.as_bytes()).await;
     if echo_stdin {
         streams.echo().await;
     }
@@ -67,7 +81,7 @@ pub async fn exec(answer: &Answer, echo_stdin: bool, streams: &mut Streams) -> i
 /// Runs an attach: a line that says what this is, the container's log lines as they come, and
 /// stdin echoed, until stdin ends or the client goes.
 pub async fn attach(pod: &str, container: &str, script: &Script, started: f64, streams: &mut Streams) {
-    streams.out(format!("kwok-pools: attached to container {container} of pod {pod} (simulated: new log lines follow; input is echoed)\n").as_bytes());
+    streams.out(format!("kwok-pools: attached to container {container} of pod {pod} (simulated: new log lines follow; input is echoed)\n").as_bytes()).await;
     let mut stdin = streams.stdin.take();
     let deadline = tokio::time::Instant::now() + MOST;
     let closed = streams.closed.clone();
@@ -77,12 +91,12 @@ pub async fn attach(pod: &str, container: &str, script: &Script, started: f64, s
         tokio::select! {
             () = tokio::time::sleep(next.unwrap_or(MOST)) => {
                 let now = crate::simulator::lifecycle::epoch_now().as_secs_f64();
-                if let Some(line) = script.until(pod, started, now).last() {
-                    streams.out(format!("{}\n", line.text).as_bytes());
+                if let Some(last) = script.total(started, now).checked_sub(1) {
+                    streams.out(format!("{}\n", script.line(last, pod, started).text).as_bytes()).await;
                 }
             }
             chunk = async { match stdin.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => match chunk {
-                Some(c) => streams.out(&c),
+                Some(c) => streams.out(&c).await,
                 None => return,
             },
             () = closed.cancelled() => return,
@@ -128,7 +142,11 @@ mod tests {
     fn collect() -> (Write, Arc<Mutex<Vec<u8>>>) {
         let got = Arc::new(Mutex::new(Vec::new()));
         let g = got.clone();
-        (Box::new(move |b: &[u8]| g.lock().unwrap().extend_from_slice(b)), got)
+        let write: Write = Box::new(move |b: Vec<u8>| {
+            g.lock().unwrap().extend_from_slice(&b);
+            Box::pin(async {})
+        });
+        (write, got)
     }
 
     #[tokio::test]
@@ -142,6 +160,43 @@ mod tests {
         let a = Answer { stdout: "cat\n".into(), stderr: "warn\n".into(), exit_code: 0 };
         assert_eq!(exec(&a, true, &mut s).await, 0);
         assert_eq!(String::from_utf8(got.lock().unwrap().clone()).unwrap(), "cat\nwarn\ntyped\n");
+    }
+
+    #[tokio::test]
+    async fn echo_waits_for_a_client_that_does_not_read_and_stops_at_its_limit() {
+        // A client that never reads: its transport holds one chunk, then the writer waits.
+        let (room_tx, mut room_rx) = mpsc::channel::<Vec<u8>>(1);
+        let out: Write = Box::new(move |b: Vec<u8>| {
+            let tx = room_tx.clone();
+            Box::pin(async move {
+                let _ = tx.send(b).await;
+            })
+        });
+        let (tx, rx) = mpsc::channel(4);
+        let mut s =
+            Streams { stdin: Some(rx), stdout: Some(out), stderr: None, tty: true, closed: CancellationToken::new() };
+        let session = tokio::spawn(async move { s.echo().await });
+        let mut sent = 0usize;
+        let feeding = async {
+            while tx.send(vec![0u8; 64 * 1024]).await.is_ok() {
+                sent += 1;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(200), feeding).await;
+        assert!(sent <= 8, "input stops being read while output waits: {sent} chunks taken");
+        // The client reads at last: the echo goes on until the session's limit.
+        let drain = tokio::spawn(async move {
+            let mut bytes = 0usize;
+            while let Some(b) = room_rx.recv().await {
+                bytes += b.len();
+            }
+            bytes
+        });
+        let chunk = vec![0u8; 1024 * 1024];
+        while tx.send(chunk.clone()).await.is_ok() {}
+        session.await.unwrap();
+        let echoed = drain.await.unwrap();
+        assert!(echoed <= ECHO_LIMIT + 256, "at most the limit is echoed: {echoed}");
     }
 
     #[test]

@@ -41,17 +41,38 @@ pub async fn script(api: &KubeletApi, node: &Node, pod: &SlimPod, container: &st
     Script::new(knob.as_ref(), annotation.as_deref(), pod.name(), container)
 }
 
-fn limited(text: String, left: &mut Option<usize>) -> String {
-    match left {
-        None => text,
-        Some(n) => {
-            let mut cut = text.len().min(*n);
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            *n -= cut;
-            text[..cut].to_string()
+/// How many bytes a chunk of the answer holds at most (a huge log streams, never buffers).
+const CHUNK: usize = 64 * 1024;
+
+/// The lines `range` of a run from `started`, rendered chunk by chunk as the client reads,
+/// stopping at `limit` bytes; what is left of the limit comes back with the last chunk.
+struct Lines {
+    script: Arc<Script>,
+    options: Arc<Options>,
+    pod: String,
+    started: f64,
+    range: std::ops::Range<u64>,
+    left: Option<usize>,
+}
+
+impl Lines {
+    /// The next chunk, if any is left.
+    fn next_chunk(&mut self) -> Option<String> {
+        let mut chunk = String::new();
+        while chunk.len() < CHUNK && self.left != Some(0) {
+            let Some(i) = self.range.next() else { break };
+            let line = self.options.render(&self.script.line(i, &self.pod, self.started));
+            let line = match &mut self.left {
+                None => line,
+                Some(n) => {
+                    let line = script::cut(line, *n);
+                    *n -= line.len();
+                    line
+                }
+            };
+            chunk.push_str(&line);
         }
+        (!chunk.is_empty()).then_some(chunk)
     }
 }
 
@@ -75,10 +96,10 @@ pub async fn container_logs(
             format!("container \"{container}\" in pod \"{}\" is waiting to start: ContainerCreating", pod.name()),
         );
     }
-    let script = script(&api, &node, &pod, &container).await;
+    let script = Arc::new(script(&api, &node, &pod, &container).await);
     let now = epoch_now().as_secs_f64();
     let current = started(&pod);
-    let lines = if options.previous {
+    let (run, end) = if options.previous {
         if pod.restart_count == 0 {
             return text(
                 StatusCode::BAD_REQUEST,
@@ -86,50 +107,59 @@ pub async fn container_logs(
             );
         }
         // The run before this one: from the pod's start to the current run's start.
-        let before = pod.start_time.as_ref().map_or(current, secs);
-        script.until(pod.name(), before, current.min(now))
+        (pod.start_time.as_ref().map_or(current, secs), current.min(now))
     } else {
-        script.until(pod.name(), current, now)
+        (current, now)
     };
-    let mut left = options.limit_bytes;
-    let head: String = options.select(lines, now).iter().map(|l| options.render(l)).collect();
-    let head = limited(head, &mut left);
+    let options = Arc::new(options);
+    let head = Lines {
+        script: script.clone(),
+        options: options.clone(),
+        pod: pod.name().to_string(),
+        started: run,
+        range: script.shown(&options, run, end),
+        left: options.limit_bytes,
+    };
     if !options.follow || options.previous {
-        return plain(Body::from(head));
+        let chunks = futures::stream::unfold(head, |mut lines| async move {
+            lines.next_chunk().map(|c| (Ok::<_, std::io::Error>(c), lines))
+        });
+        return plain(Body::from_stream(chunks));
     }
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(16);
-    tokio::spawn(async move {
-        if tx.send(Ok(head)).await.is_err() {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(4);
+    tokio::spawn(follow(api, pod, head, tx));
+    plain(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)))
+}
+
+/// Sends `lines`, then each line as it is written, until the pod goes, the client leaves or
+/// the byte limit is reached. Lines are made one chunk at a time, as the client takes them.
+async fn follow(
+    api: Arc<KubeletApi>,
+    pod: Arc<SlimPod>,
+    mut lines: Lines,
+    tx: tokio::sync::mpsc::Sender<Result<String, std::io::Error>>,
+) {
+    let key = ObjectRef::<SlimPod>::new(pod.name()).within(pod.metadata.namespace.as_deref().unwrap_or_default());
+    loop {
+        while let Some(chunk) = lines.next_chunk() {
+            if tx.send(Ok(chunk)).await.is_err() {
+                return;
+            }
+        }
+        if lines.left == Some(0) {
             return;
         }
-        let key = ObjectRef::<SlimPod>::new(pod.name()).within(pod.metadata.namespace.as_deref().unwrap_or_default());
-        let mut shown = now;
-        loop {
-            let now = epoch_now().as_secs_f64();
-            let wait = script.next_after(current, now).map_or(5.0, |at| (at - now).clamp(0.0, 5.0));
-            tokio::time::sleep(Duration::from_secs_f64(wait)).await;
-            // Following ends with the pod (or its replacement under the same name).
-            if api.pods.get(&key).is_none_or(|p| p.uid() != pod.uid()) {
-                return;
-            }
-            let now = epoch_now().as_secs_f64();
-            let new: String = script
-                .until(pod.name(), current, now)
-                .iter()
-                .filter(|l| l.at > shown && l.at <= now)
-                .map(|l| options.render(l))
-                .collect();
-            shown = now;
-            if new.is_empty() {
-                continue;
-            }
-            let new = limited(new, &mut left);
-            if tx.send(Ok(new)).await.is_err() || left == Some(0) {
-                return;
-            }
+        let now = epoch_now().as_secs_f64();
+        let wait = lines.script.next_after(lines.started, now).map_or(5.0, |at| (at - now).clamp(0.0, 5.0));
+        tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+        // Following ends with the pod (or its replacement under the same name).
+        if api.pods.get(&key).is_none_or(|p| p.uid() != pod.uid()) {
+            return;
         }
-    });
-    plain(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        let now = epoch_now().as_secs_f64();
+        let end = lines.script.total(lines.started, now);
+        lines.range = lines.range.end..end;
+    }
 }
 
 fn plain(body: Body) -> Response {

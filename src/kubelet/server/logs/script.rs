@@ -45,24 +45,66 @@ impl Script {
         Self { lines, repeat }
     }
 
-    /// Every line written from `started` until `now` (the last [`MAX_LINES`]).
-    pub fn until(&self, pod: &str, started: f64, now: f64) -> Vec<Line> {
-        let mut out: Vec<Line> = self
-            .lines
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Line { at: started + i as f64 * 1e-6, text: t.clone() })
-            .collect();
-        if let Some((text, every)) = &self.repeat {
-            let count = (((now - started) / every).floor().max(0.0) as u64).min(MAX_LINES);
-            let first = count.saturating_sub(MAX_LINES) + 1;
-            for n in first..=count {
-                out.push(Line { at: started + n as f64 * every, text: fill(text, n, pod) });
+    /// How many lines were written from `started` until `now` (before rotation).
+    pub fn total(&self, started: f64, now: f64) -> u64 {
+        let repeats = self.repeat.as_ref().map_or(0, |(_, every)| ((now - started) / every).floor().max(0.0) as u64);
+        self.lines.len() as u64 + repeats
+    }
+
+    /// When line `i` (counted from the first ever written) was written.
+    pub fn at(&self, i: u64, started: f64) -> f64 {
+        let statics = self.lines.len() as u64;
+        match &self.repeat {
+            Some((_, every)) if i >= statics => started + (i - statics + 1) as f64 * every,
+            _ => started + i as f64 * 1e-6,
+        }
+    }
+
+    /// Line `i`, its placeholders filled (at most [`MAX_LINE_BYTES`]: a template full of
+    /// `{pod}` never grows a line past it).
+    pub fn line(&self, i: u64, pod: &str, started: f64) -> Line {
+        let statics = self.lines.len() as u64;
+        let text = match (&self.repeat, usize::try_from(i).ok().and_then(|i| self.lines.get(i))) {
+            (_, Some(t)) => t.clone(),
+            (Some((t, _)), None) => fill(t, i - statics + 1, pod),
+            (None, None) => String::new(),
+        };
+        Line { at: self.at(i, started), text: cut(text, MAX_LINE_BYTES) }
+    }
+
+    /// The lines the options show at `now` of a run from `started`, as a range of indexes:
+    /// the last [`MAX_LINES`] (older ones rotated away), since, then tail — decided before any
+    /// line is made, so a huge log costs only what is shown.
+    pub fn shown(&self, options: &Options, started: f64, now: f64) -> std::ops::Range<u64> {
+        let end = self.total(started, now);
+        let mut start = end.saturating_sub(MAX_LINES);
+        if let Some(since) = options.since(now) {
+            start = start.max(self.first_at_or_after(since, started, end));
+        }
+        if let Some(n) = options.tail_lines {
+            start = start.max(end.saturating_sub(n));
+        }
+        start..end
+    }
+
+    /// The first index below `end` written at or after `since` (`end` if none).
+    fn first_at_or_after(&self, since: f64, started: f64, end: u64) -> u64 {
+        let (mut lo, mut hi) = (0, end);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.at(mid, started) >= since {
+                hi = mid;
+            } else {
+                lo = mid + 1;
             }
         }
-        let skip = out.len().saturating_sub(MAX_LINES as usize);
-        out.drain(..skip);
-        out
+        lo
+    }
+
+    /// Every line written from `started` until `now` (the last [`MAX_LINES`]).
+    pub fn until(&self, pod: &str, started: f64, now: f64) -> Vec<Line> {
+        let all = Options::default();
+        self.shown(&all, started, now).map(|i| self.line(i, pod, started)).collect()
     }
 
     /// When the next line after `now` is written, if any.
@@ -73,8 +115,45 @@ impl Script {
     }
 }
 
+/// The longest line a container's log shows (a longer one is cut, as a runtime splits it).
+pub const MAX_LINE_BYTES: usize = 16 * 1024;
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+pub fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut at = max;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+    }
+    text
+}
+
 fn fill(text: &str, n: u64, pod: &str) -> String {
-    text.replace("{n}", &n.to_string()).replace("{pod}", pod)
+    // Bounded before it is made: each placeholder adds at most the pod name's length.
+    let room = MAX_LINE_BYTES + 1;
+    let short = cut(text.to_string(), room);
+    let mut out = String::with_capacity(short.len().min(room));
+    let mut rest = short.as_str();
+    while let Some(at) = rest.find('{') {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        let (with, skip) = if tail.starts_with("{n}") {
+            (n.to_string(), 3)
+        } else if tail.starts_with("{pod}") {
+            (pod.to_string(), 5)
+        } else {
+            ("{".to_string(), 1)
+        };
+        out.push_str(&with);
+        rest = &tail[skip..];
+        if out.len() > MAX_LINE_BYTES {
+            return out;
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The kubelet's log options, from the query the API server passes on.
@@ -114,22 +193,11 @@ impl Options {
     }
 
     /// The earliest time shown, if limited.
-    fn since(&self, now: f64) -> Option<f64> {
+    pub fn since(&self, now: f64) -> Option<f64> {
         match (self.since_seconds.map(|s| now - s), self.since_time) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         }
-    }
-
-    /// `lines` as the options show them at `now`: since, tail.
-    pub fn select(&self, lines: Vec<Line>, now: f64) -> Vec<Line> {
-        let since = self.since(now);
-        let mut kept: Vec<Line> = lines.into_iter().filter(|l| since.is_none_or(|s| l.at >= s)).collect();
-        if let Some(n) = self.tail_lines {
-            let skip = kept.len().saturating_sub(n as usize);
-            kept.drain(..skip);
-        }
-        kept
     }
 
     /// One line as written to the client.
@@ -173,12 +241,32 @@ mod tests {
         let q = |pairs: &[(&str, &str)]| {
             Options::parse(&pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect::<Vec<_>>()).unwrap()
         };
-        let tail = q(&[("tailLines", "3")]).select(all.clone(), 100.0);
-        assert_eq!(tail.iter().map(|l| l.text.as_str()).collect::<Vec<_>>(), ["tick 98", "tick 99", "tick 100"]);
-        assert_eq!(q(&[("sinceSeconds", "10")]).select(all.clone(), 100.0).len(), 11);
+        let shown = |o: Options| s.shown(&o, 0.0, 100.0).map(|i| s.line(i, "p", 0.0).text).collect::<Vec<_>>();
+        assert_eq!(shown(q(&[("tailLines", "3")])), ["tick 98", "tick 99", "tick 100"]);
+        assert_eq!(shown(q(&[("sinceSeconds", "10")])).len(), 11);
         let stamped = q(&[("timestamps", "true")]).render(&all[0]);
         assert!(stamped.starts_with("1970-01-01T00:00:01Z tick 1"), "{stamped}");
         assert!(Options::parse(&[("tailLines".into(), "x".into())]).is_err());
+    }
+
+    #[test]
+    fn a_huge_log_shows_its_tail_without_making_the_rest() {
+        let template = "{pod}".repeat(800);
+        let l = logs(serde_json::json!({"line": template, "every": "100ms"}));
+        let s = Script::new(Some(&l), None, &"p".repeat(253), "c");
+        // A year of lines: 315 million written, the last 100,000 kept, three shown.
+        let (started, now) = (0.0, 365.0 * 86400.0);
+        let tail = Options { tail_lines: Some(3), ..Options::default() };
+        let range = s.shown(&tail, started, now);
+        assert_eq!(range.end - range.start, 3);
+        assert_eq!(
+            s.shown(&Options::default(), started, now).end - s.shown(&Options::default(), started, now).start,
+            MAX_LINES
+        );
+        let line = s.line(range.start, &"p".repeat(253), started);
+        assert_eq!(line.text.len(), MAX_LINE_BYTES, "a line is cut, however many placeholders");
+        let since = Options { since_seconds: Some(1.0), ..Options::default() };
+        assert_eq!(s.shown(&since, started, now).count(), 11, "the last second, both ends: eleven lines");
     }
 
     #[test]

@@ -237,6 +237,13 @@ impl Encoder {
     }
 }
 
+/// Frames queued for the connection's writer at most: a client that does not read holds the
+/// writers back (they await room) instead of filling memory.
+const OUT_FRAMES: usize = 64;
+/// Streams one connection may have open at once (exec opens five, port-forward two per port);
+/// more are reset.
+pub const MAX_STREAMS: usize = 128;
+
 /// What the writer sends, in order.
 enum Out {
     Reply(u32),
@@ -251,14 +258,14 @@ pub struct Stream {
     pub headers: HashMap<String, String>,
     /// The client's data; closed when it finishes (FIN) or resets the stream.
     pub inbound: mpsc::Receiver<Vec<u8>>,
-    out: mpsc::UnboundedSender<Out>,
+    out: mpsc::Sender<Out>,
 }
 
 /// Writes on a stream (cloneable, so a reader and a writer of one stream can split).
 #[derive(Clone)]
 pub struct Outbound {
     id: u32,
-    out: mpsc::UnboundedSender<Out>,
+    out: mpsc::Sender<Out>,
 }
 
 impl Stream {
@@ -272,20 +279,24 @@ impl Stream {
 }
 
 impl Outbound {
-    /// Sends `data` (in frames of at most 32 KiB, as spdystream does).
-    pub fn write(&self, data: &[u8]) {
+    /// Sends `data` (in frames of at most 32 KiB, as spdystream does), waiting while the
+    /// connection's queue is full (false: the connection is gone).
+    pub async fn write(&self, data: &[u8]) -> bool {
         for chunk in data.chunks(32 * 1024) {
-            let _ = self.out.send(Out::Data(self.id, chunk.to_vec(), false));
+            if self.out.send(Out::Data(self.id, chunk.to_vec(), false)).await.is_err() {
+                return false;
+            }
         }
+        true
     }
 
     /// Half-closes the stream (an empty DATA with FIN).
-    pub fn finish(&self) {
-        let _ = self.out.send(Out::Data(self.id, Vec::new(), true));
+    pub async fn finish(&self) {
+        let _ = self.out.send(Out::Data(self.id, Vec::new(), true)).await;
     }
 
-    pub fn reset(&self) {
-        let _ = self.out.send(Out::Reset(self.id));
+    pub async fn reset(&self) {
+        let _ = self.out.send(Out::Reset(self.id)).await;
     }
 }
 
@@ -296,7 +307,7 @@ where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (mut reader, mut writer) = tokio::io::split(io);
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Out>();
+    let (out_tx, mut out_rx) = mpsc::channel::<Out>(OUT_FRAMES);
     let (streams_tx, streams_rx) = mpsc::channel::<Stream>(64);
     tokio::spawn(async move {
         let mut enc = Encoder::default();
@@ -347,13 +358,19 @@ where
 /// Acts on one frame; false when the connection is over.
 async fn dispatch(
     frame: Frame,
-    out: &mpsc::UnboundedSender<Out>,
+    out: &mpsc::Sender<Out>,
     streams: &mpsc::Sender<Stream>,
     inbound: &mut HashMap<u32, mpsc::Sender<Vec<u8>>>,
 ) -> bool {
     match frame {
         Frame::SynStream { id, headers, fin } => {
-            let _ = out.send(Out::Reply(id));
+            if inbound.len() >= MAX_STREAMS {
+                tracing::debug!(id, "SPDY connection has too many streams open; resetting a new one");
+                return out.send(Out::Reset(id)).await.is_ok();
+            }
+            if out.send(Out::Reply(id)).await.is_err() {
+                return false;
+            }
             let (tx, rx) = mpsc::channel(64);
             if !fin {
                 inbound.insert(id, tx);
@@ -377,7 +394,7 @@ async fn dispatch(
             true
         }
         Frame::Ping { id } => {
-            let _ = out.send(Out::Ping(id));
+            let _ = out.send(Out::Ping(id)).await;
             true
         }
         Frame::GoAway => false,
@@ -484,8 +501,8 @@ mod tests {
         assert_eq!(s.header("streamtype"), Some("stdin"));
         assert_eq!(s.inbound.recv().await, Some(b"abc".to_vec()));
         assert_eq!(s.inbound.recv().await, None, "FIN closes it");
-        s.outbound().write(b"out");
-        s.outbound().finish();
+        s.outbound().write(b"out").await;
+        s.outbound().finish().await;
         // What the client reads: SYN_REPLY, the ping back, then the data.
         let mut got = vec![0u8; 4096];
         let mut all = Vec::new();

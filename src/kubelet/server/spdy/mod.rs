@@ -76,7 +76,12 @@ impl Asked {
 
 fn writer(s: &Stream) -> exec::Write {
     let out = s.outbound();
-    Box::new(move |b: &[u8]| out.write(b))
+    Box::new(move |b: Vec<u8>| {
+        let out = out.clone();
+        Box::pin(async move {
+            out.write(&b).await;
+        })
+    })
 }
 
 /// Collects the client's streams, runs `run` on them, writes the status and closes them.
@@ -100,8 +105,8 @@ where
     .unwrap_or(false);
     let Some(error) = by_type.remove("error") else { return };
     if !collected {
-        error.outbound().write(b"timed out waiting for the client to create streams");
-        error.outbound().finish();
+        error.outbound().write(b"timed out waiting for the client to create streams").await;
+        error.outbound().finish().await;
         return;
     }
     let outs: Vec<_> = ["stdout", "stderr"].iter().filter_map(|k| by_type.get(*k).map(Stream::outbound)).collect();
@@ -135,13 +140,13 @@ where
         Vec::new()
     };
     for o in &outs {
-        o.finish();
+        o.finish().await;
     }
     let e = error.outbound();
     if !status.is_empty() {
-        e.write(&status);
+        e.write(&status).await;
     }
-    e.finish();
+    e.finish().await;
     // The connection stays until the client, having read the status, closes it.
     drop(by_type);
     let _ = watcher.await;
@@ -158,6 +163,12 @@ where
     while let Some(s) = incoming.recv().await {
         let id = s.header("requestid").unwrap_or_default().to_string();
         match s.header("streamtype") {
+            // Streams waiting for their pair are bounded: a client that opens only halves gets
+            // the rest reset.
+            Some(_) if errors.len() + data.len() >= framing::MAX_STREAMS => {
+                s.outbound().reset().await;
+                continue;
+            }
             Some("error") => {
                 errors.insert(id.clone(), s);
             }
@@ -179,17 +190,17 @@ async fn answer_port(error: Stream, mut data: Stream, namespace: String, pod: St
     let port = data.header("port").and_then(|p| p.parse::<u16>().ok()).filter(|p| *p > 0);
     let Some(port) = port else {
         let raw = data.header("port").unwrap_or_default().to_string();
-        error.outbound().write(format!("invalid port {raw:?}: a port is a number from 1 to 65535").as_bytes());
-        error.outbound().finish();
-        data.outbound().finish();
+        error.outbound().write(format!("invalid port {raw:?}: a port is a number from 1 to 65535").as_bytes()).await;
+        error.outbound().finish().await;
+        data.outbound().finish().await;
         return;
     };
     // The answer goes out once the client has spoken (or closed its side).
     let _ = tokio::time::timeout(Duration::from_secs(30), data.inbound.recv()).await;
     let out = data.outbound();
-    out.write(&exec::port_answer(&namespace, &pod, port));
-    out.finish();
-    error.outbound().finish();
+    out.write(&exec::port_answer(&namespace, &pod, port)).await;
+    out.finish().await;
+    error.outbound().finish().await;
     // Drain whatever else the client sends on it.
     while data.inbound.recv().await.is_some() {}
 }
