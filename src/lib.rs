@@ -15,6 +15,7 @@ pub mod ipam;
 pub mod kinds;
 pub mod kubelet;
 pub mod leader;
+pub mod netlimit;
 pub mod operator;
 pub mod pool;
 pub mod setup;

@@ -254,6 +254,7 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
     ("setup", &[]),
     ("sync", &[]),
     ("telemetry", &[]),
+    ("netlimit", &[]),
     ("deploy::rule", &[]),
     // The shared machinery every simulation is built on.
     ("ipam", &["api", "sync"]),
@@ -316,7 +317,7 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
     // The registry: the kinds, and what a kind is.
     ("kinds", &["kinds/*", "api", "pool", "telemetry"]),
     // What iterates the registry (never a kind directly).
-    ("admission", &["api", "backoff", "certs", "informer", "kinds", "pool", "setup", "sync", "telemetry"]),
+    ("admission", &["api", "backoff", "certs", "informer", "kinds", "netlimit", "pool", "setup", "sync", "telemetry"]),
     ("deploy", &["admission", "api", "deploy::rule", "informer", "kinds", "kubelet", "pool", "simulator"]),
     ("cluster", &["api", "certs", "kinds", "setup", "sync"]),
     ("leader", &["admission", "api", "backoff", "dedicated", "sync", "telemetry"]),

@@ -8,15 +8,13 @@
 
 use super::error::WebhookError;
 use super::tls::{ServingCert, Source};
+use crate::netlimit::ConnectionLimit;
 use axum::Router;
-use axum_server::accept::{Accept, DefaultAcceptor};
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
-use futures::future::BoxFuture;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -129,7 +127,7 @@ pub async fn serve_with(
 ) -> Result<(), WebhookError> {
     let rustls = RustlsConfig::from_config(server_config(&cert, &clients)?);
     let handshake = RustlsAcceptor::new(rustls.clone()).handshake_timeout(limits.handshake_timeout);
-    let acceptor = ConnectionLimit::new(limits.max_connections, handshake);
+    let acceptor = ConnectionLimit::new("webhook (the API server retries)", limits.max_connections, handshake);
     let mut server = axum_server::from_tcp(listener)?.acceptor(acceptor);
     server.http_builder().http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.header_timeout);
     server.http_builder().http2().timer(hyper_util::rt::TokioTimer::new()).keep_alive_interval(limits.header_timeout);
@@ -174,72 +172,6 @@ async fn keep_fresh(rustls: RustlsConfig, source: Source, mut current: ServingCe
             );
             warned_expiry = true;
         }
-    }
-}
-
-/// An acceptor that completes the TLS handshake (within its timeout, taking no slot), then lets
-/// at most `max` established connections be open at once; a connection beyond that is closed.
-#[derive(Clone)]
-pub struct ConnectionLimit<A = RustlsAcceptor<DefaultAcceptor>> {
-    permits: Arc<Semaphore>,
-    inner: A,
-}
-
-impl<A> ConnectionLimit<A> {
-    pub fn new(max: usize, inner: A) -> Self {
-        Self { permits: Arc::new(Semaphore::new(max.max(1))), inner }
-    }
-}
-
-impl<A, I, S> Accept<I, S> for ConnectionLimit<A>
-where
-    A: Accept<I, S> + Clone + Send + Sync + 'static,
-    A::Future: Send + 'static,
-    A::Stream: Send + 'static,
-    A::Service: Send + 'static,
-    I: Send + 'static,
-    S: Send + 'static,
-{
-    type Stream = A::Stream;
-    type Service = Held<A::Service>;
-    type Future = BoxFuture<'static, std::io::Result<(A::Stream, Held<A::Service>)>>;
-
-    fn accept(&self, stream: I, service: S) -> Self::Future {
-        let handshake = self.inner.accept(stream, service);
-        let permits = self.permits.clone();
-        Box::pin(async move {
-            let (stream, service) = handshake.await?;
-            match permits.try_acquire_owned() {
-                Ok(permit) => Ok((stream, Held { inner: service, _permit: Arc::new(permit) })),
-                Err(_) => {
-                    tracing::warn!(
-                        "webhook connection limit reached; a connection was closed (the API server retries)"
-                    );
-                    Err(std::io::Error::other("too many webhook connections"))
-                }
-            }
-        })
-    }
-}
-
-/// A connection's service, holding its connection permit for as long as the connection lives.
-#[derive(Clone)]
-pub struct Held<S> {
-    inner: S,
-    _permit: Arc<OwnedSemaphorePermit>,
-}
-
-impl<S: tower_service::Service<R>, R> tower_service::Service<R> for Held<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: R) -> Self::Future {
-        self.inner.call(req)
     }
 }
 

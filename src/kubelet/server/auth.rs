@@ -8,24 +8,36 @@
 //! One process answers for thousands of nodes, so a caller's right is first asked for every
 //! node at once (a review without a name): metrics-server scraping 5,000 nodes costs one review,
 //! not 5,000 at the start of a scrape round. Only a caller without that right is asked about
-//! the one node (RBAC may name nodes). Reviews in flight are bounded.
+//! the one node (RBAC may name nodes). Reviews in flight are bounded, TokenReviews apart from
+//! SubjectAccessReviews (unknown tokens never hold up the API server's own calls, which come
+//! with its client certificate and need only a cached SubjectAccessReview), and each source
+//! address has at most a few TokenReviews in flight: a caller spraying random tokens is
+//! answered 429 at once beyond them. The caches keep the most recently used answers.
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::PostParams;
 use kube::{Api, Client};
+use lru::LruCache;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::num::NonZeroUsize;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 const TOKEN_TTL: Duration = Duration::from_secs(120);
 const ALLOWED_TTL: Duration = Duration::from_secs(300);
 const DENIED_TTL: Duration = Duration::from_secs(30);
-/// Entries a cache holds before it starts over.
-const CACHE_LIMIT: usize = 20_000;
-/// TokenReviews and SubjectAccessReviews in flight at once.
+/// Entries a cache holds (the least recently used go first).
+const CACHE_LIMIT: NonZeroUsize = match NonZeroUsize::new(20_000) {
+    Some(n) => n,
+    None => NonZeroUsize::MIN,
+};
+/// TokenReviews in flight at once, and SubjectAccessReviews (apart).
 const REVIEWS_IN_FLIGHT: usize = 8;
+/// TokenReviews in flight at once for one source address.
+pub const TOKEN_REVIEWS_PER_SOURCE: usize = 2;
 
 /// An authenticated caller.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -71,21 +83,36 @@ pub fn attributes(method: &str, path: &str) -> (&'static str, &'static [&'static
 
 type Decision = (bool, Instant);
 /// A token's reviewed caller (none: refused), by the token's hash.
-type TokenCache = HashMap<[u8; 32], (Option<Caller>, Instant)>;
+type TokenCache = LruCache<[u8; 32], (Option<Caller>, Instant)>;
 /// (caller, verb, subresource, node) → whether allowed.
-type DecisionCache = HashMap<(Caller, &'static str, &'static str, String), Decision>;
+type DecisionCache = LruCache<(Caller, &'static str, &'static str, String), Decision>;
 
 /// TokenReviews and SubjectAccessReviews, cached.
 pub struct Authorizer {
     client: Client,
     tokens: Mutex<TokenCache>,
     decisions: Mutex<DecisionCache>,
-    reviews: tokio::sync::Semaphore,
+    token_reviews: tokio::sync::Semaphore,
+    access_reviews: tokio::sync::Semaphore,
+    /// TokenReviews in flight per source address.
+    by_source: Mutex<HashMap<IpAddr, usize>>,
 }
 
-fn bounded<K, V>(map: &mut HashMap<K, V>) {
-    if map.len() >= CACHE_LIMIT {
-        map.clear();
+/// One source's TokenReview in flight, given back when dropped.
+struct SourceSlot<'a> {
+    by_source: &'a Mutex<HashMap<IpAddr, usize>>,
+    source: IpAddr,
+}
+
+impl Drop for SourceSlot<'_> {
+    fn drop(&mut self) {
+        let mut all = crate::sync::lock(self.by_source);
+        if let Some(n) = all.get_mut(&self.source) {
+            *n -= 1;
+            if *n == 0 {
+                all.remove(&self.source);
+            }
+        }
     }
 }
 
@@ -99,20 +126,36 @@ pub enum ReviewError {
     Access(#[source] kube::Error),
     #[error("the operator is shutting down")]
     ShuttingDown,
+    /// The source has its share of TokenReviews in flight: the caller is told to come back.
+    #[error("too many token reviews in flight from this address; try again")]
+    Busy,
 }
 
 impl Authorizer {
     pub fn new(client: Client) -> Self {
         Self {
             client,
-            tokens: Mutex::default(),
-            decisions: Mutex::default(),
-            reviews: tokio::sync::Semaphore::new(REVIEWS_IN_FLIGHT),
+            tokens: Mutex::new(LruCache::new(CACHE_LIMIT)),
+            decisions: Mutex::new(LruCache::new(CACHE_LIMIT)),
+            token_reviews: tokio::sync::Semaphore::new(REVIEWS_IN_FLIGHT),
+            access_reviews: tokio::sync::Semaphore::new(REVIEWS_IN_FLIGHT),
+            by_source: Mutex::default(),
         }
     }
 
-    /// The caller a bearer token belongs to (`None`: not a valid token).
-    pub async fn token(&self, token: &str) -> Result<Option<Caller>, ReviewError> {
+    /// A slot for a TokenReview from `source`, if it has fewer than its share in flight.
+    fn source_slot(&self, source: IpAddr) -> Option<SourceSlot<'_>> {
+        let mut all = crate::sync::lock(&self.by_source);
+        let n = all.entry(source).or_default();
+        if *n >= TOKEN_REVIEWS_PER_SOURCE {
+            return None;
+        }
+        *n += 1;
+        Some(SourceSlot { by_source: &self.by_source, source })
+    }
+
+    /// The caller a bearer token from `source` belongs to (`None`: not a valid token).
+    pub async fn token(&self, token: &str, source: IpAddr) -> Result<Option<Caller>, ReviewError> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let cached = || {
             crate::sync::lock(&self.tokens)
@@ -123,8 +166,9 @@ impl Authorizer {
         if let Some(caller) = cached() {
             return Ok(caller);
         }
+        let Some(_source) = self.source_slot(source) else { return Err(ReviewError::Busy) };
         // One review at a time per slot; a caller that waited finds the answer cached.
-        let _slot = self.reviews.acquire().await.map_err(|_| ReviewError::ShuttingDown)?;
+        let _slot = self.token_reviews.acquire().await.map_err(|_| ReviewError::ShuttingDown)?;
         if let Some(caller) = cached() {
             return Ok(caller);
         }
@@ -141,9 +185,7 @@ impl Authorizer {
             uid: u.uid,
             extra: u.extra.unwrap_or_default(),
         });
-        let mut tokens = crate::sync::lock(&self.tokens);
-        bounded(&mut tokens);
-        tokens.insert(key, (caller.clone(), Instant::now()));
+        crate::sync::lock(&self.tokens).put(key, (caller.clone(), Instant::now()));
         Ok(caller)
     }
 
@@ -195,7 +237,7 @@ impl Authorizer {
         if let Some(allowed) = cached() {
             return Ok(allowed);
         }
-        let _slot = self.reviews.acquire().await.map_err(|_| ReviewError::ShuttingDown)?;
+        let _slot = self.access_reviews.acquire().await.map_err(|_| ReviewError::ShuttingDown)?;
         if let Some(allowed) = cached() {
             return Ok(allowed);
         }
@@ -221,9 +263,7 @@ impl Authorizer {
             .await
             .map_err(ReviewError::Access)?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
-        let mut decisions = crate::sync::lock(&self.decisions);
-        bounded(&mut decisions);
-        decisions.insert(key, (allowed, Instant::now()));
+        crate::sync::lock(&self.decisions).put(key, (allowed, Instant::now()));
         Ok(allowed)
     }
 }
@@ -231,6 +271,31 @@ impl Authorizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn one_source_gets_a_few_token_reviews_at_once_and_the_others_theirs() {
+        let (client, _) = crate::pool::fixtures::mock_api(|_| crate::pool::fixtures::Reply(500, String::new()));
+        let auth = Authorizer::new(client);
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let held: Vec<_> = (0..TOKEN_REVIEWS_PER_SOURCE).map(|_| auth.source_slot(a).unwrap()).collect();
+        assert!(auth.source_slot(a).is_none(), "a's share is taken");
+        assert!(matches!(auth.token("random", a).await, Err(ReviewError::Busy)), "answered at once, not queued");
+        assert!(auth.source_slot(b).is_some(), "another source is not held up");
+        drop(held);
+        assert!(auth.source_slot(a).is_some(), "given back");
+        assert!(crate::sync::lock(&auth.by_source).len() <= 1, "no entry kept for idle sources");
+    }
+
+    #[test]
+    fn the_caches_forget_the_least_recently_used_first() {
+        let mut c: TokenCache = LruCache::new(NonZeroUsize::new(2).unwrap());
+        let now = Instant::now();
+        c.put([1; 32], (None, now));
+        c.put([2; 32], (None, now));
+        c.get(&[1; 32]);
+        c.put([3; 32], (None, now));
+        assert!(c.contains(&[1; 32]) && !c.contains(&[2; 32]), "a full cache drops one entry, not all");
+    }
 
     #[test]
     fn paths_map_to_the_kubelets_subresources() {

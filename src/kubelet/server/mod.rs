@@ -63,6 +63,11 @@ pub struct ServerFlags {
     /// How long a kubelet serving certificate is valid; each is re-issued after two thirds.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     pub kubelet_cert_lifetime: Duration,
+    /// Connections the kubelet API keeps open at once (every node's together); more are closed
+    /// after their handshake. Each connection must send its request headers within 30s, and
+    /// a kept-alive one idle longer than that is closed.
+    #[arg(long, default_value_t = 4096)]
+    pub kubelet_max_connections: usize,
 }
 
 impl Default for ServerFlags {
@@ -74,6 +79,7 @@ impl Default for ServerFlags {
             kubelet_serving_ca_key: None,
             kubelet_client_ca: None,
             kubelet_cert_lifetime: Duration::from_secs(24 * 3600),
+            kubelet_max_connections: 4096,
         }
     }
 }
@@ -83,6 +89,7 @@ impl Default for ServerFlags {
 #[derive(Clone)]
 pub struct ServerEnv {
     pub endpoints: Arc<Mutex<Endpoints>>,
+    max_connections: usize,
     listener: Arc<Mutex<Option<std::net::TcpListener>>>,
     serving: Arc<tls::Serving>,
     client_ca: Option<String>,
@@ -134,12 +141,18 @@ impl ServerEnv {
         }
         Ok(Some(Self {
             endpoints: Arc::new(Mutex::new(Endpoints::new(advertise, flags.kubelet_port))),
+            max_connections: flags.kubelet_max_connections,
             listener: Arc::new(Mutex::new(Some(listener))),
             serving,
             client_ca,
         }))
     }
 }
+
+/// Time for a TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time to send a request's headers, and the most a kept-alive connection sits idle.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The simulation that serves the API.
 pub fn simulation(
@@ -167,7 +180,8 @@ pub fn simulation(
     let endpoints = env.endpoints.clone();
     let names: tls::Names =
         Arc::new(move |ip| crate::sync::lock(&endpoints).node_at(ip).map(|n| vec![n.to_string()]).unwrap_or_default());
-    let acceptor = tls::Acceptor { serving: env.serving.clone(), names, handshake_timeout: Duration::from_secs(10) };
+    let handshake = tls::Acceptor { serving: env.serving.clone(), names, handshake_timeout: HANDSHAKE_TIMEOUT };
+    let acceptor = crate::netlimit::ConnectionLimit::new("kubelet API", env.max_connections, handshake);
     let (client, serving, has_client_ca) = (sim.client.clone(), env.serving.clone(), env.client_ca.is_some());
     let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
     let run = async move {
@@ -180,7 +194,14 @@ pub fn simulation(
                 Ok(s) => s,
                 Err(e) => return tracing::error!(error = %e, "the kubelet API cannot use its port"),
             };
-            let served = server.acceptor(acceptor).serve(routes::router(api).into_make_service()).await;
+            let mut server = server.acceptor(acceptor);
+            let timer = || hyper_util::rt::TokioTimer::new();
+            server.http_builder().http1().timer(timer()).header_read_timeout(HEADER_TIMEOUT);
+            server.http_builder().http2().timer(timer()).keep_alive_interval(HEADER_TIMEOUT);
+            let server = server.first_request_timeout(HEADER_TIMEOUT).accept_error_handler(|remote, e| {
+                tracing::debug!(?remote, error = %e, "kubelet API connection refused");
+            });
+            let served = server.serve(routes::router(api).into_make_service()).await;
             if let Err(e) = served {
                 tracing::error!(error = %e, "the kubelet API stopped");
             }

@@ -110,9 +110,15 @@ impl KubeletApi {
             .filter(|t| !t.is_empty());
         let unauthorized = || text(StatusCode::UNAUTHORIZED, "Unauthorized");
         let Some(token) = bearer else { return Err(unauthorized()) };
-        match self.auth.token(token).await {
+        let source = conn.peer.unwrap_or(conn.local);
+        match self.auth.token(token, source).await {
             Ok(Some(c)) => Ok(c),
             Ok(None) => Err(unauthorized()),
+            Err(e @ auth::ReviewError::Busy) => {
+                let mut r = text(StatusCode::TOO_MANY_REQUESTS, e.to_string());
+                r.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+                Err(r)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "kubelet API: cannot review a token");
                 Err(text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))

@@ -24,6 +24,8 @@ use tokio_rustls::server::TlsStream;
 #[derive(Clone, Debug)]
 pub struct Conn {
     pub local: IpAddr,
+    /// Who connected (for per-source limits).
+    pub peer: Option<IpAddr>,
     /// The caller a verified client certificate names.
     pub certificate: Option<Caller>,
 }
@@ -131,6 +133,7 @@ impl<S: Send + 'static> Accept<TcpStream, S> for Acceptor {
         let this = self.clone();
         Box::pin(async move {
             let local = stream.local_addr().map(|a: SocketAddr| a.ip())?;
+            let peer = stream.peer_addr().ok().map(|a| a.ip());
             let config = this.serving.config(local, &(this.names)(local)).map_err(io_error)?;
             let tls =
                 tokio::time::timeout(this.handshake_timeout, tokio_rustls::TlsAcceptor::from(config).accept(stream))
@@ -138,7 +141,7 @@ impl<S: Send + 'static> Accept<TcpStream, S> for Acceptor {
                     .map_err(|_| io_error("TLS handshake timed out"))??;
             let certificate =
                 tls.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| from_certificate(c));
-            Ok((tls, WithConn { inner: service, conn: Arc::new(Conn { local, certificate }) }))
+            Ok((tls, WithConn { inner: service, conn: Arc::new(Conn { local, peer, certificate }) }))
         })
     }
 }
