@@ -2,6 +2,7 @@
 //! in, allow or deny out, with messages that name the field by its manifest path.
 
 pub mod cert;
+pub mod creators;
 pub mod error;
 pub mod mutate;
 pub mod register;
@@ -153,10 +154,20 @@ async fn mutate(State(state): State<AppState>, body: Bytes) -> Response {
     }
 }
 
+/// What a request must get through before it is judged: room in the byte budget, and its
+/// whole body within the body timeout (a client that declares a body and never sends it holds
+/// its room only that long).
+#[derive(Clone)]
+struct Gate {
+    budget: serve::ByteBudget,
+    body_limit: usize,
+    body_timeout: std::time::Duration,
+}
+
 /// Holds room in the byte budget for the request's body while it is read and judged; a
 /// request the budget has no room for is answered 429 before its body is read.
 async fn within_budget(
-    State(budget): State<serve::ByteBudget>,
+    State(gate): State<Gate>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
@@ -165,14 +176,23 @@ async fn within_budget(
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    match budget.reserve(length) {
-        Some(_room) => next.run(request).await,
-        None => {
-            tracing::warn!(
-                length,
-                "webhook requests in flight hold the byte budget; a request was answered 429 (the API server retries)"
-            );
-            (StatusCode::TOO_MANY_REQUESTS, "too many bytes of requests in flight; retry\n").into_response()
+    let Some(_room) = gate.budget.reserve(length) else {
+        tracing::warn!(
+            length,
+            "webhook requests in flight hold the byte budget; a request was answered 429 (the API server retries)"
+        );
+        let mut r = (StatusCode::TOO_MANY_REQUESTS, "too many bytes of requests in flight; retry\n").into_response();
+        r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        return r;
+    };
+    let (parts, body) = request.into_parts();
+    match tokio::time::timeout(gate.body_timeout, axum::body::to_bytes(body, gate.body_limit)).await {
+        Ok(Ok(bytes)) => next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await,
+        Ok(Err(e)) => (StatusCode::PAYLOAD_TOO_LARGE, format!("cannot read the request body: {e}\n")).into_response(),
+        Err(_) => {
+            tracing::warn!(length, "a webhook request did not send its body in time; answered 408");
+            let why = format!("the request body was not sent within {:?}\n", gate.body_timeout);
+            (StatusCode::REQUEST_TIMEOUT, why).into_response()
         }
     }
 }
@@ -192,11 +212,12 @@ pub fn router_with(
 ) -> Router {
     let judge = review::Judge { peers, client };
     let budget = serve::ByteBudget::new(limits.max_bytes_in_flight, limits.body_limit);
+    let gate = Gate { budget, body_limit: limits.body_limit, body_timeout: limits.body_timeout };
     Router::new()
         .route(register::PATH, post(validate))
         .route(register::MUTATE_PATH, post(mutate))
         .layer(axum::extract::DefaultBodyLimit::max(limits.body_limit))
-        .layer(axum::middleware::from_fn_with_state(budget, within_budget))
+        .layer(axum::middleware::from_fn_with_state(gate, within_budget))
         .with_state(AppState { judge, metrics, review_timeout: limits.review_timeout })
 }
 

@@ -103,15 +103,40 @@ pub fn mutating_configuration(validating: &ValidatingWebhookConfiguration) -> Mu
     MutatingWebhookConfiguration { metadata: validating.metadata.clone(), webhooks: Some(webhooks.collect()) }
 }
 
-/// Creates or updates both configurations (server-side apply with the operator's field
-/// manager).
+/// Creates or updates both configurations, and the policy that checks a pool's creator may
+/// create its children ([`super::creators`]; a cluster that serves no admission policies gets
+/// a warning: there only the webhook checks).
 pub async fn register(
     client: kube::Client,
     validating: &ValidatingWebhookConfiguration,
     mutating: &MutatingWebhookConfiguration,
 ) -> kube::Result<()> {
     put(Api::<ValidatingWebhookConfiguration>::all(client.clone()), validating).await?;
-    put(Api::<MutatingWebhookConfiguration>::all(client), mutating).await
+    put(Api::<MutatingWebhookConfiguration>::all(client.clone()), mutating).await?;
+    let name = validating.metadata.name.clone().unwrap_or_default();
+    let Ok((policy, binding)) = super::creators::objects(&name) else {
+        // Generated here and parsed by a unit test: never expected.
+        tracing::error!("the pool creators' policy does not parse; only the webhook checks a pool's creator");
+        return Ok(());
+    };
+    let applied = async {
+        put(
+            Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy>::all(client.clone()),
+            &policy,
+        )
+        .await?;
+        put(Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>::all(client), &binding)
+            .await
+    };
+    match applied.await {
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            tracing::warn!(
+                "this API server serves no ValidatingAdmissionPolicies: only the webhook checks that a pool's creator may create its children, and it fails open"
+            );
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// Patches both installed configurations to `desired` (endpoint and caBundle), when they

@@ -30,6 +30,9 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// Time to judge one review (the API server gives up after the configuration's 5 s).
     pub review_timeout: Duration,
+    /// Time to send a request's whole body once its headers are in: a client that declares a
+    /// body and never sends it holds its room in the byte budget no longer.
+    pub body_timeout: Duration,
     /// Largest request body: an AdmissionReview holds the object and the old object, each up
     /// to the API server's 3 MiB request limit, plus the review around them.
     pub body_limit: usize,
@@ -44,7 +47,8 @@ impl Default for Limits {
             max_connections: 256,
             handshake_timeout: Duration::from_secs(10),
             header_timeout: Duration::from_secs(30),
-            review_timeout: Duration::from_secs(10),
+            review_timeout: Duration::from_secs(4),
+            body_timeout: Duration::from_secs(5),
             body_limit: 7 * 1024 * 1024,
             max_bytes_in_flight: 64 * 1024 * 1024,
         }

@@ -8,6 +8,9 @@
 //!   the namespace is labelled `pools.kwok.x-k8s.io/unconfined=true` by an administrator;
 //! - any status write or deletion of a Pod that neither selects nor tolerates simulated nodes.
 //!
+//! And one for everyone else: whoever creates or changes a pool must be allowed to create its
+//! children ([`crate::admission::creators`]), checked by the API server, failing closed.
+//!
 //! What a policy cannot see: it has no lookups, so a Pod on a real node that tolerates every
 //! taint (a DaemonSet's) looks like one that may run on a simulated node.
 
@@ -41,7 +44,7 @@ fn tolerates_simulated(v: &str) -> String {
 }
 
 fn policies(s: &Spelling) -> String {
-    node_policy(s) + &pod_policy(s)
+    node_policy(s) + &pod_policy(s) + &crate::admission::creators::yaml(s.name, s.labels)
 }
 
 /// The operator's ServiceAccount as the API server names it.

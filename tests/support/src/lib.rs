@@ -411,6 +411,14 @@ impl Operator {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
+    /// The operator's resident memory now, in MiB (0 when it does not run).
+    pub fn rss_mib(&self) -> f64 {
+        let Some(pid) = self.child.as_ref().map(std::process::Child::id) else { return 0.0 };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kib = status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1));
+        kib.and_then(|k| k.parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+    }
+
     /// Waits until the operator reports ready (stores synced, webhook registered).
     pub async fn wait_ready(&mut self) {
         let start = Instant::now();

@@ -1,0 +1,240 @@
+//! What a hostile namespace user (or anyone on the network) tries against the operator, on
+//! the real control plane (issue 41's attack suite): each test fails against an operator
+//! without the defence it names.
+//! (a) a flood of stalled webhook bodies does not let a pool through whose creator may not
+//!     create its children; (b) a log script that would render a gigabyte answers `--tail` and
+//!     `--limit-bytes` with the operator's memory flat; (c) `kubectl exec -i` fed from
+//!     /dev/zero to a reader that never reads keeps it flat; (d) random bearer tokens sprayed
+//!     at the kubelet port do not slow `kubectl logs`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
+
+use common::pools::*;
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kwok_pools_test_support as common;
+use std::process::{Command, Stdio};
+
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(90);
+
+/// A running pod `name` in `ns` on the scope's nodes.
+async fn running_pod(client: &kube::Client, name: &str, ns: &str, scope: &str) {
+    apply(&scoped_pod(name, ns, scope, ""));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_for(&format!("pod {name} Running"), T, || async {
+        let p = pods.get(name).await.map_err(|e| e.to_string())?;
+        if pod_ready(&p) { Ok(()) } else { Err(format!("{:?}", p.status.and_then(|s| s.phase))) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_flood_of_stalled_webhook_bodies_lets_no_pool_past_its_creators_rights() {
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "atk-flood").await;
+    let scope = unique("atk-flood");
+    let mut op = Operator::start(&scope, &[]);
+    op.wait_ready().await;
+    let who = unique("pool-only");
+    apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {who}, namespace: {ns}}}\nrules: [{{apiGroups: [pools.kwok.x-k8s.io], resources: [podpools], verbs: [get, list, create, update, patch]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {who}, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {who}}}\nsubjects: [{{kind: User, name: {who}, apiGroup: rbac.authorization.k8s.io}}]\n",
+        ns = ns.name
+    ));
+    // Connections that declare a 7 MiB body each and never send it: without a body timeout
+    // they would hold the webhook's byte budget (every review then 429, and the API server's
+    // failurePolicy Ignore admits the pool unchecked).
+    let flood = stalled_bodies(op.webhook_port, 40).await;
+    assert!(flood.len() >= 10, "the flood is on: {} connections", flood.len());
+    let pool = format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata: {{name: sneaky, namespace: {}, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  podCount: 1\n  podTemplate:\n    spec:\n      containers: [{{name: a, image: nginx}}]\n",
+        ns.name
+    );
+    let out = kubectl_stdin(&["apply", "-f", "-", &format!("--as={who}")], Some(&pool));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains(&format!("{who} may not create pods")), "{err}");
+    drop(flood);
+}
+
+/// `n` TLS connections to the webhook on `port`, each having sent headers that announce a
+/// 7 MiB body, then nothing (its CA is read from the webhook configuration that names the port).
+async fn stalled_bodies(port: u16, n: usize) -> Vec<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::AsyncWriteExt;
+    let configs = Api::<ValidatingWebhookConfiguration>::all(client().await).list(&Default::default()).await.unwrap();
+    let needle = format!(":{port}/");
+    let ca = configs
+        .items
+        .iter()
+        .flat_map(|c| c.webhooks.iter().flatten())
+        .find(|w| w.client_config.url.as_deref().is_some_and(|u| u.contains(&needle)))
+        .and_then(|w| w.client_config.ca_bundle.clone())
+        .expect("the operator's webhook configuration names its port");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(&ca.0).unwrap()).unwrap();
+    let config =
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let Ok(tcp) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { continue };
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let Ok(mut tls) = connector.connect(name, tcp).await else { continue };
+        let head =
+            "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 7340032\r\n\r\n{";
+        if tls.write_all(head.as_bytes()).await.is_ok() {
+            held.push(tls);
+        }
+    }
+    held
+}
+
+#[tokio::test]
+async fn a_gigabyte_log_answers_tail_and_limit_bytes_with_memory_flat() {
+    let client = client().await;
+    let scope = unique("atk-logs");
+    let ns = TestNamespace::new(&client, "atk-logs").await;
+    let mut op = Operator::start(&scope, &[]);
+    op.wait_ready().await;
+    // Every line 4,000 characters of `{pod}`: with a long pod name, 16 KiB once filled.
+    let line = "{pod}".repeat(800);
+    apply(&nodepool_yaml(
+        &scope,
+        &scope,
+        1,
+        &format!("  lifecycle:\n    pods:\n      logs: {{line: \"{line}\", every: 100ms}}\n"),
+    ));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let name = format!("p{}", "x".repeat(60));
+    running_pod(&client, &name, &ns.name, &scope).await;
+    // It has run for a year: 100,000 lines kept (the rest rotated), 1.6 GB if all were made.
+    kubectl_ok(&[
+        "patch",
+        "pod",
+        &name,
+        "-n",
+        &ns.name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"startTime":"2025-01-01T00:00:00Z"}}"#,
+    ]);
+    let pod: Pod = Api::namespaced(client.clone(), &ns.name).get(&name).await.unwrap();
+    let mut statuses = pod.status.unwrap().container_statuses.unwrap();
+    statuses[0].state.as_mut().unwrap().running.as_mut().unwrap().started_at =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2025-01-01T00:00:00Z".parse().unwrap()));
+    let patch = serde_json::json!({"status": {"containerStatuses": statuses}});
+    kubectl_ok(&[
+        "patch",
+        "pod",
+        &name,
+        "-n",
+        &ns.name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = op.rss_mib();
+    let started = Instant::now();
+    let tail = kubectl_ok(&["logs", "-n", &ns.name, &name, "--tail=10"]);
+    assert_eq!(tail.lines().count(), 10);
+    assert!(tail.lines().all(|l| l.len() == 16 * 1024), "lines cut at 16 KiB");
+    let limited = kubectl_ok(&["logs", "-n", &ns.name, &name, "--limit-bytes=1000"]);
+    assert_eq!(limited.len(), 1000);
+    let since = kubectl_ok(&["logs", "-n", &ns.name, &name, "--since=1s"]);
+    assert!((9..=12).contains(&since.lines().count()), "{}", since.lines().count());
+    let took = started.elapsed();
+    let grew = op.rss_mib() - before;
+    assert!(grew < 16.0, "the operator grew by {grew:.1} MiB answering a huge log");
+    assert!(took < Duration::from_secs(20), "answered in {took:?}");
+}
+
+#[tokio::test]
+async fn exec_fed_from_dev_zero_to_a_reader_that_never_reads_keeps_memory_flat() {
+    let client = client().await;
+    let scope = unique("atk-exec");
+    let ns = TestNamespace::new(&client, "atk-exec").await;
+    let mut op = Operator::start(&scope, &[]);
+    op.wait_ready().await;
+    apply(&nodepool_yaml(&scope, &scope, 1, "  lifecycle:\n    pods:\n      exec: {mode: Echo}\n"));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    running_pod(&client, "zero", &ns.name, &scope).await;
+    let kubectl = kubectl_bin();
+    let cmd = format!("{} exec -i -n {} zero -- cat </dev/zero | sleep 75", kubectl.display(), ns.name);
+    let mut attack =
+        Command::new("sh").args(["-c", &cmd]).env("KUBECONFIG", kubeconfig()).stderr(Stdio::null()).spawn().unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let before = op.rss_mib();
+    let mut most = before;
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        most = most.max(op.rss_mib());
+    }
+    let _ = attack.kill();
+    let _ = attack.wait();
+    assert!(most - before < 16.0, "the operator grew from {before:.1} to {most:.1} MiB over 60 s");
+}
+
+#[tokio::test]
+async fn random_bearer_tokens_at_the_kubelet_port_do_not_slow_kubectl_logs() {
+    let client = client().await;
+    let scope = unique("atk-tokens");
+    let ns = TestNamespace::new(&client, "atk-tokens").await;
+    let mut op = Operator::start(&scope, &[]);
+    op.wait_ready().await;
+    apply(&nodepool_yaml(&scope, &scope, 1, ""));
+    let nodes = wait_ready_nodes(&client, &scope, 1, T).await;
+    running_pod(&client, "web", &ns.name, &scope).await;
+    kubectl_ok(&["logs", "-n", &ns.name, "web"]); // its rights are reviewed once, then cached
+    let address = nodes[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .and_then(|a| a.iter().find(|a| a.type_ == "Hostname"))
+        .map(|a| a.address.clone())
+        .unwrap();
+    let url = format!("https://{address}:{}/pods", op.kubelet_port);
+    let spray = tokio::spawn(async move {
+        let http = reqwest::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+        let mut answers = std::collections::BTreeMap::<u16, usize>::new();
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..2000 {
+            let (http, url) = (http.clone(), url.clone());
+            tasks.spawn(async move {
+                let r = http.get(&url).bearer_auth(format!("random-{i}-{}", unique("t"))).send().await;
+                r.map(|r| r.status().as_u16()).unwrap_or(0)
+            });
+            if tasks.len() >= 200
+                && let Some(Ok(code)) = tasks.join_next().await
+            {
+                *answers.entry(code).or_default() += 1;
+            }
+        }
+        while let Some(Ok(code)) = tasks.join_next().await {
+            *answers.entry(code).or_default() += 1;
+        }
+        answers
+    });
+    let mut slowest = Duration::ZERO;
+    while !spray.is_finished() {
+        let started = Instant::now();
+        let (ok, logs) = {
+            let o = kubectl(&["logs", "-n", &ns.name, "web"]);
+            (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned())
+        };
+        assert!(ok && logs.contains("started"), "{logs}");
+        slowest = slowest.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let answers = spray.await.unwrap();
+    assert!(!answers.contains_key(&200), "no random token is let in: {answers:?}");
+    assert!(slowest < Duration::from_secs(1), "kubectl logs took {slowest:?} while tokens were sprayed ({answers:?})");
+}
