@@ -24,6 +24,7 @@ async fn main() {
         Command::Run(args) => run(args, true, kind_flags).await,
         Command::Simulate(args) => run(args, false, kind_flags).await,
         Command::Status(args) => kwok_pools::cli::status::run(args).await,
+        Command::Uninstall(args) => kwok_pools::cli::uninstall::run(args).await,
         Command::WebhookCert(args) => kwok_pools::cli::webhook_cert::secret_yaml(&args).map(|y| print!("{y}")),
         Command::Crd { child_crds: false } => {
             print!("{}", kwok_pools::kinds::crds_yaml());

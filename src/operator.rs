@@ -222,7 +222,10 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let wiring = wire_kinds(&config, &shared, &metrics)?;
     let shard = join_shard(&config, &client, &metrics, &mut tasks, &mut cleanup)?;
     let simulations = simulations(&config, &shared, &metrics, &shard, &wiring);
-    let Wiring { peers, syncs, leader_work, .. } = wiring;
+    let Wiring { peers, syncs, mut leader_work, .. } = wiring;
+    if config.controllers {
+        leader_work.push(presence_work(&config, &client));
+    }
     shared.informers.start_all();
     for wait in syncs {
         wait.await?;
@@ -344,6 +347,74 @@ fn filter_pods(config: &OperatorConfig, informers: &Arc<Informers>, tasks: &mut 
         }
         "pod filter".to_string()
     });
+}
+
+/// The leader's presence (which pools this instance handles, for `kwok-pools status` and other
+/// instances), and a warning for each pool no running instance handles: at start, then for
+/// pools that appear later (once per pool).
+fn presence_work(config: &OperatorConfig, client: &Client) -> LeaderWork {
+    use crate::leader::presence::{self, Presence};
+    let me = Presence {
+        instance: config.instance.clone(),
+        identity: config.identity.clone(),
+        selector: config.pool_selector.clone().unwrap_or_default(),
+    };
+    let (client, namespace) = (client.clone(), config.lease_namespace.clone());
+    Box::pin(async move {
+        let keep = tokio::spawn(presence::keep(client.clone(), namespace.clone(), me));
+        // Other instances' presences are renewed every 10 s: give them one round.
+        tokio::time::sleep(presence::DURATION / 3 + Duration::from_secs(1)).await;
+        let mut warned = std::collections::HashSet::new();
+        while !keep.is_finished() {
+            warn_unhandled(&client, &namespace, &mut warned).await;
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        "presence".to_string()
+    })
+}
+
+/// Warns of each pool that no running instance handles (not of one in `warned` again).
+async fn warn_unhandled(client: &Client, namespace: &str, warned: &mut std::collections::HashSet<String>) {
+    use crate::leader::presence;
+    let leases = match presence::list(client, namespace).await {
+        Ok(l) => l,
+        Err(e) => return tracing::debug!(error = %e, "cannot list the instances' presence Leases"),
+    };
+    let running = presence::running(&leases, k8s_openapi::jiff::Timestamp::now());
+    let mut pools = PoolLabels { client, lists: Vec::new() };
+    kinds::visit_all(&mut pools);
+    for list in pools.lists {
+        let Ok(found) = list.await else { continue };
+        for (kind, namespace, name, labels) in found {
+            if presence::handler(&running, &labels).is_none() && warned.insert(format!("{kind}/{namespace}/{name}")) {
+                let advice = presence::unhandled_advice(&labels);
+                tracing::warn!(kind, namespace, name, "a pool nothing simulates: {advice}");
+            }
+        }
+    }
+}
+
+type Labelled = (String, String, String, std::collections::BTreeMap<String, String>);
+
+/// Every pool's kind, namespace, name and labels.
+struct PoolLabels<'a> {
+    client: &'a Client,
+    lists: Vec<futures::future::BoxFuture<'static, kube::Result<Vec<Labelled>>>>,
+}
+
+impl Visitor for PoolLabels<'_> {
+    fn visit<K: Kind>(&mut self) {
+        let api: kube::Api<K> = kube::Api::all(self.client.clone());
+        self.lists.push(Box::pin(async move {
+            let kind = K::kind(&()).into_owned();
+            let list = api.list(&kube::api::ListParams::default()).await?;
+            Ok(list
+                .items
+                .iter()
+                .map(|p| (kind.clone(), p.namespace().unwrap_or_default(), p.name_any(), p.labels().clone()))
+                .collect())
+        }));
+    }
 }
 
 /// Something to do on a clean shutdown (give the lead up, leave the shard).

@@ -5,7 +5,10 @@
 //!     create its children; (b) a log script that would render a gigabyte answers `--tail` and
 //!     `--limit-bytes` with the operator's memory flat; (c) `kubectl exec -i` fed from
 //!     /dev/zero to a reader that never reads keeps it flat; (d) random bearer tokens sprayed
-//!     at the kubelet port do not slow `kubectl logs`.
+//!     at the kubelet port do not slow `kubectl logs`; (f) two named instances and an unlabelled
+//!     pool: each simulates only its own pools' nodes, and the pool nobody handles is reported;
+//! (e) pools of all three kinds with children, the operator gone, `kwok-pools uninstall`: the
+//!     namespace deletes and nothing remains.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 use common::pools::*;
@@ -237,4 +240,144 @@ async fn random_bearer_tokens_at_the_kubelet_port_do_not_slow_kubectl_logs() {
     let answers = spray.await.unwrap();
     assert!(!answers.contains_key(&200), "no random token is let in: {answers:?}");
     assert!(slowest < Duration::from_secs(1), "kubectl logs took {slowest:?} while tokens were sprayed ({answers:?})");
+}
+
+#[tokio::test]
+async fn f_two_named_instances_simulate_only_their_own_nodes_and_report_a_pool_nobody_handles() {
+    let client = client().await;
+    let scope = unique("atk-inst");
+    let (a, b) = (format!("{scope}-a"), format!("{scope}-b"));
+    // As a user runs them: the instance decides the pools and the nodes (no selector flags).
+    let mut op_a = Operator::start(&scope, &["--instance", &a, "--no-pool-selector", "--default-manage"]);
+    let mut op_b = Operator::start(&scope, &["--instance", &b, "--no-pool-selector", "--default-manage"]);
+    op_a.wait_ready().await;
+    op_b.wait_ready().await;
+    let labelled = |pool: &str, instance: &str| {
+        NodePoolYaml::new(pool, &scope).count(2).pool_label("pools.kwok.x-k8s.io/instance", instance).yaml()
+    };
+    let (pool_a, pool_b, orphan) = (format!("{scope}-pa"), format!("{scope}-pb"), format!("{scope}-none"));
+    apply(&labelled(&pool_a, &a));
+    apply(&labelled(&pool_b, &b));
+    apply(&nodepool_yaml(&orphan, &scope, 2, ""));
+    for (pool, instance) in [(&pool_a, &a), (&pool_b, &b)] {
+        for node in wait_ready_nodes(&client, pool, 2, T).await {
+            let label = node.metadata.labels.as_ref().and_then(|l| l.get("pools.kwok.x-k8s.io/instance"));
+            assert_eq!(label, Some(instance), "a pool's nodes carry its instance");
+        }
+    }
+    // Each simulates its own two nodes, never the other's (both would renew all four leases,
+    // and the pools would report SimulatorConflict).
+    wait_for("each instance simulates its own 2 nodes", T, || async {
+        let (na, nb) = (
+            op_a.metric("kwok_pools_simulator_managed_nodes").await,
+            op_b.metric("kwok_pools_simulator_managed_nodes").await,
+        );
+        if (na, nb) == (2.0, 2.0) { Ok(()) } else { Err(format!("a simulates {na}, b {nb}")) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    for pool in [&pool_a, &pool_b] {
+        let out = kubectl_ok(&["get", "nodepool", pool, "-o", "yaml"]);
+        assert!(!out.contains("SimulatorConflict"), "{pool} is simulated twice:\n{out}");
+    }
+    assert_eq!(op_a.metric("kwok_pools_simulator_managed_nodes").await, 2.0);
+    assert!(pool_nodes(&client, &orphan).await.is_empty(), "no named instance takes an unlabelled pool");
+    // The pool nobody handles is named: by `kwok-pools status`, and by each instance at start.
+    let status = Command::new(kwok_pools_bin())
+        .args(["status", "--instance", &a])
+        .env("KUBECONFIG", kubeconfig())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let line =
+        |pool: &str| text.lines().find(|l| l.split_whitespace().any(|w| w == pool)).unwrap_or_default().to_string();
+    assert!(line(&orphan).contains("Unhandled"), "{text}");
+    assert!(line(&pool_a).contains(&a) && !line(&pool_a).contains("Unhandled"), "{text}");
+    assert!(line(&pool_b).contains(&b), "{text}");
+    wait_for("instance a warns of the unlabelled pool", T, || async {
+        let warned = op_a.log_warnings();
+        if warned.contains(&orphan) && warned.contains("run the default instance") { Ok(()) } else { Err(warned) }
+    })
+    .await;
+    for pool in [&pool_a, &pool_b, &orphan] {
+        delete_quietly("nodepool", pool);
+    }
+    op_a.stop();
+    op_b.stop();
+}
+
+#[tokio::test]
+async fn e_uninstall_leaves_nothing_behind_even_with_the_operator_gone_first() {
+    let client = client().await;
+    let scope = unique("atk-uninst");
+    let instance = scope.clone();
+    let ns = TestNamespace::new(&client, "atk-uninst").await;
+    let mut op = Operator::start(&scope, &["--instance", &instance, "--no-pool-selector"]);
+    op.wait_ready().await;
+    let labels = format!("{{{SCOPE_LABEL}: {scope}, pools.kwok.x-k8s.io/instance: {instance}}}");
+    let nodes = format!("{scope}-n");
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: {nodes}, labels: {labels}}}\nspec:\n  nodeCount: 2\n  nodeTemplate:\n    metadata: {{labels: {{{SCOPE_LABEL}: {scope}}}}}\n"
+    ));
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata: {{name: web, namespace: {ns}, labels: {labels}}}\nspec:\n  podCount: 3\n  podTemplate:\n    spec:\n      nodeSelector: {{{SCOPE_LABEL}: {scope}}}\n      terminationGracePeriodSeconds: 600\n      containers: [{{name: app, image: nginx}}]\n",
+        ns = ns.name
+    ));
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: VMIPool\nmetadata: {{name: vms, namespace: {ns}, labels: {labels}}}\nspec:\n  vmiCount: 2\n  vmiTemplate:\n    spec:\n      nodeSelector: {{{SCOPE_LABEL}: {scope}}}\n      domain:\n        devices: {{disks: [{{disk: {{bus: virtio}}, name: d}}]}}\n        memory: {{guest: 128Mi}}\n      volumes: [{{name: d, containerDisk: {{image: example/cirros}}}}]\n",
+        ns = ns.name
+    ));
+    wait_ready_nodes(&client, &nodes, 2, T).await;
+    let phases = |what: &str| {
+        String::from_utf8_lossy(
+            &kubectl(&["get", what, "-n", &ns.name, "-o", "jsonpath={.items[*].status.phase}"]).stdout,
+        )
+        .into_owned()
+    };
+    wait_for("3 pods and 2 VMIs Running", T, || async {
+        let (pods, vmis) = (phases("pods"), phases("virtualmachineinstances"));
+        // The PodPool's 3 pods, and the VMIs' launcher pods beside them.
+        let up = |s: &str| s.split_whitespace().filter(|p| *p == "Running").count();
+        if up(&pods) >= 3 && up(&vmis) == 2 { Ok(()) } else { Err(format!("pods: {pods}; vmis: {vmis}")) }
+    })
+    .await;
+    let finalized = kubectl_ok(&[
+        "get",
+        "virtualmachineinstances",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.items[*].metadata.finalizers}",
+    ]);
+    assert!(finalized.contains("foregroundDeleteVirtualMachine"), "the VMIs hold KubeVirt's finalizer: {finalized}");
+    // The operator goes first (its Deployment deleted before the pools): nothing would finish
+    // a pod's or a VMI's deletion any more.
+    op.stop();
+    let out = Command::new(kwok_pools_bin())
+        .args(["uninstall", "--instance", &instance, "--timeout", "120s"])
+        .env("KUBECONFIG", kubeconfig())
+        .output()
+        .unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("every child of the deleted pools is gone"), "{said}");
+    // The namespace deletes, and nothing of the install remains.
+    kubectl_ok(&["delete", "namespace", &ns.name, "--wait=false"]);
+    wait_for("the namespace gone", T, || async {
+        let left = kubectl(&["get", "namespace", &ns.name, "-o", "name"]);
+        if left.status.success() { Err(String::from_utf8_lossy(&left.stdout).into_owned()) } else { Ok(()) }
+    })
+    .await;
+    assert!(pool_nodes(&client, &nodes).await.is_empty(), "the pool's nodes are gone");
+    for (kind, name) in [
+        ("nodepool", nodes.clone()),
+        ("validatingwebhookconfiguration", format!("kwok-pools-{instance}")),
+        ("mutatingwebhookconfiguration", format!("kwok-pools-{instance}")),
+        ("validatingadmissionpolicy", format!("kwok-pools-{instance}-pool-creators")),
+        ("validatingadmissionpolicybinding", format!("kwok-pools-{instance}-pool-creators")),
+    ] {
+        let left = kubectl(&["get", kind, &name, "-o", "name"]);
+        assert!(!left.status.success(), "{kind} {name} remains");
+    }
 }

@@ -35,6 +35,7 @@ fn the_manifests_pass_server_side_validation() {
 #[tokio::test]
 async fn the_operator_works_with_exactly_the_rbac_in_config() {
     let client = client().await;
+    let _leave = LeaveNothing;
     // The webhook configurations ship with the operator. This one runs outside the cluster
     // as the ServiceAccount, so it writes them itself: the component that grants that, and the
     // admission policy that confines the identity to simulated objects.
@@ -147,12 +148,19 @@ spec:
     let log = std::fs::read_to_string(&op.log).unwrap_or_default();
     assert!(!log.contains("forbidden"), "the operator hit a permission error:\n{}", op.log_tail());
     op.stop();
-    // The configurations now point at this test's operator: leave none behind for the
-    // install tests' dry runs of the shipped ones.
-    for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
-        delete_quietly(kind, "kwok-pools");
+}
+
+/// Undoes what the RBAC test installs, pass or fail: the configurations it points at its own
+/// operator (the install tests dry-run the shipped ones) and the registration rights (other
+/// tests judge the base config's privileges).
+struct LeaveNothing;
+
+impl Drop for LeaveNothing {
+    fn drop(&mut self) {
+        for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+            delete_quietly(kind, "kwok-pools");
+        }
+        let registration = repo().join("config/components/webhook-registration/rbac.yaml");
+        let _ = kubectl(&["delete", "-f", registration.to_str().unwrap(), "--ignore-not-found"]);
     }
-    // Nor the registration rights: other tests judge the base config's privileges.
-    let registration = repo().join("config/components/webhook-registration/rbac.yaml");
-    let _ = kubectl(&["delete", "-f", registration.to_str().unwrap(), "--ignore-not-found"]);
 }

@@ -399,7 +399,7 @@ async fn a_failed_webhook_registration_leaves_the_replica_simulating_and_not_rea
 
     // Apply mode as the ServiceAccount without the registration rights: refused (403) and
     // retried; once the rights are granted, registered and Ready without a restart.
-    for file in ["namespace.yaml", "rbac.yaml", "webhook.yaml"] {
+    for file in ["namespace.yaml", "rbac.yaml", "webhook.yaml", "policy.yaml"] {
         kubectl_ok(&[
             "apply",
             "--server-side",

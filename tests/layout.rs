@@ -322,7 +322,7 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
     ("admission", &["api", "backoff", "certs", "informer", "kinds", "netlimit", "pool", "setup", "sync", "telemetry"]),
     ("deploy", &["admission", "api", "deploy::rule", "informer", "kinds", "kubelet", "pool", "simulator"]),
     ("cluster", &["api", "certs", "kinds", "setup", "sync"]),
-    ("leader", &["admission", "api", "backoff", "dedicated", "sync", "telemetry"]),
+    ("leader", &["admission", "api", "backoff", "dedicated", "simulator", "sync", "telemetry"]),
     // The process and its command line.
     (
         "operator",
@@ -355,6 +355,7 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
             "informer",
             "kinds",
             "kubelet",
+            "leader",
             "operator",
             "pool",
             "setup",

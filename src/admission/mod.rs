@@ -300,7 +300,7 @@ impl Registration {
         match self.mode {
             RegistrationMode::Apply => register::register(self.client.clone(), &self.vwc, &self.mwc).await.map_err(|e| {
                 WebhookError::Registration(format!(
-                    "cannot write the webhook configurations {}: {e}; outside a cluster the operator needs get/create/patch on them (the local cluster's admin has it; config/components/webhook-registration grants it to its ServiceAccount), or run with --no-webhook",
+                    "cannot write the webhook configurations {}: {e}; outside a cluster the operator needs get and patch on them and on its pool-creators admission policy, which must exist (kubectl apply config/webhook.yaml and config/policy.yaml first; config/components/webhook-registration grants get and patch to its ServiceAccount, the local cluster's admin has all), or run with --no-webhook",
                     self.name
                 ))
             }),

@@ -22,8 +22,11 @@ pub const POOL_LABEL: &str = "pools.kwok.x-k8s.io/pool";
 pub const INDEX_LABEL: &str = "pools.kwok.x-k8s.io/index";
 /// The label holding the hash of the template a child was rendered from.
 pub const HASH_LABEL: &str = "pools.kwok.x-k8s.io/template-hash";
+/// The label that gives a pool to a named operator instance (`--instance`); a pool's children
+/// carry it too, so that instance simulates them and no other does.
+pub const INSTANCE_LABEL: &str = "pools.kwok.x-k8s.io/instance";
 /// Labels the pool sets itself; a template may not set them.
-pub const RESERVED_LABELS: [&str; 3] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL];
+pub const RESERVED_LABELS: [&str; 4] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL, INSTANCE_LABEL];
 
 /// The annotation (value [`FAKE_VALUE`]) kwok and kwok-pools put on fake nodes.
 pub const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";

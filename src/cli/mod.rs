@@ -3,6 +3,7 @@
 pub mod cluster;
 pub mod run;
 pub mod status;
+pub mod uninstall;
 pub mod webhook_cert;
 
 use clap::{Parser, Subcommand};
@@ -31,6 +32,10 @@ pub enum Command {
     /// Show the pools (ready/desired, problems), the leader and which simulator replica
     /// simulates how many nodes.
     Status(status::StatusArgs),
+    /// Delete an instance's pools and wait until their children are gone (finishing what no
+    /// simulator will finish any more), then remove its webhook configurations and admission
+    /// policies (and, with --crds, the CRDs). Run it before removing the operator.
+    Uninstall(uninstall::UninstallArgs),
     /// Print a Secret with a webhook serving certificate for a Service, shared by every
     /// replica (`kwok-pools webhook-cert | kubectl apply -f -`).
     WebhookCert(webhook_cert::WebhookCertArgs),

@@ -196,11 +196,17 @@ impl RunArgs {
 
     /// The operator's configuration, with every kind's flags (`kinds`).
     pub fn config(&self, controllers: bool, kinds: KindFlags) -> Result<OperatorConfig, String> {
+        // No --manage-* flag: kwok's default annotation, and this instance's nodes only.
+        let no_manage_flag = !self.manage_all_nodes
+            && self.manage_single_node.is_none()
+            && self.manage_nodes_with_annotation_selector.is_none()
+            && self.manage_nodes_with_label_selector.is_none();
+        let instance_nodes = no_manage_flag.then(|| self.nodes_handled());
         let manage = Manage::from_flags(
             self.manage_all_nodes,
             self.manage_single_node.as_deref(),
             self.manage_nodes_with_annotation_selector.as_deref(),
-            self.manage_nodes_with_label_selector.as_deref(),
+            self.manage_nodes_with_label_selector.as_deref().or(instance_nodes.as_deref()),
         )?;
         if !controllers && self.no_simulator {
             return Err("`simulate` with --no-simulator would do nothing".into());
@@ -248,13 +254,25 @@ impl RunArgs {
 }
 
 /// The label that gives a pool to an operator instance (see [`RunArgs::pools_handled`]).
-pub const INSTANCE_LABEL: &str = "pools.kwok.x-k8s.io/instance";
+pub use crate::api::conventions::INSTANCE_LABEL;
 
 impl RunArgs {
     /// Which pools this instance reconciles, so that two instances never reconcile one pool:
     /// those `--pool-selector` selects when it is given (the user partitions the pools);
     /// else, for a named instance, the pools labelled `pools.kwok.x-k8s.io/instance=<name>`;
     /// else (the default instance) the pools without that label.
+    /// The nodes this instance simulates when no --manage-* flag says otherwise: a named
+    /// instance those of its own pools (their children carry `pools.kwok.x-k8s.io/instance=<name>`),
+    /// the default instance the fake nodes of no named instance, so two instances never
+    /// simulate one node.
+    fn nodes_handled(&self) -> String {
+        if self.instance == "kwok-pools" {
+            format!("!{INSTANCE_LABEL}")
+        } else {
+            format!("{INSTANCE_LABEL}={}", self.instance)
+        }
+    }
+
     fn pools_handled(&self) -> String {
         match &self.pool_selector {
             Some(s) => s.clone(),
@@ -307,5 +325,30 @@ mod tests {
         assert!(default.matches(Some(&unlabelled)) && named.matches(Some(&for_a)));
         // An explicit selector is the user's partition.
         assert_eq!(args(&["--instance", "x", "--pool-selector", "tier=a"]).pools_handled(), "tier=a");
+    }
+
+    #[test]
+    fn two_instances_never_simulate_one_node_and_explicit_flags_are_kept() {
+        use crate::informer::fixtures::TestNode;
+        use k8s_openapi::api::core::v1::Node;
+        let manage = |flags: &[&str]| args(flags).config(true, KindFlags::default()).unwrap().manage;
+        let fake = |instance: Option<&str>| {
+            let n = Node::test("n").annotate("kwok.x-k8s.io/node", "fake");
+            match instance {
+                Some(i) => n.label(INSTANCE_LABEL, i),
+                None => n,
+            }
+        };
+        let instances = [manage(&[]), manage(&["--instance", "team-a"]), manage(&["--instance", "team-b"])];
+        for node in [fake(None), fake(Some("team-a")), fake(Some("team-b"))] {
+            assert_eq!(instances.iter().filter(|m| m.manages(&node)).count(), 1, "{:?}", node.metadata.labels);
+        }
+        assert!(instances[1].manages(&fake(Some("team-a"))) && instances[0].manages(&fake(None)));
+        // A karpenter or kwok node (the annotation, no instance label) is the default instance's.
+        assert!(!instances[1].manages(&fake(None)));
+        // A flag the user gives is theirs: the instance adds nothing to it.
+        assert!(manage(&["--instance", "team-a", "--manage-all-nodes"]).manages(&fake(None)));
+        let labelled = manage(&["--instance", "team-a", "--manage-nodes-with-label-selector", "tier=x"]);
+        assert!(labelled.manages(&fake(None).label("tier", "x")));
     }
 }

@@ -32,6 +32,9 @@ pub struct PoolRow {
     pub ready: i32,
     pub desired: i32,
     pub problem: String,
+    /// The running instance that handles it (`None`: none does).
+    pub instance: Option<String>,
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// One simulator replica's line.
@@ -74,6 +77,8 @@ fn row<P: PoolKind>(kind: &str, pool: &P) -> PoolRow {
         ready: status.map_or(0, |s| s.ready_replicas),
         desired: i32::try_from(pool.count()).unwrap_or(i32::MAX),
         problem,
+        instance: None,
+        labels: pool.labels().clone(),
     }
 }
 
@@ -101,17 +106,26 @@ pub fn members(leases: &[Lease], now: Timestamp) -> Vec<MemberRow> {
 /// The whole report as text.
 pub fn render(pools: &[PoolRow], leader: Option<&str>, members: &[MemberRow]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{:<9} {:<16} {:<28} {:>15}  PROBLEM", "KIND", "NAMESPACE", "NAME", "READY/DESIRED");
+    let _ = writeln!(
+        out,
+        "{:<9} {:<16} {:<28} {:>15}  {:<16} PROBLEM",
+        "KIND", "NAMESPACE", "NAME", "READY/DESIRED", "INSTANCE"
+    );
     for p in pools {
         let ns = if p.namespace.is_empty() { "-" } else { p.namespace.as_str() };
+        let problem = match &p.instance {
+            Some(_) => p.problem.clone(),
+            None => format!("Unhandled: {}", crate::leader::presence::unhandled_advice(&p.labels)),
+        };
         let _ = writeln!(
             out,
-            "{:<9} {:<16} {:<28} {:>15}  {}",
+            "{:<9} {:<16} {:<28} {:>15}  {:<16} {}",
             p.kind,
             ns,
             p.name,
             format!("{}/{}", p.ready, p.desired),
-            p.problem
+            p.instance.as_deref().unwrap_or("-"),
+            problem
         );
     }
     if pools.is_empty() {
@@ -142,6 +156,11 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             // A kind whose CRD is not installed: say so and carry on.
             Err(e) => eprintln!("warning: {e}"),
         }
+    }
+    let presences = crate::leader::presence::list(&client, &args.lease_namespace).await?;
+    let running = crate::leader::presence::running(&presences, Timestamp::now());
+    for p in &mut pools {
+        p.instance = crate::leader::presence::handler(&running, &p.labels).map(str::to_string);
     }
     let leases: Api<Lease> = Api::namespaced(client.clone(), &args.lease_namespace);
     let leader = leases
@@ -201,10 +220,17 @@ mod tests {
             ready: 3,
             desired: 5,
             problem: "NameConflict: node big-0 exists".into(),
+            instance: Some("kwok-pools".into()),
+            labels: Default::default(),
         }];
         let text = render(&rows, None, &[]);
         let line = text.lines().find(|l| l.starts_with("NodePool")).unwrap();
         assert!(line.contains("big") && line.contains("3/5") && line.contains("NameConflict"), "{text}");
+        assert!(line.contains("kwok-pools"), "{text}");
         assert!(text.contains("leader: none"));
+        let orphan = PoolRow { instance: None, problem: String::new(), ..rows[0].clone() };
+        let text = render(&[orphan], None, &[]);
+        let line = text.lines().find(|l| l.starts_with("NodePool")).unwrap();
+        assert!(line.contains("Unhandled: no running operator instance handles it"), "{text}");
     }
 }

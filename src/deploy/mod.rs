@@ -9,6 +9,7 @@ pub mod dist;
 pub mod policy;
 pub mod rbac;
 pub mod rule;
+pub mod uninstall;
 pub mod webhooks;
 
 /// Names and namespaces as the two renderings spell them.

@@ -80,11 +80,12 @@ fn process_rules() -> Vec<Rule> {
             "writing its own webhook configurations (endpoint and caBundle) when it runs outside the cluster",
         )
         .when(WEBHOOK_REGISTRATION),
-        Rule::cluster(
+        Rule::named(
             "admissionregistration.k8s.io",
-            &["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
-            &["create"],
-            "creating them the first time (create cannot be limited by name)",
+            &["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+            &["get", "patch"],
+            &[POOL_CREATORS],
+            "writing the policy that checks a pool's creator may create its children (shipped in policy.yaml; no create: install it first)",
         )
         .when(WEBHOOK_REGISTRATION),
         Rule::operator_namespace(
@@ -113,6 +114,8 @@ fn process_rules() -> Vec<Rule> {
 
 /// Placeholder for the webhook configurations' name, replaced when rendered.
 const WEBHOOK_NAME: &str = "<webhook>";
+/// The pool creators' policy and binding ([`crate::admission::creators::policy_name`]).
+const POOL_CREATORS: &str = "<webhook>-pool-creators";
 
 /// Every rule of the operator: the process's, its simulated kubelet's and every registered
 /// kind's.
@@ -391,6 +394,18 @@ pub fn chart_yaml() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_registration_bundle_names_the_pool_creators_policy_and_creates_nothing() {
+        assert_eq!(POOL_CREATORS.replace(WEBHOOK_NAME, "team-a"), crate::admission::creators::policy_name("team-a"));
+        let registration: Vec<Rule> =
+            process_rules().into_iter().filter(|r| r.optional == Some(WEBHOOK_REGISTRATION)).collect();
+        assert!(!registration.is_empty());
+        for r in &registration {
+            assert!(!r.verbs.iter().any(|v| v == "create"), "create cannot be limited by name: {r:?}");
+            assert!(!r.names.is_empty(), "every registration right is by name: {r:?}");
+        }
+    }
 
     #[test]
     fn rights_on_one_resource_are_merged_and_equal_verbs_share_a_rule() {

@@ -9,6 +9,7 @@
 //! serve the webhook and simulate their shard. A replica that loses the lead exits (its
 //! supervisor restarts it as a standby).
 
+pub mod presence;
 pub mod record;
 
 use crate::dedicated::ThreadError;

@@ -18,6 +18,11 @@ pub trait Simulate: PoolKind {
     /// with `sim.metrics.kind::<Self::Metrics>()`.
     type Metrics: KindMetrics;
 
+    /// Finalizers the simulator puts on children and removes when it plays their deletion
+    /// (KubeVirt's on VMIs): `kwok-pools uninstall` removes them from children whose deletion
+    /// no simulator will play.
+    const FINALIZERS: &'static [&'static str] = &[];
+
     /// Pod labels the kind's simulator reads (stored pods keep only the labels someone reads).
     const POD_LABELS: &'static [&'static str] = &[];
 

@@ -7,7 +7,7 @@
 use super::PoolKind;
 use super::status::Problem;
 use crate::api::TemplateMetadata;
-use crate::api::conventions::{HASH_LABEL, INDEX_LABEL, POOL_LABEL, child_name};
+use crate::api::conventions::{HASH_LABEL, INDEX_LABEL, INSTANCE_LABEL, POOL_LABEL, child_name};
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
@@ -42,6 +42,11 @@ pub fn stamp<P: PoolKind>(meta: &mut ObjectMeta, pool: &P, index: u32, hash: &st
     labels.insert(POOL_LABEL.into(), pool_name);
     labels.insert(INDEX_LABEL.into(), index.to_string());
     labels.insert(HASH_LABEL.into(), hash.into());
+    // A named instance's pool: its children are that instance's to simulate.
+    match pool.labels().get(INSTANCE_LABEL) {
+        Some(instance) => labels.insert(INSTANCE_LABEL.into(), instance.clone()),
+        None => labels.remove(INSTANCE_LABEL),
+    };
     meta.owner_references = pool.controller_owner_ref(&()).map(|o| vec![o]);
 }
 

@@ -17,7 +17,8 @@ use std::sync::Arc;
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
 
-const NODE_RESERVED_LABELS: [&str; 4] = [RESERVED_LABELS[0], RESERVED_LABELS[1], RESERVED_LABELS[2], HOSTNAME_LABEL];
+const NODE_RESERVED_LABELS: [&str; 5] =
+    [RESERVED_LABELS[0], RESERVED_LABELS[1], RESERVED_LABELS[2], RESERVED_LABELS[3], HOSTNAME_LABEL];
 
 impl NodePoolRules {
     /// The context for `pool` among `all` pools (itself excluded by name), before an update

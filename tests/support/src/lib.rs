@@ -312,7 +312,8 @@ impl Operator {
             args.push("--instance".into());
             args.push(self.scope.clone());
         }
-        let overrides_manage = self.extra.iter().any(|a| a.starts_with("--manage-"));
+        // `--default-manage` (the harness's own): no --manage-* flag, the operator's default.
+        let overrides_manage = self.extra.iter().any(|a| a.starts_with("--manage-") || a == "--default-manage");
         if !overrides_manage {
             args.push("--manage-nodes-with-label-selector".into());
             args.push(selector);
@@ -345,7 +346,8 @@ impl Operator {
                 args.push(pki.join(file).display().to_string());
             }
         }
-        args.extend(self.extra.iter().filter(|a| *a != "--simulate-only" && *a != "--no-pool-selector").cloned());
+        let harness_only = ["--simulate-only", "--no-pool-selector", "--default-manage"];
+        args.extend(self.extra.iter().filter(|a| !harness_only.contains(&a.as_str())).cloned());
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         let mut cmd = match &self.clock_offset {
             Some(offset) => {

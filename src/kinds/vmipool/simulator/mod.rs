@@ -54,6 +54,8 @@ impl Simulate for VMIPool {
 
     const POD_LABELS: &'static [&'static str] = &[status::APP_LABEL, status::CREATED_BY_LABEL];
 
+    const FINALIZERS: &'static [&'static str] = &[status::FINALIZER];
+
     /// Launcher pods, wherever they run (their VMI's simulator reads them).
     fn keeps_pod(pod: &SlimPod) -> bool {
         pod.label(status::CREATED_BY_LABEL).is_some()
