@@ -325,7 +325,7 @@ async fn e_uninstall_leaves_nothing_behind_even_with_the_operator_gone_first() {
         ns = ns.name
     ));
     apply(&format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: VMIPool\nmetadata: {{name: vms, namespace: {ns}, labels: {labels}}}\nspec:\n  vmiCount: 2\n  vmiTemplate:\n    spec:\n      nodeSelector: {{{SCOPE_LABEL}: {scope}}}\n      domain:\n        devices: {{disks: [{{disk: {{bus: virtio}}, name: d}}]}}\n        memory: {{guest: 128Mi}}\n      volumes: [{{name: d, containerDisk: {{image: example/cirros}}}}]\n",
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: VMIPool\nmetadata: {{name: vms, namespace: {ns}, labels: {labels}}}\nspec:\n  vmiCount: 2\n  vmiTemplate:\n    metadata: {{labels: {{{SCOPE_LABEL}: {scope}}}}}\n    spec:\n      nodeSelector: {{{SCOPE_LABEL}: {scope}}}\n      domain:\n        devices: {{disks: [{{disk: {{bus: virtio}}, name: d}}]}}\n        memory: {{guest: 128Mi}}\n      volumes: [{{name: d, containerDisk: {{image: example/cirros}}}}]\n",
         ns = ns.name
     ));
     wait_ready_nodes(&client, &nodes, 2, T).await;

@@ -37,7 +37,10 @@ fn validations() -> Vec<(String, String)> {
 }
 
 /// The policy and its binding as YAML documents (each starting `---`): `name` as the install
-/// spells it, `labels` the text after every object's name.
+/// spells it, `labels` the text after every object's name. `matchConstraints` is one atomic
+/// value to server-side apply: it is written with the API server's defaults, or an install
+/// applying it beside the operator (two field managers) would conflict with what the server
+/// stored.
 pub fn yaml(name: &str, labels: &str) -> String {
     let plurals: Vec<String> = kinds::names().into_iter().map(|n| n.plural).collect();
     let rules: String = validations()
@@ -54,11 +57,15 @@ metadata:
 spec:
   failurePolicy: Fail
   matchConstraints:
+    matchPolicy: Equivalent
+    namespaceSelector: {{}}
+    objectSelector: {{}}
     resourceRules:
     - apiGroups: [{group}]
       apiVersions: ["*"]
       operations: [CREATE, UPDATE]
       resources: [{resources}]
+      scope: "*"
   validations:
 {rules}---
 apiVersion: admissionregistration.k8s.io/v1

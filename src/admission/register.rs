@@ -119,13 +119,15 @@ pub async fn register(
         tracing::error!("the pool creators' policy does not parse; only the webhook checks a pool's creator");
         return Ok(());
     };
+    // Server-side apply: the same policy applied by an install (config/policy.yaml) is then
+    // owned by both, never a conflict for either.
     let applied = async {
-        put(
+        ssa(
             Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy>::all(client.clone()),
             &policy,
         )
         .await?;
-        put(Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>::all(client), &binding)
+        ssa(Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>::all(client), &binding)
             .await
     };
     match applied.await {
@@ -160,6 +162,14 @@ pub async fn inject(
 /// Makes the configuration exactly `desired`: a merge patch that replaces its webhooks whole
 /// (one installed with a Service keeps no stale `service` beside our `url`); created when it
 /// is missing (locally; in a cluster it ships with the operator, which may only patch it).
+async fn ssa<K>(api: Api<K>, desired: &K) -> kube::Result<()>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let name = desired.meta().name.clone().unwrap_or_default();
+    api.patch(&name, &crate::api::conventions::apply_params(), &Patch::Apply(desired)).await.map(|_| ())
+}
+
 async fn put<K>(api: Api<K>, desired: &K) -> kube::Result<()>
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
