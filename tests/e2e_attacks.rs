@@ -318,7 +318,7 @@ async fn e_uninstall_leaves_nothing_behind_even_with_the_operator_gone_first() {
     let labels = format!("{{{SCOPE_LABEL}: {scope}, pools.kwok.x-k8s.io/instance: {instance}}}");
     let nodes = format!("{scope}-n");
     apply(&format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: {nodes}, labels: {labels}}}\nspec:\n  nodeCount: 2\n  nodeTemplate:\n    metadata: {{labels: {{{SCOPE_LABEL}: {scope}}}}}\n"
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata: {{name: {nodes}, labels: {labels}}}\nspec:\n  nodeCount: 2\n  kubevirt: {{devices: 50}}\n  nodeTemplate:\n    metadata: {{labels: {{{SCOPE_LABEL}: {scope}}}}}\n"
     ));
     apply(&format!(
         "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata: {{name: web, namespace: {ns}, labels: {labels}}}\nspec:\n  podCount: 3\n  podTemplate:\n    spec:\n      nodeSelector: {{{SCOPE_LABEL}: {scope}}}\n      terminationGracePeriodSeconds: 600\n      containers: [{{name: app, image: nginx}}]\n",

@@ -92,7 +92,11 @@ async fn eventually(command: &str, run: impl Fn() -> Output) -> String {
 /// The install commands on a cluster of their own, as a reader with a new cluster runs them:
 /// the local path for real; then (its operator stopped: the paths are alternatives) the three
 /// in-cluster paths as server-side dry runs.
-async fn install(commands: &[String]) {
+/// Runs the README's install commands (on a local cluster of their own; the in-cluster paths
+/// as server-side dry runs), and its uninstall commands where a user would: `kwok-pools
+/// uninstall` once `kwok-pools run` has registered its webhook and policy, before the
+/// in-cluster paths.
+async fn install(commands: &[String], uninstall: &[String]) {
     let home = tempfile::tempdir().unwrap();
     let mut demo_kubeconfig = None;
     let mut demo_operator: Option<std::process::Child> = None;
@@ -142,13 +146,29 @@ async fn install(commands: &[String]) {
                     }
                 })
                 .await;
-                // The in-cluster installs are another path: without this operator's webhook.
+                // The in-cluster installs are another path: the operator stopped, then
+                // uninstalled as the README says (its webhook and policy would stand in Helm's way).
                 if let Some(mut child) = demo_operator.take() {
                     let _ = child.kill();
                     let _ = child.wait();
                 }
-                for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
-                    let _ = kubectl_at(&kc, &["delete", kind, "kwok-pools", "--ignore-not-found"], None);
+                ok(kubectl_at(&kc, &["get", "validatingadmissionpolicy", "kwok-pools-pool-creators"], None));
+                for command in uninstall.iter().filter(|c| c.starts_with("kwok-pools uninstall")) {
+                    let o = kwok_pools(&words(command)[1..], &kc, home.path());
+                    assert!(o.status.success(), "{command}: {}", shown(&o));
+                    assert!(
+                        String::from_utf8_lossy(&o.stdout)
+                            .contains("removed ValidatingAdmissionPolicy kwok-pools-pool-creators"),
+                        "{command}: {}",
+                        shown(&o)
+                    );
+                }
+                for kind in
+                    ["validatingwebhookconfiguration", "mutatingwebhookconfiguration", "validatingadmissionpolicy"]
+                {
+                    let o = kubectl_at(&kc, &["get", kind, "-o", "name"], None);
+                    let left = String::from_utf8_lossy(&o.stdout).into_owned();
+                    assert!(!left.contains("/kwok-pools"), "`kwok-pools uninstall` left {left}");
                 }
             }
             "kubectl" if w[1] == "create" && w[2] == "namespace" => {
@@ -183,6 +203,34 @@ async fn install(commands: &[String]) {
             _ => panic!("the README's install section has a command this test does not run: {command}"),
         }
     }
+    // The rest of the uninstall section: the installs' own removal (dry runs here), and the
+    // chart's hook, which runs `kwok-pools uninstall` (a Job no local cluster can run).
+    let kc = demo_kubeconfig.clone().expect("KUBECONFIG exported");
+    for command in uninstall.iter().filter(|c| !c.starts_with("kwok-pools uninstall")) {
+        let w = words(command);
+        match w[0].as_str() {
+            "kubectl" => {
+                let mut args: Vec<&str> = w[1..].iter().map(String::as_str).collect();
+                args.push("--dry-run=server");
+                let o = kubectl_at(&kc, &args, None);
+                assert!(o.status.success(), "{command}: {}", shown(&o));
+            }
+            "helm" if w[1] == "uninstall" => {
+                let args: Vec<String> = ["template", &w[2], "charts/kwok-pools"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain(w[3..].iter().cloned())
+                    .collect();
+                let o = Command::new(repo().join("bin/helm")).args(&args).current_dir(repo()).output().unwrap();
+                assert!(o.status.success(), "helm {args:?}: {}", shown(&o));
+                let text = String::from_utf8_lossy(&o.stdout).into_owned();
+                let job = text.split("\n---").find(|d| d.contains("kind: Job") && d.contains("pre-delete"));
+                let job = job.unwrap_or_else(|| panic!("{command}: the chart has no pre-delete Job"));
+                assert!(job.contains("- uninstall") && job.contains("- --instance=kwok-pools"), "{job}");
+            }
+            _ => panic!("the README's uninstall section has a command this test does not run: {command}"),
+        }
+    }
     if let Some(mut child) = demo_operator {
         let _ = child.kill();
         let _ = child.wait();
@@ -206,7 +254,7 @@ async fn every_command_on_the_front_page_runs() {
         delete_quietly(kind, "kwok-pools");
     }
     // (`kwok-pools cluster create` made the operator's namespace: a dry run creates none.)
-    install(&by("Install")).await;
+    install(&by("Install"), &by("Uninstall")).await;
 
     // The tour, after what `make run` does: the sample NodePool and the default instance.
     let tour = by("A five-minute tour");
