@@ -22,6 +22,11 @@ use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(90);
 
+/// Merges `patch` into pod `name`'s status.
+fn patch_status(name: &str, ns: &str, patch: &str) {
+    kubectl_ok(&["patch", "pod", name, "-n", ns, "--subresource=status", "--type=merge", "-p", patch]);
+}
+
 /// A running pod `name` in `ns` on the scope's nodes.
 async fn running_pod(client: &kube::Client, name: &str, ns: &str, scope: &str) {
     apply(&scoped_pod(name, ns, scope, ""));
@@ -117,33 +122,13 @@ async fn a_gigabyte_log_answers_tail_and_limit_bytes_with_memory_flat() {
     let name = format!("p{}", "x".repeat(60));
     running_pod(&client, &name, &ns.name, &scope).await;
     // It has run for a year: 100,000 lines kept (the rest rotated), 1.6 GB if all were made.
-    kubectl_ok(&[
-        "patch",
-        "pod",
-        &name,
-        "-n",
-        &ns.name,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"startTime":"2025-01-01T00:00:00Z"}}"#,
-    ]);
+    patch_status(&name, &ns.name, r#"{"status":{"startTime":"2025-01-01T00:00:00Z"}}"#);
     let pod: Pod = Api::namespaced(client.clone(), &ns.name).get(&name).await.unwrap();
     let mut statuses = pod.status.unwrap().container_statuses.unwrap();
     statuses[0].state.as_mut().unwrap().running.as_mut().unwrap().started_at =
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2025-01-01T00:00:00Z".parse().unwrap()));
     let patch = serde_json::json!({"status": {"containerStatuses": statuses}});
-    kubectl_ok(&[
-        "patch",
-        "pod",
-        &name,
-        "-n",
-        &ns.name,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &patch.to_string(),
-    ]);
+    patch_status(&name, &ns.name, &patch.to_string());
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = op.rss_mib();
     let started = Instant::now();
