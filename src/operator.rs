@@ -77,8 +77,8 @@ pub struct ShardSettings {
     pub handover: Duration,
 }
 
-/// Work only the leader does, named for the supervisor.
-type LeaderWork = crate::leader::Work;
+/// Work only the leader does, named for the supervisor, built afresh each time it leads.
+type LeaderWork = crate::leader::MakeWork;
 
 /// What the per-kind wiring needs from the process, and what it gathers.
 struct Wiring<'a> {
@@ -135,35 +135,44 @@ impl Wiring<'_> {
         let kind = K::kind(&()).into_owned();
         let events = Arc::new(crate::pool::events::Events::new(shared.client.clone(), &config.identity));
         let pools_store = pools.store();
-        let start = move |children: Arc<crate::informer::Informer<K::Stored>>| {
+        // Built afresh each time this replica leads (a term's controller is dropped with it).
+        let start = Arc::new(move |children: Arc<crate::informer::Informer<K::Stored>>| {
             let changes = children.subscribe();
-            let mut ctx = PoolContext::<K>::new(client.clone(), children.store(), pools.store(), env, metrics);
+            let mut ctx =
+                PoolContext::<K>::new(client.clone(), children.store(), pools.store(), env.clone(), metrics.clone());
             ctx.owners = Some(children.index_owners(&K::kind(&())));
-            ctx.writes = writes;
+            ctx.writes = writes.clone();
             ctx.max_in_flight_per_pool = config.max_writes_per_pool;
             ctx.max_creates = config.max_creates_per_round;
             ctx.round_time = config.round_time;
             ctx.events = Some(events.clone());
-            controller::run(pools.clone(), handles, changes, Arc::new(ctx))
-        };
+            controller::run(pools.clone(), handles.clone(), changes, Arc::new(ctx))
+        });
         match K::CHILD_CRD {
             None => {
                 let children = K::children(&informers);
                 self.syncs.push(sync_wait(K::NOUN.to_string() + "s", children.store()));
-                self.leader_work.push(Box::pin(async move {
-                    start(children).await;
-                    format!("{kind} controller")
+                self.leader_work.push(Arc::new(move || {
+                    let (start, children, kind) = (start.clone(), children.clone(), kind.clone());
+                    Box::pin(async move {
+                        start(children).await;
+                        format!("{kind} controller")
+                    })
                 }));
             }
             // A child kind that may not be installed: never holds up readiness or the other
             // kinds; the controller starts when the CRD appears.
             Some(crd) => {
                 let client = shared.client.clone();
-                self.leader_work.push(Box::pin(async move {
-                    controller::await_child_crd::<K>(&client, crd, &pools_store, Duration::from_secs(10)).await;
-                    tracing::info!(kind, crd = crd.name, "child CRD installed; starting the controller");
-                    start(K::children(&informers)).await;
-                    format!("{kind} controller")
+                self.leader_work.push(Arc::new(move || {
+                    let (start, client, kind) = (start.clone(), client.clone(), kind.clone());
+                    let (pools_store, informers) = (pools_store.clone(), informers.clone());
+                    Box::pin(async move {
+                        controller::await_child_crd::<K>(&client, crd, &pools_store, Duration::from_secs(10)).await;
+                        tracing::info!(kind, crd = crd.name, "child CRD installed; starting the controller");
+                        start(K::children(&informers)).await;
+                        format!("{kind} controller")
+                    })
                 }));
             }
         }
@@ -197,21 +206,11 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(kinds::register_metrics));
     let ready = Arc::new(AtomicBool::new(false));
     let informers = Informers::new(client.clone());
-    let watched = informers.clone();
     // Why the webhook is not registered (the leader retries meanwhile).
     let webhook_problem: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
-    let webhook_seen = webhook_problem.clone();
-    let problems: server::Problems = Arc::new(move || {
-        let mut all = watched.problems();
-        all.extend(crate::sync::lock(&webhook_seen).clone());
-        all
-    });
-    let watched = informers.clone();
-    let dead: server::Problems = Arc::new(move || watched.dead());
-    let watched = informers.clone();
-    let cached: server::Cached =
-        Arc::new(move || watched.watched().iter().map(|w| (w.watched(), w.cached())).collect());
-    let health = Health { metrics: metrics.clone(), ready: ready.clone(), problems, dead, cached };
+    // The leader election's contact with the API server, once it runs.
+    let contact: Arc<std::sync::Mutex<Option<crate::leader::Contact>>> = Arc::default();
+    let health = health(&metrics, &ready, &informers, &webhook_problem, &contact);
     let bound = server::serve(config.metrics_addr, health).await?;
     tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
 
@@ -253,6 +252,7 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
         };
         let election_state = leader.as_ref().map(Leader::watch);
         if let Some(l) = &leader {
+            *crate::sync::lock(&contact) = Some(l.contact());
             let handle = l.release_handle();
             cleanup.push(Box::pin(async move { handle.release().await }));
         }
@@ -269,6 +269,30 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     ready.store(true, Ordering::Relaxed);
     tracing::info!(controllers = config.controllers, simulate = config.simulate, identity = %config.identity, "kwok-pools running");
     supervise(tasks, cleanup).await
+}
+
+/// What `/readyz` and `/healthz` read: the informers' problems, the webhook registration's,
+/// and the leader election's contact with the API server.
+fn health(
+    metrics: &Arc<Metrics>,
+    ready: &Arc<AtomicBool>,
+    informers: &Arc<Informers>,
+    webhook_problem: &Arc<std::sync::Mutex<Option<String>>>,
+    contact: &Arc<std::sync::Mutex<Option<crate::leader::Contact>>>,
+) -> Health {
+    let (watched, webhook_seen, contact_seen) = (informers.clone(), webhook_problem.clone(), contact.clone());
+    let problems: server::Problems = Arc::new(move || {
+        let mut all = watched.problems();
+        all.extend(crate::sync::lock(&webhook_seen).clone());
+        all.extend(crate::sync::lock(&contact_seen).as_ref().and_then(crate::leader::Contact::problem));
+        all
+    });
+    let watched = informers.clone();
+    let dead: server::Problems = Arc::new(move || watched.dead());
+    let watched = informers.clone();
+    let cached: server::Cached =
+        Arc::new(move || watched.watched().iter().map(|w| (w.watched(), w.cached())).collect());
+    Health { metrics: metrics.clone(), ready: ready.clone(), problems, dead, cached }
 }
 
 /// What every kind's environment is built from, the simulated kubelet among it.
@@ -360,17 +384,34 @@ fn presence_work(config: &OperatorConfig, client: &Client) -> LeaderWork {
         selector: config.pool_selector.clone().unwrap_or_default(),
     };
     let (client, namespace) = (client.clone(), config.lease_namespace.clone());
-    Box::pin(async move {
-        let keep = tokio::spawn(presence::keep(client.clone(), namespace.clone(), me));
-        // Other instances' presences are renewed every 10 s: give them one round.
-        tokio::time::sleep(presence::DURATION / 3 + Duration::from_secs(1)).await;
-        let mut warned = std::collections::HashSet::new();
-        while !keep.is_finished() {
-            warn_unhandled(&client, &namespace, &mut warned).await;
-            tokio::time::sleep(Duration::from_secs(60)).await;
-        }
-        "presence".to_string()
+    Arc::new(move || {
+        let (client, namespace, me) = (client.clone(), namespace.clone(), me.clone());
+        Box::pin(async move {
+            let mut keep = tokio::spawn(presence::keep(client.clone(), namespace.clone(), me));
+            // Other instances' presences are renewed every 10 s: give them one round.
+            tokio::time::sleep(presence::DURATION / 3 + Duration::from_secs(1)).await;
+            let mut warned = std::collections::HashSet::new();
+            // The presence stops with the term (this future is dropped with it).
+            let _stop = AbortOnDrop(keep.abort_handle());
+            loop {
+                warn_unhandled(&client, &namespace, &mut warned).await;
+                tokio::select! {
+                    _ = &mut keep => break,
+                    () = tokio::time::sleep(Duration::from_secs(60)) => {}
+                }
+            }
+            "presence".to_string()
+        })
     })
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Warns of each pool that no running instance handles (not of one in `warned` again).

@@ -216,9 +216,48 @@ async fn the_one_file_install_is_accepted_and_its_operator_keeps_its_own_certifi
     let out = kubectl_stdin(&["apply", "--server-side", "--force-conflicts", "-f", "-"], Some(&objects));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(client.clone(), "kwok-pools");
+    // The Secret ships empty: start from it as shipped (an earlier run may have filled it).
     let _ = secrets.delete("kwok-pools-webhook-tls", &Default::default()).await;
+    let shipped: String = docs(&dist)
+        .into_iter()
+        .filter(|d| d["kind"] == "Secret")
+        .map(|d| format!("---\n{}", serde_yaml::to_string(&d).unwrap()))
+        .collect();
+    kubectl_stdin(&["apply", "--server-side", "-f", "-"], Some(&shipped));
+    let empty = secrets.get("kwok-pools-webhook-tls").await.expect("the install ships the certificate's Secret");
+    assert!(empty.data.is_none_or(|d| d.is_empty()), "shipped empty");
     let dir = tempfile::tempdir().unwrap();
     let sa = service_account_kubeconfig(dir.path());
+    // As the ServiceAccount: that one Secret by name, nothing else of Secrets.
+    let as_sa =
+        |args: &[&str]| Command::new(kubectl_bin()).args(args).env("KUBECONFIG", &sa).output().expect("kubectl");
+    for (args, what) in [
+        (vec!["get", "secret", "kwok-pools-webhook-tls", "-n", "kwok-pools"], "its own Secret"),
+        (vec!["auth", "can-i", "update", "secret/kwok-pools-webhook-tls", "-n", "kwok-pools"], "updating it"),
+    ] {
+        assert!(as_sa(&args).status.success(), "the operator may read {what}");
+    }
+    for (args, what) in [
+        (vec!["auth", "can-i", "get", "secret/other", "-n", "kwok-pools"], "another Secret"),
+        (vec!["auth", "can-i", "list", "secrets", "-n", "kwok-pools"], "listing Secrets"),
+        (vec!["auth", "can-i", "create", "secrets", "-n", "kwok-pools"], "creating a Secret"),
+        (vec!["auth", "can-i", "create", "validatingwebhookconfigurations"], "creating a webhook configuration"),
+    ] {
+        let out = as_sa(&args);
+        assert!(!out.status.success(), "the operator may not: {what} ({})", String::from_utf8_lossy(&out.stdout));
+    }
+    // A stolen token cannot widen its webhook configurations: only their CA may change.
+    // (A server-side dry run: admission runs, nothing is written; retried while the API server
+    // loads the new policy.)
+    for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+        let widen = r#"[{"op": "add", "path": "/webhooks/0/rules/0/resources/-", "value": "secrets"}]"#;
+        wait_for(&format!("a wider rule on the {kind} to be refused"), Duration::from_secs(30), || async {
+            let out = as_sa(&["patch", kind, "kwok-pools", "--type", "json", "-p", widen, "--dry-run=server"]);
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            if !out.status.success() && err.contains("may change only the CA bundle") { Ok(()) } else { Err(err) }
+        })
+        .await;
+    }
     let scope = unique("dist");
     let flags = [
         "--instance",
@@ -232,9 +271,9 @@ async fn the_one_file_install_is_accepted_and_its_operator_keeps_its_own_certifi
     ];
     let mut first = Operator::start_as(&scope, &flags, sa.clone());
     first.wait_ready().await;
-    // It made the Secret (CA and serving certificate) and gave the configurations its CA.
-    let secret = secrets.get("kwok-pools-webhook-tls").await.expect("the operator made its certificate's Secret");
-    let data = secret.data.clone().unwrap();
+    // It filled the Secret (CA and serving certificate) and gave the configurations its CA.
+    let secret = secrets.get("kwok-pools-webhook-tls").await.unwrap();
+    let data = secret.data.clone().expect("the operator filled its certificate's Secret");
     let ca = String::from_utf8(data["ca.crt"].0.clone()).unwrap();
     assert!(ca.contains("BEGIN CERTIFICATE") && data.contains_key("tls.key"), "{:?}", data.keys());
     let vwc: kube::Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
@@ -242,6 +281,10 @@ async fn the_one_file_install_is_accepted_and_its_operator_keeps_its_own_certifi
     let injected = vwc.get("kwok-pools").await.unwrap();
     let bundle = injected.webhooks.unwrap()[0].client_config.ca_bundle.clone().unwrap();
     assert_eq!(String::from_utf8(bundle.0).unwrap().trim(), ca.trim());
+    // Re-applying the install keeps the certificate (the shipped Secret has no data).
+    kubectl_stdin(&["apply", "--server-side", "-f", "-"], Some(&shipped));
+    let kept = secrets.get("kwok-pools-webhook-tls").await.unwrap();
+    assert_eq!(kept.data.map(|d| d["ca.crt"].clone()), Some(data["ca.crt"].clone()), "re-applying reset the CA");
     // The API server trusts it: a pool the webhook alone refuses is refused.
     wait_webhook_refuses(&format!("{scope}-bad"), &scope, Duration::from_secs(60)).await;
     // A second replica serves the same certificate: it reads the Secret, makes none.
@@ -257,7 +300,114 @@ async fn the_one_file_install_is_accepted_and_its_operator_keeps_its_own_certifi
     for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
         delete_quietly(kind, "kwok-pools");
     }
-    let component = repo().join("config/components/webhook-cert-secret/rbac.yaml");
-    let _ = kubectl(&["delete", "-f", component.to_str().unwrap(), "--ignore-not-found"]);
+    for file in ["rbac.yaml", "policy.yaml"] {
+        let component = repo().join("config/components/webhook-cert-secret").join(file);
+        let _ = kubectl(&["delete", "-f", component.to_str().unwrap(), "--ignore-not-found"]);
+    }
     let _ = secrets.delete("kwok-pools-webhook-tls", &Default::default()).await;
+}
+
+/// The container `kwok-pools` of the Deployment in `manifests`.
+fn operator_container(manifests: &str) -> (serde_yaml::Value, serde_yaml::Value) {
+    let d = docs(manifests).into_iter().find(|d| d["kind"] == "Deployment").expect("a Deployment");
+    let pod = d["spec"]["template"]["spec"].clone();
+    let container =
+        pod["containers"].as_sequence().unwrap().iter().find(|c| c["name"] == "kwok-pools").unwrap().clone();
+    (pod, container)
+}
+
+/// The webhook's client CA as each install path wires it: a volume from a ConfigMap holding the
+/// CA, mounted, and `--webhook-client-ca` (its flag, or its environment variable) naming it.
+fn assert_wired(manifests: &str, configmap: &str, what: &str) {
+    let (pod, c) = operator_container(manifests);
+    let volume = pod["volumes"]
+        .as_sequence()
+        .and_then(|v| v.iter().find(|v| v["configMap"]["name"] == configmap))
+        .unwrap_or_else(|| panic!("{what}: no volume from the ConfigMap {configmap}: {pod:?}"));
+    let mount = c["volumeMounts"]
+        .as_sequence()
+        .and_then(|m| m.iter().find(|m| m["name"] == volume["name"]))
+        .unwrap_or_else(|| panic!("{what}: the client CA is not mounted"));
+    let file = format!("{}/ca.crt", mount["mountPath"].as_str().unwrap());
+    let by_flag = c["args"]
+        .as_sequence()
+        .is_some_and(|a| a.iter().any(|a| a.as_str() == Some(&format!("--webhook-client-ca={file}"))));
+    let by_env = c["env"].as_sequence().is_some_and(|e| {
+        e.iter().any(|e| e["name"] == "KWOK_POOLS_WEBHOOK_CLIENT_CA" && e["value"].as_str() == Some(file.as_str()))
+    });
+    assert!(by_flag || by_env, "{what}: --webhook-client-ca does not name {file}: {c:?}");
+}
+
+#[tokio::test]
+async fn every_install_path_can_make_the_webhook_answer_only_the_api_server() {
+    let _turn = DEFAULT_INSTANCE.lock().await;
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "client-ca").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = kwok_pools::certs::Authority::new("admission-client-ca").unwrap();
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, &ca.pair.cert_pem).unwrap();
+    // The flag reads its environment variable (what the kustomize and dist patch set).
+    let help = Command::new(kwok_pools_bin()).args(["run", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("[env: KWOK_POOLS_WEBHOOK_CLIENT_CA="), "run --help");
+
+    // Helm: --set-file webhook.clientCA.
+    let chart = repo().join("charts/kwok-pools");
+    let set_file = format!("webhook.clientCA={}", ca_file.display());
+    let rendered =
+        helm(&["template", "kwok-pools", chart.to_str().unwrap(), "--namespace", &ns.name, "--set-file", &set_file]);
+    assert_wired(&rendered, "kwok-pools-webhook-client-ca", "helm");
+    let cm = docs(&rendered).into_iter().find(|d| d["kind"] == "ConfigMap").expect("the client CA's ConfigMap");
+    assert_eq!(cm["data"]["ca.crt"].as_str().map(str::trim), Some(ca.pair.cert_pem.trim()));
+    dry_run(&rendered);
+
+    // kustomize: an overlay of config/ with the component.
+    let overlay = dir.path().join("overlay");
+    std::fs::create_dir_all(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "resources: [{}]\ncomponents: [{}]\n",
+            repo().join("config").display(),
+            repo().join("config/components/webhook-client-ca").display()
+        ),
+    )
+    .unwrap();
+    let out = kubectl(&["kustomize", overlay.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let kustomized = String::from_utf8(out.stdout).unwrap();
+    assert_wired(&kustomized, "kwok-pools-webhook-client-ca", "kustomize");
+    kubectl_ok(&["apply", "-f", repo().join("config/namespace.yaml").to_str().unwrap()]);
+    let configmap = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: kwok-pools-webhook-client-ca, namespace: kwok-pools}}\ndata:\n  ca.crt: |\n{}",
+        ca.pair.cert_pem.lines().map(|l| format!("    {l}\n")).collect::<String>()
+    );
+    dry_run(&format!("{kustomized}\n---\n{configmap}"));
+
+    // dist/install.yaml: its Deployment patched as docs/operating.md says.
+    let deployment: String = docs(&read_repo_file("dist/install.yaml"))
+        .into_iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .map(|d| serde_yaml::to_string(&d).unwrap())
+        .collect();
+    let file = dir.path().join("deployment.yaml");
+    std::fs::write(&file, deployment).unwrap();
+    let patch = repo().join("config/components/webhook-client-ca/deployment-patch.yaml");
+    let out = kubectl(&[
+        "patch",
+        "--local",
+        "-f",
+        file.to_str().unwrap(),
+        "--patch-file",
+        patch.to_str().unwrap(),
+        "-o",
+        "yaml",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let patched = String::from_utf8(out.stdout).unwrap();
+    assert_wired(&patched, "kwok-pools-webhook-client-ca", "dist");
+    let (_, c) = operator_container(&patched);
+    let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().filter_map(|a| a.as_str()).collect();
+    assert!(args.contains(&"--webhook-cert-secret=kwok-pools-webhook-tls"), "the patch keeps the args: {args:?}");
+    dry_run(&patched);
 }

@@ -333,7 +333,7 @@ async fn creating_a_pool_needs_the_right_to_create_its_children() {
         ns = ns.name
     ));
     let pool = format!(
-        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata: {{name: web, namespace: {}, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  podCount: 1\n  podTemplate:\n    spec:\n      nodeName: some-real-node\n      containers: [{{name: a, image: nginx}}]\n",
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata: {{name: web, namespace: {}, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  podCount: 1\n  podTemplate:\n    spec:\n      nodeSelector: {{kubernetes.io/hostname: some-real-node}}\n      containers: [{{name: a, image: nginx}}]\n",
         ns.name
     );
     let as_user = format!("--as={who}");
@@ -356,7 +356,7 @@ async fn creating_a_pool_needs_the_right_to_create_its_children() {
         }
     })
     .await;
-    // Its pod names a real node, yet it is confined to simulated nodes: a real node's kubelet
+    // Its pod selects a real node, yet it is confined to simulated nodes: a real node's kubelet
     // would refuse it (its node selector does not match), and the scheduler never sends it.
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), &ns.name);
     let pod = wait_for("the pool's pod", T, || {

@@ -285,6 +285,7 @@ pub fn certificate_for(
 
 /// The webhook configurations this replica serves for: the leader writes them or checks them
 /// ([`RegistrationMode`]), retrying with back-off until they are right.
+#[derive(Clone)]
 pub struct Registration {
     client: kube::Client,
     name: String,

@@ -1,7 +1,9 @@
 //! The webhook's certificate in a Secret the operator keeps itself (`--webhook-cert-secret`):
 //! what `kubectl apply -f dist/install.yaml` needs, with no certificate tooling in the cluster.
-//! The first replica to start makes a CA and a serving certificate for the Service's names and
-//! creates the Secret (another replica racing it reads the winner's); every replica serves what
+//! The install ships the Secret empty; the first replica to start makes a CA and a serving
+//! certificate for the Service's names and writes them into it (another replica racing it reads
+//! the winner's). Its identity may get and update that one Secret, by name, and create none.
+//! Every replica serves what
 //! the Secret holds and reads it again now and then; one whose certificate is two thirds
 //! through its life re-issues it with the same CA (kept in the Secret, so the webhook
 //! configurations' caBundle never changes) and writes it with the Secret's resourceVersion (a
@@ -67,48 +69,71 @@ fn issue(ca: &Authority, hosts: &[String]) -> Result<std::collections::BTreeMap<
 impl SecretSource {
     fn fix(&self, what: &str, e: impl std::fmt::Display) -> WebhookError {
         WebhookError::Certificate(format!(
-            "{what} the webhook certificate Secret {}: {e}; the operator needs get, create and update on it (dist/install.yaml and the chart with webhook.certSource=operator grant them)",
+            "{what} the webhook certificate Secret {}: {e}; the operator needs get and update on it by name (dist/install.yaml ships it empty and grants them; config/components/webhook-cert-secret too)",
             self.name
         ))
     }
 
-    /// The certificate to serve at start: the Secret's, or a new one in a new Secret.
+    /// The certificate to serve at start: the Secret's, or a new one written into it. The
+    /// install ships the Secret empty (the operator may get and update it by name, never create
+    /// one); the first replica fills it with its resourceVersion, and a replica that loses that
+    /// race reads the winner's. A Secret that does not exist is created only where the identity
+    /// may (an administrator's `kwok-pools run`).
     pub async fn load_or_create(&self) -> Result<ServingCert, WebhookError> {
-        if let Some(secret) = self.api.get_opt(&self.name).await.map_err(|e| self.fix("cannot read", e))?
-            && let Some(cert) = serving(&secret)
-        {
-            return Ok(cert);
-        }
-        let ca = Authority::new_valid_for("kwok-pools-webhook-ca", CA_LIFETIME)?;
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(self.name.clone()),
-                labels: Some([("app.kubernetes.io/name".to_string(), "kwok-pools".to_string())].into()),
-                ..Default::default()
-            },
-            type_: Some("kubernetes.io/tls".into()),
-            data: Some(issue(&ca, &self.hosts)?),
-            ..Default::default()
-        };
-        match self.api.create(&PostParams::default(), &secret).await {
-            Ok(made) => {
-                tracing::info!(secret = %self.name, "made the webhook certificate and its CA");
-                serving(&made).ok_or_else(|| {
-                    WebhookError::Certificate(format!("the Secret {} came back without its certificate", self.name))
-                })
+        for _ in 0..3 {
+            let found = self.api.get_opt(&self.name).await.map_err(|e| self.fix("cannot read", e))?;
+            if let Some(cert) = found.as_ref().and_then(serving) {
+                return Ok(cert);
             }
-            // Another replica made it first (or it exists without a whole certificate).
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                let secret = self.api.get(&self.name).await.map_err(|e| self.fix("cannot read", e))?;
-                serving(&secret).ok_or_else(|| {
-                    WebhookError::Certificate(format!(
-                        "the Secret {} exists without tls.crt, tls.key and ca.crt: delete it and the operator makes it again",
-                        self.name
-                    ))
-                })
+            if found.as_ref().is_some_and(|s| s.data.as_ref().is_some_and(|d| !d.is_empty())) {
+                return Err(WebhookError::Certificate(format!(
+                    "the Secret {} holds data but not all of tls.crt, tls.key and ca.crt: it is somebody else's, or half written; empty or delete it and the operator fills it",
+                    self.name
+                )));
             }
-            Err(e) => Err(self.fix("cannot create", e)),
+            let ca = Authority::new_valid_for("kwok-pools-webhook-ca", CA_LIFETIME)?;
+            let data = issue(&ca, &self.hosts)?;
+            let written = match found {
+                // Shipped empty: filled, guarded by its resourceVersion.
+                Some(mut secret) => {
+                    secret.data = Some(data);
+                    self.api.replace(&self.name, &PostParams::default(), &secret).await
+                }
+                None => {
+                    let secret = Secret {
+                        metadata: ObjectMeta {
+                            name: Some(self.name.clone()),
+                            labels: Some([("app.kubernetes.io/name".to_string(), "kwok-pools".to_string())].into()),
+                            ..Default::default()
+                        },
+                        data: Some(data),
+                        ..Default::default()
+                    };
+                    self.api.create(&PostParams::default(), &secret).await
+                }
+            };
+            match written {
+                Ok(made) => {
+                    tracing::info!(secret = %self.name, "made the webhook certificate and its CA");
+                    return serving(&made).ok_or_else(|| {
+                        WebhookError::Certificate(format!("the Secret {} came back without its certificate", self.name))
+                    });
+                }
+                // Another replica filled (or made) it first: read the winner's.
+                Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(kube::Error::Api(e)) if e.code == 403 => {
+                    return Err(WebhookError::Certificate(format!(
+                        "the webhook certificate Secret {} cannot be written: {}; the install ships it (an empty Secret of that name in the operator's namespace) and grants get and update on it by name",
+                        self.name, e.message
+                    )));
+                }
+                Err(e) => return Err(self.fix("cannot write", e)),
+            }
         }
+        Err(WebhookError::Certificate(format!(
+            "the Secret {} kept changing while the webhook certificate was written into it; it is tried again at the next start",
+            self.name
+        )))
     }
 
     /// What the Secret holds now, renewed first when due (`None`: the same as `current`).

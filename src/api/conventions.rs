@@ -33,6 +33,14 @@ pub const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// On a simulated child: another simulator renews it too (the value names it); set by the
 /// simulator, reported by the pool as Degraded/SimulatorConflict.
 pub const SIMULATOR_CONFLICT_ANNOTATION: &str = "pools.kwok.x-k8s.io/simulator-conflict";
+/// The annotation the simulator puts on a VMI it plays virt-controller for (no KubeVirt runs)
+/// when it admits it: the operator's admission policy lets its identity write such VMIs.
+pub const SIMULATED_VMI_ANNOTATION: &str = "pools.kwok.x-k8s.io/simulated";
+/// The user-info extra the simulator sends when it writes VMIs as KubeVirt's handler
+/// (impersonating it), so the operator's admission policy knows those writes for its own.
+pub const IMPERSONATOR_EXTRA: &str = "kwok-pools-impersonator";
+/// Its value.
+pub const IMPERSONATOR_VALUE: &str = "simulator";
 /// The key of the taint that keeps real workloads off fake nodes (effect NoSchedule).
 pub const FAKE_TAINT_KEY: &str = "kwok.x-k8s.io/node";
 /// The value of the fake-node annotation and taint.

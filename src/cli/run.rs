@@ -88,7 +88,7 @@ pub struct RunArgs {
     /// the API server's admission client identity (the local cluster writes it to
     /// pki/webhook-client-ca.crt; in a cluster, the CA your API server's AdmissionConfiguration
     /// kubeconfig uses). Without it anyone who reaches the port is served.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "KWOK_POOLS_WEBHOOK_CLIENT_CA")]
     pub webhook_client_ca: Option<std::path::PathBuf>,
     /// What the leader does with the webhook configurations: `apply` writes them (an operator
     /// outside the cluster, whose URL and CA only it knows), `check` only reads them and says

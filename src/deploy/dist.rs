@@ -22,6 +22,16 @@ const DEPLOYMENT: &str = include_str!("../../config/deployment.yaml");
 const PDB: &str = include_str!("../../config/pdb.yaml");
 const FLOW_CONTROL: &str = include_str!("../../config/flowcontrol.yaml");
 
+/// The Secret the operator fills with the webhook's certificate, shipped empty: the operator
+/// may get and update it by name and create none; re-applying the install (no `data` here)
+/// never resets what it wrote.
+pub fn cert_secret_yaml() -> String {
+    format!(
+        "# Filled by the operator with the webhook's certificate and CA (it may only get and update it).\n\
+         apiVersion: v1\nkind: Secret\nmetadata:\n  name: {CERT_SECRET}\n  namespace: kwok-pools\n  labels:\n    app.kubernetes.io/name: kwok-pools\ntype: Opaque\n"
+    )
+}
+
 /// The base's Deployment for `image`, serving the certificate kept in [`CERT_SECRET`].
 fn deployment(image: &str) -> String {
     let body = DEPLOYMENT.split_once("apiVersion: apps/v1\n").map_or(DEPLOYMENT, |(_, body)| body);
@@ -63,7 +73,9 @@ pub fn install_yaml(image: &str) -> String {
         NAMESPACE.to_string(),
         rbac::config_yaml(),
         rbac::config_optional_yaml(rbac::WEBHOOK_CERT_SECRET),
+        cert_secret_yaml(),
         policy::config_yaml(),
+        policy::config_ca_only_yaml(),
         SERVICE.to_string(),
         deployment(image),
         PDB.to_string(),
@@ -162,5 +174,14 @@ mod tests {
             .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "kwok-pools-webhook-cert-secret")
             .expect("the webhook configurations' patch right");
         assert_eq!(patch["rules"][0]["resourceNames"][0], "kwok-pools");
+        // The Secret ships empty, and only the CA may be changed in the configurations.
+        let secret = all.iter().find(|o| o["kind"] == "Secret").expect("the certificate's Secret");
+        assert_eq!((secret["metadata"]["name"].as_str(), secret["type"].as_str()), (Some(CERT_SECRET), Some("Opaque")));
+        assert!(secret["data"].is_null() && secret["stringData"].is_null(), "shipped empty: {secret:?}");
+        assert!(
+            all.iter()
+                .any(|o| o["kind"] == "ValidatingAdmissionPolicy"
+                    && o["metadata"]["name"] == "kwok-pools-webhook-ca-only")
+        );
     }
 }

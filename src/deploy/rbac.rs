@@ -91,16 +91,17 @@ fn process_rules() -> Vec<Rule> {
         Rule::operator_namespace(
             "",
             &["secrets"],
-            &["get", "create", "update"],
-            "the webhook's certificate and its CA, kept in a Secret of its own namespace (--webhook-cert-secret)",
+            &["get", "update"],
+            "the webhook's certificate and its CA, kept in one Secret of its own namespace, by name (--webhook-cert-secret; the install ships it empty, the operator fills it: no create)",
         )
+        .named_only(&[CERT_SECRET])
         .when(WEBHOOK_CERT_SECRET),
         Rule::named(
             "admissionregistration.k8s.io",
             &["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
             &["patch"],
             &[WEBHOOK_NAME],
-            "giving its own webhook configurations the CA of the certificate it keeps (--webhook-cert-secret)",
+            "giving its own webhook configurations the CA of the certificate it keeps (--webhook-cert-secret); the policy <name>-webhook-ca-only lets it change nothing else there",
         )
         .when(WEBHOOK_CERT_SECRET),
         Rule::operator_namespace(
@@ -114,6 +115,11 @@ fn process_rules() -> Vec<Rule> {
 
 /// Placeholder for the webhook configurations' name, replaced when rendered.
 const WEBHOOK_NAME: &str = "<webhook>";
+/// Placeholder for the install's name (the roles' prefix), replaced when rendered.
+const NAME: &str = "<name>";
+/// The Secret the operator keeps the webhook's certificate in ([`super::dist::CERT_SECRET`]
+/// in dist/install.yaml).
+const CERT_SECRET: &str = "<name>-webhook-tls";
 /// The pool creators' policy and binding ([`crate::admission::creators::policy_name`]).
 const POOL_CREATORS: &str = "<webhook>-pool-creators";
 
@@ -188,12 +194,13 @@ fn render_rules(out: &mut String, rules: &[Merged], s: &Spelling) {
     out.push_str("rules:\n");
     for m in rules {
         for why in &m.why {
-            let _ = writeln!(out, "# {why}");
+            let _ = writeln!(out, "# {}", why.replace(NAME, s.name));
         }
         let _ = writeln!(out, "- apiGroups: {}", list(std::slice::from_ref(&m.group)));
         let _ = writeln!(out, "  resources: {}", list(&m.resources));
         if !m.names.is_empty() {
-            let names: Vec<String> = m.names.iter().map(|n| n.replace(WEBHOOK_NAME, s.webhook)).collect();
+            let names: Vec<String> =
+                m.names.iter().map(|n| n.replace(WEBHOOK_NAME, s.webhook).replace(NAME, s.name)).collect();
             let _ = writeln!(out, "  resourceNames: {}", list(&names));
         }
         let _ = writeln!(out, "  verbs: {}", list(&m.verbs));
@@ -306,28 +313,38 @@ fn roles(out: &mut String, all: &[Rule], optional: Option<&str>, s: &Spelling) {
     }
 }
 
-/// The aggregated roles that give people the pools: `view` (read) and `edit`/`admin` (write,
-/// scale), as Kubernetes' built-in roles give them Deployments.
+/// The roles that give people the pools: `view` (read, every kind) and `edit`/`admin` (write,
+/// scale) for the namespaced kinds, as Kubernetes' built-in roles give them Deployments. The
+/// cluster-scoped kinds (NodePool) are not aggregated into `edit`: a cluster-wide `edit`
+/// binding would let its holder delete every NodePool (and with it every simulated node). They
+/// get a role of their own, `<name>-cluster-pools-edit`, bound by an administrator to whoever
+/// should run them.
 fn people_roles(out: &mut String, s: &Spelling) {
-    let plurals: Vec<String> = kinds::names().into_iter().map(|n| n.plural).collect();
-    let with = |suffix: &str| plurals.iter().map(|p| format!("{p}{suffix}")).collect::<Vec<_>>();
+    let all = kinds::names();
+    let plurals = |namespaced: Option<bool>| -> Vec<String> {
+        all.iter().filter(|n| namespaced.is_none_or(|ns| n.namespaced == ns)).map(|n| n.plural.clone()).collect()
+    };
+    let with = |plurals: &[String], suffix: &str| plurals.iter().map(|p| format!("{p}{suffix}")).collect::<Vec<_>>();
+    let every = plurals(None);
     let view = vec![Merged {
         group: GROUP.into(),
-        resources: [plurals.clone(), with("/status"), with("/scale")].concat(),
+        resources: [every.clone(), with(&every, "/status"), with(&every, "/scale")].concat(),
         verbs: strings(&["get", "list", "watch"]),
         names: vec![],
         why: vec!["the pools, for everyone who may view workloads (aggregated into view)".into()],
     }];
-    let edit = vec![Merged {
-        group: GROUP.into(),
-        resources: [plurals.clone(), with("/scale")].concat(),
-        verbs: strings(&["create", "update", "patch", "delete", "deletecollection"]),
-        names: vec![],
-        why: vec!["the pools, for everyone who may edit workloads (aggregated into edit and admin)".into()],
-    }];
+    let write = |plurals: &[String], why: &str| {
+        vec![Merged {
+            group: GROUP.into(),
+            resources: [plurals.to_vec(), with(plurals, "/scale")].concat(),
+            verbs: strings(&["create", "update", "patch", "delete", "deletecollection"]),
+            names: vec![],
+            why: vec![why.into()],
+        }]
+    };
     let labelled = |aggregate: &[&str]| -> Spelling {
         let mut labels = String::from(s.labels);
-        if labels.is_empty() {
+        if labels.is_empty() && !aggregate.is_empty() {
             labels.push_str("\n  labels:");
         }
         for to in aggregate {
@@ -335,9 +352,36 @@ fn people_roles(out: &mut String, s: &Spelling) {
         }
         Spelling { labels: Box::leak(labels.into_boxed_str()), ..*s }
     };
-    out.push_str("# People: the pools in the built-in view, edit and admin roles.\n");
+    out.push_str("# People: the pools in the built-in view role, the namespaced ones in edit and admin.\n");
     role(out, "ClusterRole", &format!("{}-pools-view", s.name), None, &view, &labelled(&["view"]));
-    role(out, "ClusterRole", &format!("{}-pools-edit", s.name), None, &edit, &labelled(&["edit", "admin"]));
+    let namespaced = plurals(Some(true));
+    if !namespaced.is_empty() {
+        let why = "the namespaced pools, for everyone who may edit workloads (aggregated into edit and admin)";
+        role(
+            out,
+            "ClusterRole",
+            &format!("{}-pools-edit", s.name),
+            None,
+            &write(&namespaced, why),
+            &labelled(&["edit", "admin"]),
+        );
+    }
+    let cluster = plurals(Some(false));
+    if !cluster.is_empty() {
+        out.push_str(
+            "# The cluster-scoped pools are not in edit (a cluster-wide edit binding would delete every\n\
+             # simulated node with them): bind this role to whoever runs them.\n",
+        );
+        let why = "the cluster-scoped pools: bound by an administrator, never aggregated";
+        role(
+            out,
+            "ClusterRole",
+            &format!("{}-cluster-pools-edit", s.name),
+            None,
+            &write(&cluster, why),
+            &labelled(&[]),
+        );
+    }
 }
 
 /// `config/rbac.yaml`: the ServiceAccount, roles and bindings of `kwok-pools run` in the
@@ -405,6 +449,50 @@ mod tests {
             assert!(!r.verbs.iter().any(|v| v == "create"), "create cannot be limited by name: {r:?}");
             assert!(!r.names.is_empty(), "every registration right is by name: {r:?}");
         }
+    }
+
+    #[test]
+    fn cluster_scoped_pools_are_kept_out_of_edit_and_get_a_role_of_their_own() {
+        let mut out = String::new();
+        people_roles(&mut out, &CONFIG);
+        let docs: Vec<&str> = out.split("---\n").collect();
+        let find = |name: &str| {
+            *docs.iter().find(|d| d.contains(&format!("name: {name}\n"))).unwrap_or_else(|| panic!("{name}:\n{out}"))
+        };
+        let edit = find("kwok-pools-pools-edit");
+        let own = find("kwok-pools-cluster-pools-edit");
+        for n in kinds::names() {
+            let listed = |doc: &str| {
+                doc.lines()
+                    .filter_map(|l| l.trim().strip_prefix("resources: ["))
+                    .any(|items| items.trim_end_matches(']').split(", ").any(|r| r == n.plural))
+            };
+            if n.namespaced {
+                assert!(listed(edit), "{} belongs in edit:\n{edit}", n.plural);
+            } else {
+                assert!(!edit.contains(&n.plural), "{} must not be aggregated into edit:\n{edit}", n.plural);
+                assert!(listed(own), "{} in its own role:\n{own}", n.plural);
+            }
+        }
+        assert!(edit.contains("aggregate-to-edit: \"true\""));
+        assert!(!own.contains("aggregate-to"), "{own}");
+        assert!(find("kwok-pools-pools-view").contains("nodepools"), "everyone who may view may see NodePools");
+    }
+
+    #[test]
+    fn the_webhook_bundles_name_every_object_and_create_nothing() {
+        assert_eq!(CERT_SECRET.replace(NAME, CONFIG.name), super::super::dist::CERT_SECRET);
+        for bundle in [WEBHOOK_REGISTRATION, WEBHOOK_CERT_SECRET] {
+            let rules: Vec<Rule> = process_rules().into_iter().filter(|r| r.optional == Some(bundle)).collect();
+            assert!(!rules.is_empty(), "{bundle}");
+            for r in &rules {
+                assert!(!r.verbs.iter().any(|v| v == "create"), "create cannot be limited by name: {r:?}");
+                assert!(!r.names.is_empty(), "every right of {bundle} is by name: {r:?}");
+            }
+        }
+        let text = config_optional_yaml(WEBHOOK_CERT_SECRET);
+        assert!(text.contains("resourceNames: [kwok-pools-webhook-tls]"), "{text}");
+        assert!(text.contains("verbs: [get, update]"), "{text}");
     }
 
     #[test]

@@ -22,8 +22,10 @@ pub struct KubeletFlags {
     /// How often node conditions get a fresh heartbeat time (e.g. 60s, 5m).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub node_status_frequency: Duration,
-    /// The range InternalIPs come from for nodes whose pool sets no spec.internalIPs.
-    #[arg(long, default_value = "100.64.0.0/10")]
+    /// The range InternalIPs come from for nodes whose pool sets no spec.internalIPs. The
+    /// default is RFC 2544's benchmarking range, which no real network routes (100.64.0.0/10,
+    /// the shared address space, is many clouds' pod network).
+    #[arg(long, default_value = "198.18.0.0/15")]
     pub node_ip_range: IpNet,
     /// nodeInfo.kubeletVersion for nodes whose template sets none.
     #[arg(long, default_value = "fake")]
@@ -110,6 +112,40 @@ impl KubeletFlags {
         Ok(Some((range, self.pod_cidr_fallback_after)))
     }
 
+    /// What would collide with the real (unsimulated) `nodes`: one line per node whose
+    /// InternalIP lies in `--node-ip-range`, or whose podCIDR meets `--pod-cidr-fallback`, naming
+    /// the flag to change.
+    pub fn collisions<'a>(&self, real: impl IntoIterator<Item = &'a k8s_openapi::api::core::v1::Node>) -> Vec<String> {
+        use kube::ResourceExt;
+        let range = self.node_ip_range.trunc();
+        let mut out = Vec::new();
+        for node in real {
+            for ip in super::status::node::internal_ips(node) {
+                if range.contains(&ip) {
+                    out.push(format!(
+                        "--node-ip-range {range} holds {ip}, the address of real node {}: simulated nodes could be given it (and the API server would send their logs and exec there); choose a range no real node uses",
+                        node.name_any()
+                    ));
+                }
+            }
+            let Some(fallback) = self.pod_cidr_fallback else { continue };
+            let spec = node.spec.clone().unwrap_or_default();
+            let cidrs = spec.pod_cidrs.unwrap_or_default().into_iter().chain(spec.pod_cidr);
+            for cidr in cidrs.filter_map(|c| c.parse::<IpNet>().ok()) {
+                if fallback.contains(&cidr.network()) || cidr.contains(&fallback.network()) {
+                    out.push(format!(
+                        "--pod-cidr-fallback {fallback} meets {cidr}, the pod range of real node {}: simulated pods could take its pods' addresses; choose a range no real node uses, or none",
+                        node.name_any()
+                    ));
+                    break;
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// What pods whose pools say nothing get.
     pub fn pod_defaults(&self) -> Defaults {
         Defaults { exit_delay: self.pod_termination_delay, job_run_time: self.job_run_time }
@@ -152,7 +188,7 @@ impl Kubelet {
     /// A kubelet that reserves nothing and simulates nothing: nodes rendered for validation
     /// carry their template's status and take no address.
     pub fn scratch() -> Self {
-        let scratch = IpNet::V4(ipnet::Ipv4Net::new_assert(std::net::Ipv4Addr::new(100, 64, 0, 0), 10));
+        let scratch = IpNet::V4(ipnet::Ipv4Net::new_assert(std::net::Ipv4Addr::new(198, 18, 0, 0), 15));
         Self {
             flags: KubeletFlags::default(),
             simulate: false,
@@ -179,6 +215,32 @@ mod tests {
         assert!(parse_stretch("0.9").unwrap_err().contains("0.875"));
         assert!(parse_fallback("10.0.0.0/33").unwrap_err().contains("none to turn the fallback off"));
         assert_eq!(parse_fallback("none"), Ok(None));
+        assert_eq!(flags.node_ip_range.to_string(), "198.18.0.0/15", "a range no real network routes");
+    }
+
+    #[test]
+    fn ranges_holding_a_real_nodes_address_or_pod_range_are_named_with_their_flag() {
+        let node = |name: &str, ip: &str, cidr: &str| -> k8s_openapi::api::core::v1::Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
+                "status": {"addresses": [{"type": "InternalIP", "address": ip}]},
+            }))
+            .unwrap()
+        };
+        let flags = KubeletFlags::default();
+        let clear = [node("far", "10.200.0.5", "172.16.3.0/24")];
+        assert!(flags.collisions(&clear).is_empty(), "{:?}", flags.collisions(&clear));
+        let hit = [node("cloud-1", "198.18.4.7", "172.16.3.0/24"), node("cloud-2", "192.168.1.2", "10.2.0.0/16")];
+        let found = flags.collisions(&hit);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found.iter().any(|l| l.starts_with("--node-ip-range") && l.contains("cloud-1") && l.contains("198.18.4.7"))
+        );
+        assert!(found.iter().any(|l| l.starts_with("--pod-cidr-fallback") && l.contains("cloud-2")));
+        // A wider real range that holds the whole fallback meets it too.
+        let wide = [node("big", "192.168.1.3", "10.0.0.0/8")];
+        assert_eq!(flags.collisions(&wide).len(), 1);
     }
 }
 #[cfg(test)]

@@ -110,10 +110,16 @@ pub fn simulations(kubelet: &Kubelet, sim: &SimContext, devices: Vec<Arc<dyn Dev
     // Before anything renders or simulates a node: the default address allocator learns
     // the addresses the nodes have.
     let (store, addresses) = (nodes.store(), kubelet.addresses.clone());
+    let (checked, manages) = (flags.clone(), sim.manage.clone());
     let nodes_ready: SyncWait = Box::pin(async move {
         wait_synced("nodes", &store).await?;
+        let all = store.state();
+        // Ranges that hold a real node's address or pod range: said once, naming the flag.
+        for collision in checked.collisions(all.iter().filter(|n| !manages.manages(n)).map(|n| n.as_ref())) {
+            tracing::warn!("{collision}");
+        }
         let mut a = lock(&addresses);
-        for node in store.state() {
+        for node in all {
             for ip in node_status::internal_ips(&node) {
                 a.observe(&node.name_any(), ip);
             }

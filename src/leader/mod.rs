@@ -6,8 +6,11 @@
 //! deadline (two thirds of the lease) steps down before anyone else may take over. The
 //! election runs on a thread and a client of its own ([`crate::dedicated`]): renewals never
 //! queue behind the controllers' or the simulator's writes. One replica leads; the others
-//! serve the webhook and simulate their shard. A replica that loses the lead exits (its
-//! supervisor restarts it as a standby).
+//! serve the webhook and simulate their shard. A replica that loses the lead stops its pool
+//! controllers and campaigns again (its simulator and webhook go on; no exit, so no restart
+//! loop after an API server blip); its controllers are built afresh each time it leads
+//! ([`MakeWork`]). While its election has not heard from the API server past the renew
+//! deadline it says it is not ready ([`Contact`]).
 
 pub mod presence;
 pub mod record;
@@ -17,7 +20,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
-use record::{Decision, Observed, decide, must_step_down, renew_deadline};
+use record::{Decision, Observed, cut_off, decide, must_step_down, renew_deadline};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
@@ -52,6 +55,37 @@ pub struct Leader {
     release: Arc<Notify>,
     released: Arc<Notify>,
     config: LeaderConfig,
+    contact: Contact,
+}
+
+/// When the election last heard from the API server (any answer, a conflict included).
+#[derive(Clone, Debug)]
+pub struct Contact {
+    heard: Arc<std::sync::Mutex<Option<Instant>>>,
+    started: Instant,
+    deadline: Duration,
+}
+
+impl Contact {
+    fn new(deadline: Duration) -> Self {
+        Self { heard: Arc::default(), started: Instant::now(), deadline }
+    }
+
+    fn heard(&self) {
+        *crate::sync::lock(&self.heard) = Some(Instant::now());
+    }
+
+    /// Why this replica is cut off from the API server (silent past the renew deadline), if
+    /// it is: it is then not ready.
+    pub fn problem(&self) -> Option<String> {
+        let heard = *crate::sync::lock(&self.heard);
+        cut_off(heard, self.started, Instant::now(), self.deadline).then(|| {
+            format!(
+                "the leader election has not reached the API server for over {:?} (the renew deadline)",
+                self.deadline
+            )
+        })
+    }
 }
 
 impl Leader {
@@ -60,16 +94,17 @@ impl Leader {
     pub fn join(config: LeaderConfig) -> Result<Self, ThreadError> {
         let (tx, state) = watch::channel(State::default());
         let (release, released) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-        let (c, r, d) = (config.clone(), release.clone(), released.clone());
+        let contact = Contact::new(renew_deadline(config.duration));
+        let (c, r, d, heard) = (config.clone(), release.clone(), released.clone(), contact.clone());
         crate::dedicated::spawn("leader-election", move || async move {
             match Client::try_default().await {
-                Ok(client) => elect(client, c, tx, r).await,
+                Ok(client) => elect(client, c, tx, r, heard).await,
                 Err(e) => tracing::error!(error = %e, "cannot build the leader election's Kubernetes client"),
             }
             d.notify_waiters();
         })
         .map_err(|source| ThreadError { what: "leader election", source })?;
-        Ok(Self { state, release, released, config })
+        Ok(Self { state, release, released, config, contact })
     }
 
     /// Waits until this replica leads, saying who does meanwhile.
@@ -103,6 +138,11 @@ impl Leader {
     /// What the election knows, as it changes.
     pub fn watch(&self) -> watch::Receiver<State> {
         self.state.clone()
+    }
+
+    /// The election's contact with the API server, for readiness.
+    pub fn contact(&self) -> Contact {
+        self.contact.clone()
     }
 
     pub fn release_handle(&self) -> Release {
@@ -174,6 +214,7 @@ struct Election {
     /// When this replica last renewed (or took) the Lease.
     renewed: Option<Instant>,
     leading: bool,
+    contact: Contact,
 }
 
 impl Election {
@@ -192,6 +233,7 @@ impl Election {
     async fn read(&mut self) {
         match tokio::time::timeout(self.timeout(), self.api.get_opt(&self.config.lease)).await {
             Ok(Ok(found)) => {
+                self.contact.heard();
                 let now = Instant::now();
                 self.observed = found.as_ref().map(|l| {
                     let (holder, renew, duration) = spec_of(l);
@@ -225,6 +267,7 @@ impl Election {
         };
         match written {
             Ok(Ok(lease)) => {
+                self.contact.heard();
                 let now = Instant::now();
                 self.renewed = Some(now);
                 let (holder, renew, duration) = spec_of(&lease);
@@ -234,7 +277,7 @@ impl Election {
                 self.leading = true;
             }
             // Someone else wrote it first (a conflict): read again next round.
-            Ok(Err(kube::Error::Api(s))) if s.code == 409 => {}
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => self.contact.heard(),
             Ok(Err(e)) => tracing::warn!(error = %e, "leader election: writing the Lease failed"),
             Err(_) => tracing::warn!("leader election: writing the Lease timed out"),
         }
@@ -272,7 +315,7 @@ impl Election {
 }
 
 /// The election loop (see the module doc).
-async fn elect(client: Client, config: LeaderConfig, tx: watch::Sender<State>, release: Arc<Notify>) {
+async fn elect(client: Client, config: LeaderConfig, tx: watch::Sender<State>, release: Arc<Notify>, contact: Contact) {
     let mut e = Election {
         api: Api::namespaced(client, &config.namespace),
         deadline: renew_deadline(config.duration),
@@ -282,6 +325,7 @@ async fn elect(client: Client, config: LeaderConfig, tx: watch::Sender<State>, r
         current: None,
         renewed: None,
         leading: false,
+        contact,
     };
     loop {
         e.round().await;
@@ -321,26 +365,63 @@ async fn give_up(api: &Api<Lease>, config: &LeaderConfig, lease: &Lease) {
 /// Work only the leader does; its output names it for the supervisor.
 pub type Work = std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>;
 
+/// Builds one piece of the leader's work afresh, each time this replica leads.
+pub type MakeWork = Arc<dyn Fn() -> Work + Send + Sync>;
+
+/// How a term of leadership ended.
+enum Term {
+    /// The lead was lost: campaign again.
+    Lost,
+    /// A controller stopped (a bug): the process ends, named.
+    Stopped(String),
+}
+
 /// The leader's part of the process: waits for the lead (if elected), registers the webhook
 /// (in the background, retrying: a registration that fails leaves this replica not Ready, with
-/// the reason in `webhook_problem`, and ends nothing), runs the controllers. Returns, ending
-/// the process, when the lead is lost or a controller stops.
+/// the reason in `webhook_problem`, and ends nothing), runs the controllers. When the lead is
+/// lost the controllers stop (the registration too) and the replica stands by for the next
+/// term; it returns, ending the process, only when a controller stops.
 pub async fn lead(
     mut leader: Option<Leader>,
     registration: Option<crate::admission::Registration>,
-    work: Vec<Work>,
+    work: Vec<MakeWork>,
     metrics: Arc<crate::telemetry::metrics::Metrics>,
     leading: Arc<std::sync::atomic::AtomicBool>,
     webhook_problem: Arc<std::sync::Mutex<Option<String>>>,
 ) -> String {
-    if let Some(l) = leader.as_mut() {
-        l.acquired().await;
+    loop {
+        if let Some(l) = leader.as_mut() {
+            l.acquired().await;
+        }
+        metrics.leader.set(1);
+        match term(&mut leader, registration.clone(), &work, &leading, &webhook_problem).await {
+            Term::Stopped(name) => return name,
+            Term::Lost => {
+                metrics.leader.set(0);
+                leading.store(false, std::sync::atomic::Ordering::Relaxed);
+                // A standby registers nothing: only the leader's registration decides readiness.
+                *crate::sync::lock(&webhook_problem) = None;
+                tracing::warn!(
+                    "this replica lost the lead: its pool controllers are stopped (the simulator and webhook go on); it campaigns again"
+                );
+            }
+        }
     }
-    metrics.leader.set(1);
+}
+
+/// One term of leadership: the controllers built afresh, run until the lead is lost (they are
+/// stopped then, with the registration) or one of them stops.
+async fn term(
+    leader: &mut Option<Leader>,
+    registration: Option<crate::admission::Registration>,
+    work: &[MakeWork],
+    leading: &std::sync::atomic::AtomicBool,
+    webhook_problem: &Arc<std::sync::Mutex<Option<String>>>,
+) -> Term {
     let mut controllers = tokio::task::JoinSet::new();
     if let Some(r) = registration {
         // Not registered until the first attempt says so.
-        *crate::sync::lock(&webhook_problem) = Some("webhook not registered yet".into());
+        *crate::sync::lock(webhook_problem) = Some("webhook not registered yet".into());
         let problem = webhook_problem.clone();
         match r.once().await {
             Ok(()) => {
@@ -355,8 +436,8 @@ pub async fn lead(
         });
     }
     leading.store(true, std::sync::atomic::Ordering::Relaxed);
-    for w in work {
-        controllers.spawn(w);
+    for make in work {
+        controllers.spawn(make());
     }
     let lost = async {
         match leader.as_mut() {
@@ -364,14 +445,12 @@ pub async fn lead(
             None => std::future::pending().await,
         }
     };
+    // Dropping the set at the end of the term aborts every controller still running.
     tokio::select! {
-        () = lost => {
-            metrics.leader.set(0);
-            "leader election (this replica lost the lead; a restart makes it a standby)".into()
-        }
-        Some(done) = controllers.join_next() => match done {
+        () = lost => Term::Lost,
+        Some(done) = controllers.join_next() => Term::Stopped(match done {
             Ok(name) => name,
             Err(e) => format!("controller task ({e})"),
-        },
+        }),
     }
 }

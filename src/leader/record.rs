@@ -73,6 +73,13 @@ pub fn must_step_down(renewed: Option<Instant>, now: Instant, renew_deadline: Du
     renewed.is_none_or(|at| now.saturating_duration_since(at) > renew_deadline)
 }
 
+/// Whether a replica whose election last heard from the API server at `heard` (`None`: never,
+/// since `started`) is cut off at `now`: silent past the renew deadline, the point at which a
+/// leader steps down. A cut-off replica says it is not ready.
+pub fn cut_off(heard: Option<Instant>, started: Instant, now: Instant, renew_deadline: Duration) -> bool {
+    now.saturating_duration_since(heard.unwrap_or(started)) > renew_deadline
+}
+
 /// The renew deadline for a lease of `duration`: two thirds of it (client-go's 10 s of 15 s).
 pub fn renew_deadline(duration: Duration) -> Duration {
     duration.mul_f64(2.0 / 3.0)
@@ -121,6 +128,17 @@ mod tests {
         assert!(!must_step_down(Some(base), at(base, 9), deadline));
         assert!(must_step_down(Some(base), at(base, 11), deadline));
         assert!(must_step_down(None, base, deadline), "never renewed");
+    }
+
+    #[test]
+    fn a_replica_is_cut_off_once_the_api_server_is_silent_past_the_renew_deadline() {
+        let base = Instant::now();
+        let deadline = renew_deadline(Duration::from_secs(15));
+        assert!(!cut_off(Some(base), base, at(base, 10), deadline), "at the deadline it still holds");
+        assert!(cut_off(Some(base), base, at(base, 11), deadline));
+        assert!(!cut_off(Some(at(base, 20)), base, at(base, 25), deadline), "heard again: in contact");
+        assert!(!cut_off(None, base, at(base, 5), deadline), "a replica starting is given the deadline");
+        assert!(cut_off(None, base, at(base, 11), deadline), "never heard at all");
         // It stops at 10 s; the others may take over only after 15 s unchanged.
         assert!(deadline < Duration::from_secs(15));
     }

@@ -49,6 +49,16 @@ pub fn selector_conflict(node_selector: Option<&BTreeMap<String, String>>, path:
     ))
 }
 
+/// A template's `nodeName` under Simulated placement: it would bind every pod to one node past
+/// the scheduler (a real node's kubelet refuses the pod, which is then recreated for ever), so
+/// it is refused with the two ways to say what was meant.
+pub fn node_name_conflict(node_name: Option<&str>, path: &str) -> Option<String> {
+    let name = node_name.filter(|n| !n.is_empty())?;
+    Some(format!(
+        "{path}.nodeName: {name:?} binds every pod past the scheduler, but placement is Simulated (pods go to simulated nodes through the scheduler): select the node instead (nodeSelector: {{kubernetes.io/hostname: {name}}}), or set spec.placement: Any"
+    ))
+}
+
 /// The node selector of fake nodes.
 pub fn fake_node_selector() -> BTreeMap<String, String> {
     [(TYPE_LABEL.to_string(), TYPE_VALUE.to_string())].into()

@@ -7,6 +7,7 @@
 //! (each object has at most one write of each kind on its way), so it cannot grow beyond what
 //! is tracked.
 
+use super::fair::FairRoom;
 use super::timer_delay;
 use crate::shard::Shard;
 use futures::StreamExt;
@@ -111,7 +112,8 @@ impl Attempts {
 }
 
 /// The simulator's write budget, shared by every simulated kind: at most `total` writes in
-/// flight, in one queue (first come, first served). A quarter is reserved for heartbeats (lease
+/// flight. Writes other than heartbeats wait their namespace's turn ([`FairRoom`]: one
+/// namespace's backlog never holds up another's writes by more than a round). A quarter is reserved for heartbeats (lease
 /// renewals), so a flood of pod or status writes never makes a heartbeat wait long (a kubelet's
 /// lease does not queue behind its status updates); every other write may use the rest.
 ///
@@ -125,7 +127,7 @@ impl Attempts {
 #[derive(Clone, Debug)]
 pub struct WriteBudget {
     all: Arc<Semaphore>,
-    others: Arc<Semaphore>,
+    others: FairRoom,
     /// Heartbeats that are not urgent, in the queue or in flight.
     beats: Arc<Semaphore>,
     /// Room for writes other than heartbeats.
@@ -142,7 +144,7 @@ impl WriteBudget {
         let reserved = (total / 4).max(usize::from(total > 1));
         Self {
             all: Arc::new(Semaphore::new(total)),
-            others: Arc::new(Semaphore::new(total - reserved)),
+            others: FairRoom::new(total - reserved),
             beats: Arc::new(Semaphore::new(reserved.max(1))),
             others_total: total - reserved,
             waiting: Arc::new(AtomicUsize::new(0)),
@@ -164,16 +166,16 @@ impl WriteBudget {
 
     /// Waits for room for a write of `class`; the room is held until the guard drops. A
     /// heartbeat becomes urgent at `urgent_at` (never, without one).
-    async fn room(&self, class: Class, urgent_at: Option<Instant>) -> Room {
+    async fn room(&self, class: Class, namespace: &str, urgent_at: Option<Instant>) -> Room {
         // Closed semaphores (never done here) still let the write through.
         match class {
             Class::Other => {
-                let other = {
+                let seat = {
                     let _waiting = Waiting::new(&self.waiting);
-                    self.others.clone().acquire_owned().await.ok()
+                    self.others.seat(namespace).await
                 };
                 let all = self.all.clone().acquire_owned().await.ok();
-                Room { _all: all, _class: other }
+                Room { _all: all, _class: None, _seat: Some(seat) }
             }
             Class::Heartbeat => {
                 let in_turn = async {
@@ -193,7 +195,7 @@ impl WriteBudget {
                     room = in_turn => room,
                     room = urgent => room,
                 };
-                Room { _all: all, _class: beat }
+                Room { _all: all, _class: beat, _seat: None }
             }
         }
     }
@@ -225,6 +227,7 @@ pub enum Class {
 struct Room {
     _all: Option<tokio::sync::OwnedSemaphorePermit>,
     _class: Option<tokio::sync::OwnedSemaphorePermit>,
+    _seat: Option<super::fair::Seat>,
 }
 
 /// Writes of one class run as background tasks within the budget, each reporting its outcome
@@ -265,7 +268,7 @@ impl<D: Send + 'static> Writes<D> {
         F: FnOnce() -> W + Send + 'static,
         W: Future<Output = D> + Send + 'static,
     {
-        self.run(None, urgent_at, make);
+        self.run(None, "", urgent_at, make);
     }
 
     /// As [`Writes::spawn_by`], for a write on behalf of `key` in the shard (a node's name,
@@ -273,23 +276,25 @@ impl<D: Send + 'static> Writes<D> {
     /// time the write has room, it is not sent and `dropped` is reported instead. A write can
     /// queue for seconds behind a busy API server, far longer than a hand-over waits for the
     /// previous owner's writes in flight; sent late, it would renew a lease (or move a pod)
-    /// the new owner already writes: two replicas at once.
-    pub fn spawn_for<F, W>(&self, key: String, dropped: D, urgent_at: Option<Instant>, make: F)
+    /// the new owner already writes: two replicas at once. `namespace` is the object's
+    /// (empty for a cluster-scoped one): its turn in the budget.
+    pub fn spawn_for<F, W>(&self, namespace: &str, key: String, dropped: D, urgent_at: Option<Instant>, make: F)
     where
         F: FnOnce() -> W + Send + 'static,
         W: Future<Output = D> + Send + 'static,
     {
-        self.run(Some((self.shard.clone(), key, dropped)), urgent_at, make);
+        self.run(Some((self.shard.clone(), key, dropped)), namespace, urgent_at, make);
     }
 
-    fn run<F, W>(&self, fence: Option<(Shard, String, D)>, urgent_at: Option<Instant>, make: F)
+    fn run<F, W>(&self, fence: Option<(Shard, String, D)>, namespace: &str, urgent_at: Option<Instant>, make: F)
     where
         F: FnOnce() -> W + Send + 'static,
         W: Future<Output = D> + Send + 'static,
     {
         let (budget, class, done) = (self.budget.clone(), self.class, self.done.clone());
+        let namespace = namespace.to_string();
         tokio::spawn(async move {
-            let _room = budget.room(class, urgent_at).await;
+            let _room = budget.room(class, &namespace, urgent_at).await;
             if let Some((shard, key, dropped)) = fence
                 && !shard.owns(&key)
             {
@@ -435,7 +440,7 @@ mod tests {
         settle().await;
         let sent = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = sent.clone();
-        writes.spawn_for(key.clone(), 999, None, move || async move {
+        writes.spawn_for("", key.clone(), 999, None, move || async move {
             flag.store(true, std::sync::atomic::Ordering::SeqCst);
             7
         });
@@ -449,7 +454,7 @@ mod tests {
         assert!(!sent.load(std::sync::atomic::Ordering::SeqCst), "never sent");
         // Ours again: sent.
         view_tx.send_replace(Arc::new(Ownership::settled("a", members())));
-        writes.spawn_for(key, 999, None, || async { 7 });
+        writes.spawn_for("", key, 999, None, || async { 7 });
         settle().await;
         assert_eq!(rx.try_recv().ok(), Some(7));
     }
@@ -555,8 +560,7 @@ mod tests {
     #[test]
     fn a_budget_of_one_still_lets_every_class_write() {
         let b = WriteBudget::new(1);
-        let room =
-            |b: &WriteBudget| (b.all.available_permits(), b.others.available_permits(), b.beats.available_permits());
+        let room = |b: &WriteBudget| (b.all.available_permits(), b.others.free(), b.beats.available_permits());
         assert_eq!(room(&b), (1, 1, 1));
         let b = WriteBudget::new(0);
         assert_eq!(room(&b), (1, 1, 1));

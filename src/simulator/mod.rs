@@ -6,6 +6,7 @@
 //! `PoolKind` in `pool/`) are built on it.
 
 pub mod clock;
+pub mod fair;
 pub mod lifecycle;
 pub mod machinery;
 pub mod manage;

@@ -26,6 +26,8 @@ impl PodPool {
         if self.spec.placement == crate::api::Placement::Simulated {
             let selector = self.spec.pod_template.spec.node_selector.as_ref();
             out.extend(crate::pool::placement::selector_conflict(selector, "spec.podTemplate.spec"));
+            let node_name = self.spec.pod_template.spec.node_name.as_deref();
+            out.extend(crate::pool::placement::node_name_conflict(node_name, "spec.podTemplate.spec"));
         }
         out
     }

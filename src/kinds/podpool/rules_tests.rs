@@ -42,3 +42,16 @@ fn max_unavailable_is_a_count_or_a_percentage() {
     let good = podpool("  maxUnavailable: 30%\n  podTemplate:\n    spec: {containers: [{name: a, image: b}]}\n");
     assert!(pod_errors(&good).is_empty());
 }
+
+#[test]
+fn a_node_name_is_refused_under_simulated_placement_with_both_ways_out() {
+    let pinned = podpool("  podTemplate:\n    spec: {nodeName: worker-3, containers: [{name: a, image: b}]}\n");
+    let errors = pod_errors(&pinned);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with("spec.podTemplate.spec.nodeName: \"worker-3\""), "{errors:?}");
+    assert!(errors[0].contains("kubernetes.io/hostname: worker-3") && errors[0].contains("placement: Any"));
+    let any = podpool(
+        "  placement: Any\n  podTemplate:\n    spec: {nodeName: worker-3, containers: [{name: a, image: b}]}\n",
+    );
+    assert!(pod_errors(&any).is_empty(), "placement Any keeps the template's nodeName: {:?}", pod_errors(&any));
+}

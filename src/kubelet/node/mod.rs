@@ -462,7 +462,7 @@ impl NodeLoop {
             // on it goes before writes that are not heartbeats.
             let urgent_at = urgency(t.renewed_at, self.sim.lease_duration_of(&node));
             let dropped = Done::LeaseDropped { name: name.clone() };
-            self.lease_writes.spawn_for(name, dropped, Some(urgent_at), move || {
+            self.lease_writes.spawn_for("", name, dropped, Some(urgent_at), move || {
                 // One span per heartbeat, made once the write has room (a backlog holds none).
                 let span = tracing::debug_span!("heartbeat", node = %node.name_any(), first);
                 lease_write(sim, node, due, first, expect).instrument(span)
@@ -594,7 +594,7 @@ fn spawn_status(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, node: Arc<Node>
     let sim = sim.clone();
     let name = node.name_any();
     let dropped = Done::Status { name: name.clone() };
-    writes.spawn_for(name, dropped, None, move || {
+    writes.spawn_for("", name, dropped, None, move || {
         let span = tracing::debug_span!("node_status", node = %node.name_any(), full);
         status_write(sim, node, full, bad).instrument(span)
     });

@@ -389,29 +389,31 @@ impl Loop {
 
     fn spawn_status(&self, pod: Arc<SlimPod>, patch: serde_json::Value, transition: &'static str) {
         let sim = self.sim.clone();
-        self.writes.spawn_for(shard_key(&pod), Done::after(&pod, false, false), None, move || {
-            // One span per transition, made once the write has room (a backlog holds none).
-            let ns = pod.metadata.namespace.clone().unwrap_or_default();
-            let span = tracing::debug_span!("pod_transition", namespace = %ns, pod = pod.name(), transition);
-            writer::status(sim, pod, patch, transition).instrument(span)
-        });
+        self.spawn_pod(pod, "pod_transition", move |pod| writer::status(sim, pod, patch, transition));
     }
 
     fn spawn_resize(&self, pod: Arc<SlimPod>, node: Arc<Node>) {
         let (sim, recorder) = (self.sim.clone(), self.recorder.clone());
-        self.writes.spawn_for(shard_key(&pod), Done::after(&pod, false, false), None, move || {
-            let ns = pod.metadata.namespace.clone().unwrap_or_default();
-            let span = tracing::debug_span!("pod_resize", namespace = %ns, pod = pod.name());
-            writer::resize(sim, pod, node, recorder).instrument(span)
-        });
+        self.spawn_pod(pod, "pod_resize", move |pod| writer::resize(sim, pod, node, recorder));
     }
 
     fn spawn_remove(&self, pod: Arc<SlimPod>) {
         let sim = self.sim.clone();
-        self.writes.spawn_for(shard_key(&pod), Done::after(&pod, false, false), None, move || {
-            let ns = pod.metadata.namespace.clone().unwrap_or_default();
-            let span = tracing::debug_span!("pod_removal", namespace = %ns, pod = pod.name());
-            writer::remove(sim, pod).instrument(span)
+        self.spawn_pod(pod, "pod_removal", move |pod| writer::remove(sim, pod));
+    }
+
+    /// One write of `pod` once the budget has room, in its namespace's turn, fenced by its
+    /// node's shard; one span per write, made once it has room (a backlog holds none).
+    fn spawn_pod<F, W>(&self, pod: Arc<SlimPod>, what: &'static str, write: F)
+    where
+        F: FnOnce(Arc<SlimPod>) -> W + Send + 'static,
+        W: std::future::Future<Output = Done> + Send + 'static,
+    {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let dropped = Done::after(&pod, false, false);
+        self.writes.spawn_for(&namespace.clone(), shard_key(&pod), dropped, None, move || {
+            let span = tracing::debug_span!("pod_write", what, namespace = %namespace, pod = pod.name());
+            write(pod).instrument(span)
         });
     }
 }

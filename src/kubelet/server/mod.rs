@@ -10,11 +10,13 @@
 //! does ([`exec`]) over the streaming transports ([`spdy`], [`websocket`]).
 
 pub mod auth;
+pub mod client_ca;
 pub mod exec;
 pub mod gpus;
 pub mod index;
 pub mod logs;
 pub mod path;
+pub mod pod_list;
 pub mod routes;
 pub mod spdy;
 pub mod state;
@@ -28,8 +30,6 @@ use crate::informer::shared;
 use crate::kubelet::status::endpoint::{Advertise, Endpoints};
 use crate::setup::SetupError;
 use crate::simulator::{SimContext, Simulation};
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::Api;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -92,7 +92,9 @@ pub struct ServerEnv {
     max_connections: usize,
     listener: Arc<Mutex<Option<std::net::TcpListener>>>,
     serving: Arc<tls::Serving>,
+    /// The client CA read at start, and its file (re-read every minute).
     client_ca: Option<String>,
+    client_ca_file: Option<PathBuf>,
 }
 
 fn read(path: &PathBuf, flag: &'static str) -> Result<String, SetupError> {
@@ -145,6 +147,7 @@ impl ServerEnv {
             listener: Arc::new(Mutex::new(Some(listener))),
             serving,
             client_ca,
+            client_ca_file: flags.kubelet_client_ca.clone(),
         }))
     }
 }
@@ -175,6 +178,7 @@ pub fn simulation(
         counters: stats::Counters::default(),
         auth: auth::Authorizer::new(sim.client.clone()),
         devices,
+        pod_lists: pod_list::PodLists::default(),
         serves,
     });
     let endpoints = env.endpoints.clone();
@@ -182,12 +186,14 @@ pub fn simulation(
         Arc::new(move |ip| crate::sync::lock(&endpoints).node_at(ip).map(|n| vec![n.to_string()]).unwrap_or_default());
     let handshake = tls::Acceptor { serving: env.serving.clone(), names, handshake_timeout: HANDSHAKE_TIMEOUT };
     let acceptor = crate::netlimit::ConnectionLimit::new("kubelet API", env.max_connections, handshake);
-    let (client, serving, has_client_ca) = (sim.client.clone(), env.serving.clone(), env.client_ca.is_some());
+    let ca_source = match &env.client_ca_file {
+        Some(path) => client_ca::Source::File(path.clone()),
+        None => client_ca::Source::ConfigMap(sim.client.clone()),
+    };
+    let (serving, read_at_start) = (env.serving.clone(), env.client_ca.clone());
     let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
     let run = async move {
-        if !has_client_ca {
-            tokio::spawn(fetch_client_ca(client, serving));
-        }
+        tokio::spawn(client_ca::keep(ca_source, serving, read_at_start));
         tracing::info!(port, "serving the simulated kubelets' API");
         let server = async move {
             let server = match axum_server::from_tcp(listener) {
@@ -209,35 +215,4 @@ pub fn simulation(
         tokio::join!(server, follow);
     };
     Some(Simulation { name: "kubelet API".into(), ready: Vec::new(), run: Box::pin(run) })
-}
-
-/// The API server's client CA, from the ConfigMap it publishes (retried until readable).
-async fn fetch_client_ca(client: kube::Client, serving: Arc<tls::Serving>) {
-    let api: Api<ConfigMap> = Api::namespaced(client, "kube-system");
-    let mut warned = false;
-    loop {
-        let found = api.get_opt("extension-apiserver-authentication").await;
-        let pem = found.as_ref().ok().and_then(|c| c.as_ref()?.data.as_ref()?.get("client-ca-file").cloned());
-        match pem.map(|p| serving.set_client_ca(&p)) {
-            Some(Ok(())) => {
-                tracing::info!("kubelet API: accepting client certificates of the API server's client CA");
-                return;
-            }
-            other => {
-                if !warned {
-                    let why = match (&found, other) {
-                        (Err(e), _) => e.to_string(),
-                        (_, Some(Err(e))) => e,
-                        _ => "it has no client-ca-file".into(),
-                    };
-                    tracing::warn!(
-                        error = %why,
-                        "kubelet API: cannot read kube-system/extension-apiserver-authentication; only bearer tokens are accepted until it can (pass --kubelet-client-ca, or grant the operator the extension-apiserver-authentication-reader Role)"
-                    );
-                    warned = true;
-                }
-                tokio::time::sleep(Duration::from_secs(30)).await;
-            }
-        }
-    }
 }

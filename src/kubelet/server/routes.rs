@@ -15,9 +15,7 @@ use crate::simulator::lifecycle::epoch_now;
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Api;
-use kube::api::ListParams;
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::ObjectRef;
 use std::sync::Arc;
 
@@ -145,12 +143,15 @@ async fn handle(State(api): State<Arc<KubeletApi>>, req: Request) -> Response {
         Ok(c) => c,
         Err(r) => return r,
     };
-    let located = match api.locate(&conn, &parsed) {
-        Ok(l) => l,
-        Err(r) => return r,
-    };
     let (verb, subresources) = auth::attributes(req.method().as_str(), &path);
-    let node_name = located.node.as_ref().and_then(|n| n.metadata.name.clone()).unwrap_or_default();
+    let located = api.locate(&conn, &parsed);
+    // The node the caller is judged on: the one found, else the one asked for (in the path, or
+    // by the address called), else every node. A caller not allowed there learns nothing of
+    // what exists (403 whether or not the pod does); only one who is gets the 404.
+    let node_name = match &located {
+        Ok(l) => l.node.as_ref().and_then(|n| n.metadata.name.clone()).unwrap_or_default(),
+        Err(_) => parsed.node.clone().or_else(|| api.node_at(&conn)).unwrap_or_default(),
+    };
     match api.auth.allowed(&caller, verb, subresources, &node_name).await {
         Ok(true) => {}
         Ok(false) => {
@@ -168,7 +169,10 @@ async fn handle(State(api): State<Arc<KubeletApi>>, req: Request) -> Response {
             return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
         }
     }
-    answer(&api, parsed.route, located, req).await
+    match located {
+        Ok(located) => answer(&api, parsed.route, located, req).await,
+        Err(not_found) => not_found,
+    }
 }
 
 async fn answer(api: &Arc<KubeletApi>, route: Route, at: Located, req: Request) -> Response {
@@ -206,19 +210,9 @@ async fn answer(api: &Arc<KubeletApi>, route: Route, at: Located, req: Request) 
     }
 }
 
-/// The pods bound to the node, as the kubelet lists them.
+/// The pods bound to the node, as the kubelet lists them (see [`super::pod_list`]).
 async fn pods(api: &KubeletApi, node: &Node) -> Response {
-    let name = node.metadata.name.as_deref().unwrap_or_default();
-    let lp = ListParams::default().fields(&format!("spec.nodeName={name}"));
-    match Api::<Pod>::all(api.client.clone()).list(&lp).await {
-        Ok(list) => {
-            let items: Vec<serde_json::Value> =
-                list.items.iter().map(|p| serde_json::to_value(p).unwrap_or_default()).collect();
-            axum::Json(serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}))
-                .into_response()
-        }
-        Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, format!("listing the pods of node {name}: {e}; try again")),
-    }
+    api.pod_lists.answer(&api.client, node.metadata.name.as_deref().unwrap_or_default()).await
 }
 
 fn container_known(pod: &SlimPod, container: &str) -> bool {

@@ -35,13 +35,15 @@ pub struct Serving {
     ca: Authority,
     lifetime: Duration,
     clients: RwLock<Option<Arc<dyn ClientCertVerifier>>>,
+    /// The client CA's PEM, as trusted now.
+    client_pem: RwLock<Option<String>>,
     /// Per address: the configuration and when to re-issue it.
     configs: Mutex<HashMap<IpAddr, (Arc<ServerConfig>, Instant)>>,
 }
 
 impl Serving {
     pub fn new(ca: Authority, lifetime: Duration) -> Self {
-        Self { ca, lifetime, clients: RwLock::new(None), configs: Mutex::default() }
+        Self { ca, lifetime, clients: RwLock::new(None), client_pem: RwLock::new(None), configs: Mutex::default() }
     }
 
     /// The serving CA's certificate (what a client that verifies kubelets trusts).
@@ -64,8 +66,14 @@ impl Serving {
             .build()
             .map_err(|e| format!("the client CA is not usable: {e}"))?;
         *crate::sync::write(&self.clients) = Some(verifier);
+        *crate::sync::write(&self.client_pem) = Some(pem.to_string());
         crate::sync::lock(&self.configs).clear();
         Ok(())
+    }
+
+    /// The client CA trusted now (PEM), if any.
+    pub fn client_ca(&self) -> Option<String> {
+        crate::sync::read(&self.client_pem).clone()
     }
 
     /// The configuration for connections to `local`, whose certificate names `names`.

@@ -9,6 +9,7 @@ pub mod vmis;
 
 use super::kubevirt::VirtualMachineInstance;
 use super::{VMIPool, VmiEnv};
+use crate::api::conventions::{IMPERSONATOR_EXTRA, IMPERSONATOR_VALUE};
 use crate::deploy::rule::Rule;
 use crate::informer::pod::SlimPod;
 use crate::informer::{shared, wait_synced};
@@ -87,6 +88,15 @@ impl Simulate for VMIPool {
             )
             .named_only(&["kubevirt-handler"])
             .when("kubevirtHandler"),
+            // The mark its impersonated writes carry, and only that value.
+            Rule::cluster(
+                "authentication.k8s.io",
+                &[&format!("userextras/{IMPERSONATOR_EXTRA}")],
+                &["impersonate"],
+                "the mark on the writes it makes as KubeVirt's handler, so its admission policy confines them as its own",
+            )
+            .named_only(&[IMPERSONATOR_VALUE])
+            .when("kubevirtHandler"),
         ]
     }
 }
@@ -155,12 +165,21 @@ async fn run(flags: VmiFlags, sim: SimContext) {
     simulator.run(vmi_changes, pod_changes).await;
 }
 
-/// A client for the same cluster that acts as `user`.
+/// A client for the same cluster that acts as `user`, marking its requests with the extra
+/// `kwok-pools-impersonator=simulator` (the operator's admission policy confines those writes
+/// as its own; the right to send it is granted by name beside the impersonation).
 async fn impersonating(user: &str) -> Result<Client, ImpersonateError> {
     let mut config = kube::Config::infer().await?;
     config.auth_info.impersonate = Some(user.to_string());
+    config.headers.push((
+        axum::http::HeaderName::from_static(IMPERSONATE_EXTRA_HEADER),
+        axum::http::HeaderValue::from_static(IMPERSONATOR_VALUE),
+    ));
     Ok(Client::try_from(config)?)
 }
+
+/// `Impersonate-Extra-<key>` for [`IMPERSONATOR_EXTRA`] (header names are lower case on the wire).
+const IMPERSONATE_EXTRA_HEADER: &str = "impersonate-extra-kwok-pools-impersonator";
 
 /// Why a client acting as KubeVirt's handler cannot be built.
 #[derive(Debug, thiserror::Error)]

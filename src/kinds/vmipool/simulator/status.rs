@@ -146,8 +146,13 @@ fn of_a_pool(vmi: &VirtualMachineInstance) -> bool {
 /// A patch of the finalizers carries the resourceVersion read: the whole list is written, and
 /// another controller's finalizer added meanwhile must not be dropped (a conflict instead).
 pub fn admit_patch(vmi: &VirtualMachineInstance, now: &Value) -> Value {
+    // Marked as played by this simulator (no KubeVirt runs): the operator's admission policy
+    // lets its identity write such VMIs, wherever they run.
     let mut patch = json!({
-        "metadata": {"uid": vmi.metadata.uid},
+        "metadata": {
+            "uid": vmi.metadata.uid,
+            "annotations": {crate::api::conventions::SIMULATED_VMI_ANNOTATION: "true"},
+        },
         "status": {"phase": "Pending", "phaseTransitionTimestamps": transitions(vmi, "Pending", now)}
     });
     let mut finalizers = vmi.metadata.finalizers.clone().unwrap_or_default();

@@ -292,7 +292,8 @@ impl VmiLoop {
         }
         let (sim, vmi, key) = (self.sim.clone(), vmi.clone(), ObjectRef::from_obj(vmi.as_ref()));
         let dropped = Done { vmi: key.clone(), uid: uid.clone(), step: step.clone(), ok: false };
-        self.writes.spawn_for(shard_key, dropped, None, move || {
+        let namespace = key.namespace.clone().unwrap_or_default();
+        self.writes.spawn_for(&namespace, shard_key, dropped, None, move || {
             // One span per VMI step, made once the write has room (a backlog holds none).
             let span = tracing::debug_span!("vmi_step", namespace = vmi.metadata.namespace.as_deref().unwrap_or_default(), vmi = vmi.metadata.name.as_deref().unwrap_or_default(), step = ?step);
             async move {
