@@ -295,6 +295,16 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
             "spec.podTemplate.metadata.namespace",
         ),
         (
+            "a nodeName under Simulated placement",
+            pp(
+                &s,
+                &ns.name,
+                &n("p8b"),
+                "  podCount: 1\n  podTemplate:\n    spec: {nodeName: worker-1, containers: [{name: a, image: b}]}\n",
+            ),
+            "spec.podTemplate.spec.nodeName",
+        ),
+        (
             "a replicas field",
             pp(&s, &ns.name, &n("p9"), &format!("  podCount: 1\n  replicas: 3\n{PODS}")),
             "spec.replicas",

@@ -180,20 +180,6 @@ async fn the_kustomize_base_is_accepted_as_a_whole() {
     dry_run(&rendered);
 }
 
-/// A kubeconfig that acts as the operator's ServiceAccount in namespace kwok-pools.
-fn service_account_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
-    let mut kc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(kubeconfig()).unwrap()).unwrap();
-    for user in kc["users"].as_sequence_mut().unwrap() {
-        user["user"]["as"] = "system:serviceaccount:kwok-pools:kwok-pools".into();
-        user["user"]["as-groups"] =
-            serde_yaml::from_str("[system:serviceaccounts, system:serviceaccounts:kwok-pools, system:authenticated]")
-                .unwrap();
-    }
-    let path = dir.join("kubeconfig");
-    std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
-    path
-}
-
 #[tokio::test]
 async fn the_one_file_install_is_accepted_and_its_operator_keeps_its_own_certificate() {
     let _turn = DEFAULT_INSTANCE.lock().await;
@@ -213,6 +199,7 @@ async fn the_one_file_install_is_accepted_and_its_operator_keeps_its_own_certifi
         .filter(|d| d["kind"] != "Deployment" && d["kind"] != "CustomResourceDefinition")
         .map(|d| format!("---\n{}", serde_yaml::to_string(&d).unwrap()))
         .collect();
+    let _cleanup = DistCleanup;
     let out = kubectl_stdin(&["apply", "--server-side", "--force-conflicts", "-f", "-"], Some(&objects));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(client.clone(), "kwok-pools");
@@ -226,8 +213,7 @@ async fn the_one_file_install_is_accepted_and_its_operator_keeps_its_own_certifi
     kubectl_stdin(&["apply", "--server-side", "-f", "-"], Some(&shipped));
     let empty = secrets.get("kwok-pools-webhook-tls").await.expect("the install ships the certificate's Secret");
     assert!(empty.data.is_none_or(|d| d.is_empty()), "shipped empty");
-    let dir = tempfile::tempdir().unwrap();
-    let sa = service_account_kubeconfig(dir.path());
+    let (_dir, sa) = service_account_kubeconfig("kwok-pools", "kwok-pools");
     // As the ServiceAccount: that one Secret by name, nothing else of Secrets.
     let as_sa =
         |args: &[&str]| Command::new(kubectl_bin()).args(args).env("KUBECONFIG", &sa).output().expect("kubectl");
@@ -268,6 +254,8 @@ async fn the_one_file_install_is_accepted_and_its_operator_keeps_its_own_certifi
         "kwok-pools-webhook-tls",
         "--webhook-registration",
         "inject",
+        "--webhook-service",
+        "kwok-pools/kwok-pools",
     ];
     let mut first = Operator::start_as(&scope, &flags, sa.clone());
     first.wait_ready().await;
@@ -285,8 +273,21 @@ async fn the_one_file_install_is_accepted_and_its_operator_keeps_its_own_certifi
     kubectl_stdin(&["apply", "--server-side", "-f", "-"], Some(&shipped));
     let kept = secrets.get("kwok-pools-webhook-tls").await.unwrap();
     assert_eq!(kept.data.map(|d| d["ca.crt"].clone()), Some(data["ca.crt"].clone()), "re-applying reset the CA");
-    // The API server trusts it: a pool the webhook alone refuses is refused.
-    wait_webhook_refuses(&format!("{scope}-bad"), &scope, Duration::from_secs(60)).await;
+    // Only the CA changed: the configurations still call the Service, with the same rules.
+    let shipped_hook = docs(&dist)
+        .into_iter()
+        .find(|d| d["kind"] == "ValidatingWebhookConfiguration")
+        .map(|d| d["webhooks"][0].clone())
+        .unwrap();
+    let now = serde_yaml::to_value(&vwc.get("kwok-pools").await.unwrap().webhooks.unwrap()[0]).unwrap();
+    for field in ["rules", "objectSelector", "failurePolicy", "sideEffects"] {
+        assert_eq!(now[field], shipped_hook[field], "{field} changed");
+    }
+    assert_eq!(now["clientConfig"]["service"], shipped_hook["clientConfig"]["service"]);
+    // As the API server calls it (this cluster has no DNS for the Service: its name resolved
+    // here), with the configuration's CA and the API server's webhook client certificate: a
+    // pool the webhook alone refuses is refused.
+    assert!(!review_as_the_api_server(first.webhook_port, &ca).await, "the webhook refuses what only it refuses");
     // A second replica serves the same certificate: it reads the Secret, makes none.
     let mut second = Operator::start_as(&format!("{scope}-b"), &flags, sa);
     second.wait_ready().await;
@@ -296,15 +297,59 @@ async fn the_one_file_install_is_accepted_and_its_operator_keeps_its_own_certifi
     assert!(!log.contains("made the webhook certificate"), "{}", second.log_tail());
     first.stop();
     second.stop();
-    // Leave nothing of this install to the other tests.
-    for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
-        delete_quietly(kind, "kwok-pools");
+}
+
+/// Sends a review of a NodePool that only the webhook refuses (a template that sets a reserved
+/// label) to the webhook at `port`, as the API server would (the Service's name, the
+/// configuration's CA, its webhook client certificate); whether it was allowed.
+async fn review_as_the_api_server(port: u16, ca: &str) -> bool {
+    let pki = kubeconfig().parent().unwrap().join("pki");
+    let mut identity = std::fs::read(pki.join("apiserver-webhook-client.crt")).unwrap();
+    identity.extend(std::fs::read(pki.join("apiserver-webhook-client.key")).unwrap());
+    let https = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+        .identity(reqwest::Identity::from_pem(&identity).unwrap())
+        .resolve("kwok-pools.kwok-pools.svc", std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+        .build()
+        .unwrap();
+    let pool = serde_json::json!({
+        "apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "NodePool",
+        "metadata": {"name": "bad"},
+        "spec": {"nodeCount": 1, "nodeTemplate": {"metadata": {"labels": {"pools.kwok.x-k8s.io/index": "1"}}}},
+    });
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "1", "operation": "CREATE", "name": "bad",
+            "kind": {"group": "pools.kwok.x-k8s.io", "version": "v1alpha1", "kind": "NodePool"},
+            "resource": {"group": "pools.kwok.x-k8s.io", "version": "v1alpha1", "resource": "nodepools"},
+            "userInfo": {"username": "admin", "groups": ["system:masters"]},
+            "object": pool,
+        },
+    });
+    let url = format!("https://kwok-pools.kwok-pools.svc:{port}/validate");
+    let answer: serde_json::Value =
+        https.post(url).json(&review).send().await.expect("the webhook answers").json().await.unwrap();
+    answer["response"]["allowed"].as_bool().expect("an AdmissionReview answer")
+}
+
+/// Leaves nothing of the one-file install to the other tests, pass or fail: its webhook
+/// configurations, the certificate's Secret and the rights and policy of its optional bundle
+/// (the CA-only policy would refuse another test's operator writing whole configurations).
+struct DistCleanup;
+
+impl Drop for DistCleanup {
+    fn drop(&mut self) {
+        for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+            delete_quietly(kind, "kwok-pools");
+        }
+        for file in ["rbac.yaml", "policy.yaml", "secret.yaml"] {
+            let component = repo().join("config/components/webhook-cert-secret").join(file);
+            let _ = kubectl(&["delete", "-f", component.to_str().unwrap(), "--ignore-not-found", "--wait=false"]);
+        }
     }
-    for file in ["rbac.yaml", "policy.yaml"] {
-        let component = repo().join("config/components/webhook-cert-secret").join(file);
-        let _ = kubectl(&["delete", "-f", component.to_str().unwrap(), "--ignore-not-found"]);
-    }
-    let _ = secrets.delete("kwok-pools-webhook-tls", &Default::default()).await;
 }
 
 /// The container `kwok-pools` of the Deployment in `manifests`.
@@ -364,13 +409,12 @@ async fn every_install_path_can_make_the_webhook_answer_only_the_api_server() {
     // kustomize: an overlay of config/ with the component.
     let overlay = dir.path().join("overlay");
     std::fs::create_dir_all(&overlay).unwrap();
+    // (kustomize takes only relative paths: up from the overlay to /, then down to the repo.)
+    let up = "../".repeat(overlay.canonicalize().unwrap().components().count() - 1);
+    let repo_rel = format!("{up}{}", repo().canonicalize().unwrap().display().to_string().trim_start_matches('/'));
     std::fs::write(
         overlay.join("kustomization.yaml"),
-        format!(
-            "resources: [{}]\ncomponents: [{}]\n",
-            repo().join("config").display(),
-            repo().join("config/components/webhook-client-ca").display()
-        ),
+        format!("resources: [{repo_rel}/config]\ncomponents: [{repo_rel}/config/components/webhook-client-ca]\n"),
     )
     .unwrap();
     let out = kubectl(&["kustomize", overlay.to_str().unwrap()]);

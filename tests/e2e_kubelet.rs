@@ -225,6 +225,18 @@ async fn anonymous_and_unauthorized_callers_are_refused_by_the_kubelet() {
     assert_eq!(r.status(), 403);
     let why = r.text().await.unwrap();
     assert!(why.contains("subresource(s)=[pods proxy]") && why.contains("nobody"), "{why}");
+    // No existence oracle: to a caller without rights on the node, a pod that is not there and
+    // one that is look alike (403); only a caller allowed there learns that one is missing.
+    let pinned = format!(r#"{{"spec":{{"nodeName":"{}"}}}}"#, node.metadata.name.clone().unwrap());
+    kubectl_ok(&["run", "present", "-n", &ns.name, "--image=nginx", &format!("--overrides={pinned}")]);
+    let (missing, present) =
+        (format!("{base}/containerLogs/{}/absent/c", ns.name), format!("{base}/containerLogs/{}/present/present", ns.name));
+    for url in [&missing, &present] {
+        let r = anonymous.get(url).bearer_auth(&token).send().await.unwrap();
+        assert_eq!(r.status(), 403, "{url}: {}", r.text().await.unwrap_or_default());
+    }
+    let r = admin_client().get(&missing).send().await.unwrap();
+    assert_eq!(r.status(), 404, "a caller allowed on the node is told the pod is not there");
     // The admin's client certificate: allowed.
     let r = admin_client().get(format!("{base}/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 200);

@@ -6,7 +6,7 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use kwok_pools_test_support::pools::{pool_nodes, scoped_nodepool, wait_ready_nodes};
+use kwok_pools_test_support::pools::{nodepool_yaml, pool_nodes, scoped_nodepool, wait_ready_nodes};
 use kwok_pools_test_support::*;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -171,6 +171,18 @@ async fn a_leader_cut_off_from_the_api_server_steps_down_before_another_takes_ov
     assert!(a_gone < b_leads, "a must stop leading ({a_gone:?}) before b starts ({b_leads:?})");
     assert!(a_gone <= Duration::from_secs(6), "within the renew deadline (4 s of a 6 s lease, plus a round)");
     assert_eq!(leader_holder(&client, &scope).await.as_deref(), Some("op-b"));
+    // A replica that lost the lead stays up (no restart loop after an API server blip): it
+    // stands by, and leads again once b is gone, with controllers built afresh.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(a.is_running(), "a exited on losing the lead: {}", a.log_tail());
     b.stop();
-    drop(a);
+    wait_for("a to lead again", Duration::from_secs(60), || async {
+        if a.metric("kwok_pools_leader").await == 1.0 { Ok(()) } else { Err("not yet".into()) }
+    })
+    .await;
+    let pool = format!("{scope}-again");
+    apply(&nodepool_yaml(&pool, &scope, 1, ""));
+    wait_ready_nodes(&client, &pool, 1, Duration::from_secs(60)).await;
+    a.stop();
+    delete_quietly("nodepool", &pool);
 }

@@ -165,6 +165,33 @@ async fn people_get_the_pools_through_the_built_in_view_and_edit_roles() {
             ns.name
         ));
     }
+    // Cluster-wide: edit (carol) does not reach the cluster-scoped NodePools; their own role
+    // (dave) does.
+    let (carol, dave) = (unique("carol"), unique("dave"));
+    for (who, role) in [(&carol, "edit"), (&dave, "kwok-pools-cluster-pools-edit")] {
+        apply(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {who}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}\nsubjects: [{{kind: User, name: {who}, apiGroup: rbac.authorization.k8s.io}}]\n"
+        ));
+    }
+    wait_for("NodePools kept out of a cluster-wide edit", T, || async {
+        let rows = [
+            (&carol, "create", "podpools.pools.kwok.x-k8s.io", true),
+            (&carol, "create", "nodepools.pools.kwok.x-k8s.io", false),
+            (&carol, "delete", "nodepools.pools.kwok.x-k8s.io", false),
+            (&dave, "create", "nodepools.pools.kwok.x-k8s.io", true),
+            (&dave, "delete", "nodepools.pools.kwok.x-k8s.io", true),
+        ];
+        let wrong: Vec<String> = rows
+            .iter()
+            .filter(|(who, verb, what, want)| can_i(who, &["system:authenticated"], &[*verb, *what, "-A"]) != *want)
+            .map(|(who, verb, what, want)| format!("{who} {verb} {what}: expected {want}"))
+            .collect();
+        if wrong.is_empty() { Ok(()) } else { Err(wrong.join("; ")) }
+    })
+    .await;
+    for who in [&carol, &dave] {
+        delete_quietly("clusterrolebinding", who);
+    }
     let n = ns.name.clone();
     // The aggregation controller folds the pools into the built-in roles within moments.
     wait_for("the pools in the view and edit roles", T, || {
@@ -317,6 +344,158 @@ async fn the_operator_identity_cannot_touch_a_real_node_its_lease_or_unconfined_
     delete_quietly("node", &real);
     delete_quietly("node", &fake);
     let _ = kubectl(&["delete", "lease", &real, "-n", "kube-node-lease", "--wait=false"]);
+}
+
+/// A client for the cluster acting as `user`, with the user-info extra `extra` (key, value).
+async fn impersonating(user: &str, extra: Option<(&str, &str)>) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
+    config.auth_info.impersonate = Some(user.to_string());
+    if let Some((key, value)) = extra {
+        config.headers.push((
+            format!("impersonate-extra-{key}").parse().unwrap(),
+            http::HeaderValue::from_str(value).unwrap(),
+        ));
+    }
+    kube::Client::try_from(config).unwrap()
+}
+
+/// A refusal by an admission policy that says `says`.
+fn refused_saying<T: std::fmt::Debug>(r: kube::Result<T>, what: &str, says: &str) {
+    match r {
+        Err(kube::Error::Api(s)) => assert!(s.code == 403 && s.message.contains(says), "{what}: {}", s.message),
+        other => panic!("{what}: expected a refusal saying {says:?}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_operator_identity_writes_no_untainted_node_real_vmi_other_slice_or_daemonset_pod() {
+    let _one_at_a_time = SHARED_IDENTITY.lock().await;
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "sec-more").await;
+    for file in ["namespace.yaml", "rbac.yaml", "policy.yaml"] {
+        kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            repo().join("config").join(file).to_str().unwrap(),
+        ]);
+    }
+    let (_dir, sa) = service_account_kubeconfig("kwok-pools", "kwok-pools");
+    let kc = kube::config::Kubeconfig::read_from(&sa).unwrap();
+    let op =
+        kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap()).unwrap();
+    let (pp, post) = (kube::api::PatchParams::default(), kube::api::PostParams::default());
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(op.clone());
+
+    // Nodes: none created without the fake taint (the policy takes a moment to load).
+    let bare = unique("untainted");
+    let untainted: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": bare, "annotations": {"kwok.x-k8s.io/node": "fake"}}
+    }))
+    .unwrap();
+    let nodes_c = nodes.clone();
+    wait_for("the policy to refuse an untainted node", T, || {
+        let (nodes, untainted) = (nodes_c.clone(), untainted.clone());
+        async move {
+            match nodes.create(&kube::api::PostParams::default(), &untainted).await {
+                Err(kube::Error::Api(s)) if s.message.contains("creates only nodes with the taint") => Ok(()),
+                Ok(_) => {
+                    delete_quietly("node", untainted.metadata.name.as_deref().unwrap());
+                    Err("created".into())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    // A simulated node of its own: the taint may not go, nor may a link-local address come.
+    let fake = unique("tainted");
+    let tainted: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": fake, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        "spec": {"taints": [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]}
+    }))
+    .unwrap();
+    nodes.create(&post, &tainted).await.expect("a tainted simulated node is the operator's to create");
+    refused_saying(
+        nodes.patch(&fake, &pp, &kube::api::Patch::Merge(&serde_json::json!({"spec": {"taints": []}}))).await,
+        "dropping the fake taint",
+        "may not remove the taint",
+    );
+    let metadata = serde_json::json!({"status": {"addresses": [{"type": "InternalIP", "address": "169.254.169.254"}]}});
+    refused_saying(
+        nodes.patch_status(&fake, &pp, &kube::api::Patch::Merge(&metadata)).await,
+        "a cloud metadata address",
+        "no link-local or unspecified address",
+    );
+    let fine = serde_json::json!({"status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.9"}]}});
+    nodes.patch_status(&fake, &pp, &kube::api::Patch::Merge(&fine)).await.expect("a simulated address");
+
+    // ResourceSlices: only its own (labelled as a pool's, owned by the node they name).
+    let slice_name = unique("other-driver");
+    apply(&format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {slice_name}}}\nspec:\n  driver: gpu.example.com\n  nodeName: {fake}\n  pool: {{name: {fake}, generation: 1, resourceSliceCount: 1}}\n  devices: [{{name: gpu-0}}]\n"
+    ));
+    let slices: kube::Api<k8s_openapi::api::resource::v1::ResourceSlice> = kube::Api::all(op.clone());
+    refused_saying(
+        slices.patch(&slice_name, &pp, &kube::api::Patch::Merge(&serde_json::json!({"metadata": {"labels": {"x": "y"}}}))).await,
+        "another driver's slice",
+        "only the ResourceSlices of simulated nodes",
+    );
+    refused_saying(slices.delete(&slice_name, &Default::default()).await, "deleting it", "only the ResourceSlices");
+
+    // VMIs: a real one (running, neither selecting nor tolerating simulated nodes, not played
+    // by the simulator) is not its to write, as itself or as KubeVirt's handler with its mark.
+    let vmi = "real-vm";
+    apply(&format!(
+        "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: {{name: {vmi}, namespace: {ns}}}\nspec:\n  domain: {{devices: {{}}, resources: {{requests: {{memory: 64Mi}}}}}}\nstatus: {{phase: Running}}\n",
+        ns = ns.name
+    ));
+    kubectl_ok(&["patch", "vmi", vmi, "-n", &ns.name, "--type", "merge", "-p", r#"{"status":{"phase":"Running"}}"#]);
+    let gvk = kube::api::GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstance");
+    let resource = kube::api::ApiResource::from_gvk(&gvk);
+    let vmis = |c: kube::Client| kube::Api::<kube::api::DynamicObject>::namespaced_with(c, &ns.name, &resource);
+    let stop = serde_json::json!({"status": {"phase": "Failed"}});
+    refused_saying(vmis(op.clone()).patch(vmi, &pp, &kube::api::Patch::Merge(&stop)).await, "a real VMI", "writes only VMIs on simulated nodes");
+    refused_saying(vmis(op.clone()).delete(vmi, &Default::default()).await.map(|_| ()), "deleting it", "writes only VMIs");
+    // (An administrator impersonates here; the operator's kubevirt-handler component grants it
+    // that impersonation and the mark by name. KubeVirt's handler may patch VMIs, as KubeVirt's
+    // install grants it.)
+    let grant = unique("handler");
+    apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {grant}}}\nrules: [{{apiGroups: [kubevirt.io], resources: [virtualmachineinstances], verbs: [get, patch]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {grant}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {grant}}}\nsubjects: [{{kind: ServiceAccount, name: kubevirt-handler, namespace: kubevirt}}]\n"
+    ));
+    let handler = impersonating(
+        "system:serviceaccount:kubevirt:kubevirt-handler",
+        Some((kwok_pools::api::conventions::IMPERSONATOR_EXTRA, kwok_pools::api::conventions::IMPERSONATOR_VALUE)),
+    )
+    .await;
+    let vmis_c = vmis(handler);
+    wait_for("the handler's right to count", T, || async {
+        match vmis_c.patch(vmi, &pp, &kube::api::Patch::Merge(&stop)).await {
+            Err(kube::Error::Api(s)) if s.message.contains("writes only VMIs on simulated nodes") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    delete_quietly("clusterrolebinding", &grant);
+    delete_quietly("clusterrole", &grant);
+
+    // A DaemonSet's pod (it tolerates every taint): deleted only once somebody else deletes it.
+    let ds_pod = "node-agent";
+    apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {ds_pod}, namespace: {ns}, finalizers: [example.com/hold]}}\nspec:\n  tolerations: [{{operator: Exists}}]\n  containers: [{{name: a, image: agent}}]\n",
+        ns = ns.name
+    ));
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(op.clone(), &ns.name);
+    refused_saying(pods.delete(ds_pod, &Default::default()).await.map(|_| ()), "a DaemonSet's pod", "tolerates every taint");
+    kubectl_ok(&["delete", "pod", ds_pod, "-n", &ns.name, "--wait=false"]);
+    pods.delete(ds_pod, &Default::default()).await.expect("once an administrator deletes it, the operator may finish");
+    kubectl_ok(&["patch", "pod", ds_pod, "-n", &ns.name, "--type", "merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+
+    delete_quietly("node", &fake);
+    delete_quietly("resourceslice", &slice_name);
 }
 
 #[tokio::test]

@@ -307,6 +307,9 @@ spec:
       interfaces: [{{name: default, masquerade: {{}}}}]
     memory: {{guest: 64Mi}}
   networks: [{{name: default, pod: {{}}}}]
+  # Its launcher pod could land on the simulated node only by tolerating its taint (and the
+  # operator's admission policy lets the handler's writes reach only such VMIs).
+  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
 status:
   phase: Scheduled
   nodeName: {node}

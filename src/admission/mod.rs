@@ -307,7 +307,7 @@ impl Registration {
             }),
             RegistrationMode::Inject => register::inject(self.client.clone(), &self.vwc, &self.mwc).await.map_err(|e| {
                 WebhookError::Registration(format!(
-                    "cannot give the webhook configurations {} the CA of the certificate in --webhook-cert-secret: {e}; they ship with the operator (dist/install.yaml), which may patch them by name",
+                    "the webhook configurations {} with the CA of the certificate in --webhook-cert-secret: {e}; they ship with the operator (dist/install.yaml, pointing at its Service), which may change only their CA bundle",
                     self.name
                 ))
             }),

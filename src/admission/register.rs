@@ -141,8 +141,11 @@ pub async fn register(
     }
 }
 
-/// Patches both installed configurations to `desired` (endpoint and caBundle), when they
-/// differ; a missing one is an error (they are installed with the operator).
+/// Gives both installed configurations the CA of the certificate this operator keeps, and
+/// nothing else: a JSON patch of each of its webhooks' `caBundle` (each guarded by the webhook's
+/// name at that place), the only change the policy `<name>-webhook-ca-only` lets its identity
+/// make. What else differs from what it serves (another endpoint, rules that miss a kind) is
+/// then said by [`check`]; a missing configuration is an error (they ship with the operator).
 pub async fn inject(
     client: kube::Client,
     validating: &ValidatingWebhookConfiguration,
@@ -151,12 +154,50 @@ pub async fn inject(
     if check(client.clone(), validating, mutating).await.is_ok() {
         return Ok(());
     }
-    let pp = crate::api::conventions::patch_params();
     let name = validating.metadata.name.clone().unwrap_or_default();
-    Api::<ValidatingWebhookConfiguration>::all(client.clone()).patch(&name, &pp, &Patch::Merge(validating)).await?;
-    Api::<MutatingWebhookConfiguration>::all(client).patch(&name, &pp, &Patch::Merge(mutating)).await?;
+    let ca = validating.webhooks.iter().flatten().find_map(|w| w.client_config.ca_bundle.clone()).unwrap_or_default();
+    let v_names: Vec<String> = validating.webhooks.iter().flatten().map(|w| w.name.clone()).collect();
+    let m_names: Vec<String> = mutating.webhooks.iter().flatten().map(|w| w.name.clone()).collect();
+    let v_api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let m_api = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    let installed_v: Vec<String> = match v_api.get_opt(&name).await? {
+        Some(c) => c.webhooks.iter().flatten().map(|w| w.name.clone()).collect(),
+        None => Vec::new(),
+    };
+    let installed_m: Vec<String> = match m_api.get_opt(&name).await? {
+        Some(c) => c.webhooks.iter().flatten().map(|w| w.name.clone()).collect(),
+        None => Vec::new(),
+    };
+    let pp = crate::api::conventions::patch_params();
+    if let Some(patch) = ca_patch(&installed_v, &v_names, &ca) {
+        v_api.patch(&name, &pp, &Patch::<()>::Json(patch)).await?;
+    }
+    if let Some(patch) = ca_patch(&installed_m, &m_names, &ca) {
+        m_api.patch(&name, &pp, &Patch::<()>::Json(patch)).await?;
+    }
     tracing::info!(configuration = %name, "gave the webhook configurations the CA of the operator's certificate");
-    Ok(())
+    check(client, validating, mutating).await
+}
+
+/// The JSON patch that sets `caBundle` of each webhook named in `ours` among `installed` (their
+/// names in order), each guarded by a test of its name; `None` when none is there.
+pub fn ca_patch(installed: &[String], ours: &[String], ca: &ByteString) -> Option<json_patch::Patch> {
+    let encoded = serde_json::to_value(ca).unwrap_or_default();
+    let ops: Vec<serde_json::Value> = installed
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| ours.contains(n))
+        .flat_map(|(i, n)| {
+            [
+                serde_json::json!({"op": "test", "path": format!("/webhooks/{i}/name"), "value": n}),
+                serde_json::json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": encoded}),
+            ]
+        })
+        .collect();
+    if ops.is_empty() {
+        return None;
+    }
+    serde_json::from_value(serde_json::Value::Array(ops)).ok()
 }
 
 /// Makes the configuration exactly `desired`: a merge patch that replaces its webhooks whole
@@ -262,6 +303,21 @@ pub async fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn injection_patches_only_the_ca_of_our_webhooks_each_guarded_by_its_name() {
+        let installed = vec!["someone.else".to_string(), WEBHOOK_NAME.to_string()];
+        let patch = ca_patch(&installed, &[WEBHOOK_NAME.to_string()], &ByteString(b"PEM".to_vec())).unwrap();
+        let ops = serde_json::to_value(&patch).unwrap();
+        assert_eq!(
+            ops,
+            serde_json::json!([
+                {"op": "test", "path": "/webhooks/1/name", "value": WEBHOOK_NAME},
+                {"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": "UEVN"},
+            ])
+        );
+        assert!(ca_patch(&installed[..1], &[WEBHOOK_NAME.to_string()], &ByteString(vec![])).is_none());
+    }
 
     #[test]
     fn the_mutating_twin_points_at_its_own_path() {
