@@ -229,8 +229,10 @@ async fn anonymous_and_unauthorized_callers_are_refused_by_the_kubelet() {
     // one that is look alike (403); only a caller allowed there learns that one is missing.
     let pinned = format!(r#"{{"spec":{{"nodeName":"{}"}}}}"#, node.metadata.name.clone().unwrap());
     kubectl_ok(&["run", "present", "-n", &ns.name, "--image=nginx", &format!("--overrides={pinned}")]);
-    let (missing, present) =
-        (format!("{base}/containerLogs/{}/absent/c", ns.name), format!("{base}/containerLogs/{}/present/present", ns.name));
+    let (missing, present) = (
+        format!("{base}/containerLogs/{}/absent/c", ns.name),
+        format!("{base}/containerLogs/{}/present/present", ns.name),
+    );
     for url in [&missing, &present] {
         let r = anonymous.get(url).bearer_auth(&token).send().await.unwrap();
         assert_eq!(r.status(), 403, "{url}: {}", r.text().await.unwrap_or_default());

@@ -352,10 +352,9 @@ async fn impersonating(user: &str, extra: Option<(&str, &str)>) -> kube::Client 
     let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
     config.auth_info.impersonate = Some(user.to_string());
     if let Some((key, value)) = extra {
-        config.headers.push((
-            format!("impersonate-extra-{key}").parse().unwrap(),
-            http::HeaderValue::from_str(value).unwrap(),
-        ));
+        config
+            .headers
+            .push((format!("impersonate-extra-{key}").parse().unwrap(), http::HeaderValue::from_str(value).unwrap()));
     }
     kube::Client::try_from(config).unwrap()
 }
@@ -439,7 +438,9 @@ async fn the_operator_identity_writes_no_untainted_node_real_vmi_other_slice_or_
     ));
     let slices: kube::Api<k8s_openapi::api::resource::v1::ResourceSlice> = kube::Api::all(op.clone());
     refused_saying(
-        slices.patch(&slice_name, &pp, &kube::api::Patch::Merge(&serde_json::json!({"metadata": {"labels": {"x": "y"}}}))).await,
+        slices
+            .patch(&slice_name, &pp, &kube::api::Patch::Merge(&serde_json::json!({"metadata": {"labels": {"x": "y"}}})))
+            .await,
         "another driver's slice",
         "only the ResourceSlices of simulated nodes",
     );
@@ -457,8 +458,16 @@ async fn the_operator_identity_writes_no_untainted_node_real_vmi_other_slice_or_
     let resource = kube::api::ApiResource::from_gvk(&gvk);
     let vmis = |c: kube::Client| kube::Api::<kube::api::DynamicObject>::namespaced_with(c, &ns.name, &resource);
     let stop = serde_json::json!({"status": {"phase": "Failed"}});
-    refused_saying(vmis(op.clone()).patch(vmi, &pp, &kube::api::Patch::Merge(&stop)).await, "a real VMI", "writes only VMIs on simulated nodes");
-    refused_saying(vmis(op.clone()).delete(vmi, &Default::default()).await.map(|_| ()), "deleting it", "writes only VMIs");
+    refused_saying(
+        vmis(op.clone()).patch(vmi, &pp, &kube::api::Patch::Merge(&stop)).await,
+        "a real VMI",
+        "writes only VMIs on simulated nodes",
+    );
+    refused_saying(
+        vmis(op.clone()).delete(vmi, &Default::default()).await.map(|_| ()),
+        "deleting it",
+        "writes only VMIs",
+    );
     // (An administrator impersonates here; the operator's kubevirt-handler component grants it
     // that impersonation and the mark by name. KubeVirt's handler may patch VMIs, as KubeVirt's
     // install grants it.)
@@ -489,10 +498,24 @@ async fn the_operator_identity_writes_no_untainted_node_real_vmi_other_slice_or_
         ns = ns.name
     ));
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(op.clone(), &ns.name);
-    refused_saying(pods.delete(ds_pod, &Default::default()).await.map(|_| ()), "a DaemonSet's pod", "tolerates every taint");
+    refused_saying(
+        pods.delete(ds_pod, &Default::default()).await.map(|_| ()),
+        "a DaemonSet's pod",
+        "tolerates every taint",
+    );
     kubectl_ok(&["delete", "pod", ds_pod, "-n", &ns.name, "--wait=false"]);
     pods.delete(ds_pod, &Default::default()).await.expect("once an administrator deletes it, the operator may finish");
-    kubectl_ok(&["patch", "pod", ds_pod, "-n", &ns.name, "--type", "merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+    kubectl_ok(&[
+        "patch",
+        "pod",
+        ds_pod,
+        "-n",
+        &ns.name,
+        "--type",
+        "merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
 
     delete_quietly("node", &fake);
     delete_quietly("resourceslice", &slice_name);
