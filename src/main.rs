@@ -43,6 +43,13 @@ async fn main() {
             })
         }
         Command::Schema { out } => write_schemas(&out),
+        Command::Stage(kwok_pools::cli::stage::StageCommand::Import(args)) => {
+            match kwok_pools::cli::stage::run(&args).await {
+                Ok(0) => Ok(()),
+                Ok(code) => std::process::exit(code),
+                Err(e) => Err(e),
+            }
+        }
         Command::Dist { image } => {
             print!("{}", kwok_pools::deploy::dist::install_yaml(&image));
             Ok(())

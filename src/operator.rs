@@ -218,7 +218,8 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let mut tasks = JoinSet::new();
     let mut cleanup: Vec<Cleanup> = Vec::new();
     filter_pods(&config, &shared.informers, &mut tasks);
-    let wiring = wire_kinds(&config, &shared, &metrics)?;
+    let mut wiring = wire_kinds(&config, &shared, &metrics)?;
+    wire_policies(&config, &client, &shared, &mut wiring, &mut tasks);
     let shard = join_shard(&config, &client, &metrics, &mut tasks, &mut cleanup)?;
     let simulations = simulations(&config, &shared, &metrics, &shard, &wiring);
     let Wiring { peers, syncs, mut leader_work, .. } = wiring;
@@ -269,6 +270,37 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     ready.store(true, Ordering::Relaxed);
     tracing::info!(controllers = config.controllers, simulate = config.simulate, identity = %config.identity, "kwok-pools running");
     supervise(tasks, cleanup).await
+}
+
+/// Lifecycle policies: the engine asks them (every simulating replica follows them); the leader
+/// writes their status.
+fn wire_policies(
+    config: &OperatorConfig,
+    client: &Client,
+    shared: &Shared,
+    wiring: &mut Wiring<'_>,
+    tasks: &mut JoinSet<String>,
+) {
+    let policies = Arc::new(crate::policy::source::Policies::default());
+    wiring.lifecycles.policies = Some(policies.clone());
+    if config.simulate {
+        let (client, informers, policies) = (client.clone(), shared.informers.clone(), policies.clone());
+        tasks.spawn(async move {
+            crate::policy::controller::follow(client, informers, policies).await;
+            "lifecycle policy follower".to_string()
+        });
+    }
+    if config.controllers {
+        let (client, informers, manage) = (client.clone(), shared.informers.clone(), config.manage.clone());
+        wiring.leader_work.push(Arc::new(move || {
+            let (client, informers, policies, manage) =
+                (client.clone(), informers.clone(), policies.clone(), manage.clone());
+            Box::pin(async move {
+                crate::policy::controller::write_status(client, informers, policies, manage).await;
+                "lifecycle policy status".to_string()
+            })
+        }));
+    }
 }
 
 /// What `/readyz` and `/healthz` read: the informers' problems, the webhook registration's,

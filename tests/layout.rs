@@ -317,10 +317,18 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
         ],
     ),
     // The registry: the kinds, and what a kind is.
-    ("kinds", &["kinds/*", "api", "pool", "telemetry"]),
+    // Lifecycle policies: selection, status, their engine view (under the kinds' registry,
+    // which lists every CRD, theirs too).
+    ("policy", &["api", "backoff", "deploy::rule", "informer", "pool", "simulator", "sync", "telemetry"]),
+    ("kinds", &["kinds/*", "api", "policy", "pool", "telemetry"]),
+    // kwok's Stage files read into policies (pure; the command does the I/O).
+    ("stage", &["api", "policy"]),
     // What iterates the registry (never a kind directly).
-    ("admission", &["api", "backoff", "certs", "informer", "kinds", "netlimit", "pool", "setup", "sync", "telemetry"]),
-    ("deploy", &["admission", "api", "deploy::rule", "informer", "kinds", "kubelet", "pool", "simulator"]),
+    (
+        "admission",
+        &["api", "backoff", "certs", "informer", "kinds", "netlimit", "policy", "pool", "setup", "sync", "telemetry"],
+    ),
+    ("deploy", &["admission", "api", "deploy::rule", "informer", "kinds", "kubelet", "policy", "pool", "simulator"]),
     ("cluster", &["api", "certs", "kinds", "setup", "sync"]),
     ("leader", &["admission", "api", "backoff", "dedicated", "simulator", "sync", "telemetry"]),
     // The process and its command line.
@@ -335,6 +343,7 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
             "kinds",
             "kubelet",
             "leader",
+            "policy",
             "pool",
             "setup",
             "shard",
@@ -357,7 +366,9 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
             "kubelet",
             "leader",
             "operator",
+            "policy",
             "pool",
+            "stage",
             "setup",
             "shard",
             "simulator",

@@ -5,6 +5,7 @@ pub mod cert;
 pub mod creators;
 pub mod error;
 pub mod mutate;
+pub mod policy;
 pub mod register;
 pub mod review;
 pub mod secret;

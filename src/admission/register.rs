@@ -21,6 +21,13 @@ pub const PATH: &str = "/validate";
 pub const MUTATING_WEBHOOK_NAME: &str = "quantities.pools.kwok.x-k8s.io";
 pub const MUTATE_PATH: &str = "/mutate";
 
+/// The resources the webhook judges: every pool kind's and the lifecycle policies.
+pub fn resources() -> Vec<String> {
+    let mut all: Vec<String> = crate::kinds::names().into_iter().map(|n| n.plural).collect();
+    all.push("lifecyclepolicies".into());
+    all
+}
+
 /// Where the API server reaches the webhook.
 #[derive(Clone, Debug)]
 pub enum Endpoint {
@@ -65,7 +72,7 @@ pub fn configuration(
                 api_groups: Some(vec![crate::api::common::GROUP.into()]),
                 api_versions: Some(vec![crate::api::common::VERSION.into()]),
                 operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-                resources: Some(crate::kinds::names().into_iter().map(|n| n.plural).collect()),
+                resources: Some(resources()),
                 scope: Some("*".into()),
             }]),
             client_config,

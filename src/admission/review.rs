@@ -176,6 +176,10 @@ pub async fn answer_decoded(review: AdmissionReview<DynamicObject>, judge_with: 
     let req: AdmissionRequest<DynamicObject> = review
         .try_into()
         .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| BadReview::NoRequest(e.to_string()))?;
+    if super::policy::is_policy(&req) {
+        let (allowed, resp) = super::policy::judge(&req);
+        return Ok(("LifecyclePolicy", allowed, resp.into_review()));
+    }
     let mut dispatch = Dispatch { req: &req, judge: judge_with, found: None };
     kinds::visit_all(&mut dispatch);
     let (kind, (allowed, resp)) = match dispatch.found {

@@ -14,7 +14,8 @@ pub const STAGE_PREFIX: &str = ".stage.kwok.x-k8s.io/";
 /// ImagePullBackOff; the pod stays Pending).
 pub const IMAGE_PULL_ANNOTATION: &str = "pools.kwok.x-k8s.io/image-pull";
 /// Our own annotation: `flap` makes the pod's readiness probe fail now and then (see the
-/// pool's `readiness` knob for how often; 2m / 20s when the pool says nothing).
+/// pool's `readiness` knob for how often; 2m / 20s when the pool says nothing); `never` makes
+/// it never pass (Running, Ready=False for good).
 pub const READINESS_ANNOTATION: &str = "pools.kwok.x-k8s.io/readiness";
 
 /// A delay as kwok's stages write it: `delay`, and `jitter-delay` as the latest it may be
@@ -46,6 +47,27 @@ pub struct Failure {
     pub after: Window,
 }
 
+/// kwok v0.8.0's chaos stages for pods: a pod labelled `<stage>.stage.kwok.x-k8s.io: "true"`
+/// fails as the stage says, its annotations naming the container, exit code, reason, message
+/// and delay.
+pub const CONTAINER_CHAOS: &str = "pod-container-running-failed";
+/// The same for an init container of a Pending pod.
+pub const INIT_CHAOS: &str = "pod-init-container-running-failed";
+
+/// A failure kwok's chaos stages inject: the pod ends Failed (whatever its restart policy),
+/// with the named container (every one, when none is named) terminated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chaos {
+    /// An init container of a Pending pod (else a container of a Running pod).
+    pub init: bool,
+    pub container: Option<String>,
+    pub exit_code: i32,
+    pub reason: String,
+    pub message: String,
+    /// How long after the pod is Running (an init container: after it is bound).
+    pub after: Window,
+}
+
 /// What a pod's annotations say about it (only what they set).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodOverrides {
@@ -56,12 +78,17 @@ pub struct PodOverrides {
     pub run_time: Option<Window>,
     /// Deleted to gone (kwok's `pod-delete`), never past the grace period.
     pub exit_delay: Option<Window>,
-    /// A container that fails after it has run a while (kwok's `pod-container-failed`).
+    /// A container that fails after it has run a while (this project's `pod-container-failed`,
+    /// after a kwok proposal that did not land; kwok v0.8.0's own is [`Chaos`]).
     pub container_failed: Option<Failure>,
-    /// An init container that fails (kwok's `pod-init-container-failed`).
+    /// An init container that fails (this project's `pod-init-container-failed`).
     pub init_failed: Option<Failure>,
+    /// kwok's chaos label and its annotations.
+    pub chaos: Option<Chaos>,
     pub image_pull_fails: bool,
     pub readiness_flaps: bool,
+    /// Its readiness probe never passes.
+    pub never_ready: bool,
     /// What was not understood, each naming the annotation and what to write instead; the
     /// pod behaves as if that annotation were not there.
     pub problems: Vec<String>,
@@ -71,7 +98,66 @@ fn key(stage: &str, field: &str) -> String {
     format!("{stage}{STAGE_PREFIX}{field}")
 }
 
+/// kwok's delay arithmetic: `delay`, or `jitter` when it is not longer, or uniform between them.
+fn kwok_window(delay: Duration, jitter: Option<Duration>) -> Window {
+    match jitter {
+        Some(j) if j <= delay => Window { delay: j, latest: None },
+        Some(j) => Window { delay, latest: Some(j) },
+        None => Window { delay, latest: None },
+    }
+}
+
 impl PodOverrides {
+    /// From a pod's labels (kwok's chaos labels) and annotations; `None` when none of ours (or
+    /// kwok's) is there.
+    pub fn from_meta(
+        labels: Option<&BTreeMap<String, String>>,
+        annotations: Option<&BTreeMap<String, String>>,
+    ) -> Option<Self> {
+        let chaos_label = |stage: &str| {
+            labels.and_then(|l| l.get(&format!("{stage}.stage.kwok.x-k8s.io"))).is_some_and(|v| v == "true")
+        };
+        let (container, init) = (chaos_label(CONTAINER_CHAOS), chaos_label(INIT_CHAOS));
+        let none = BTreeMap::new();
+        let mut o = Self::from_annotations(annotations).unwrap_or_default();
+        if init || container {
+            let a = annotations.unwrap_or(&none);
+            o.chaos = Some(if init { o.chaos_of(a, INIT_CHAOS, true) } else { o.chaos_of(a, CONTAINER_CHAOS, false) });
+        }
+        (o != PodOverrides::default()).then_some(o)
+    }
+
+    /// kwok's chaos stage `stage`, as its annotations set it (kwok's defaults otherwise: 1s,
+    /// exit code 1, its reason and message).
+    fn chaos_of(&mut self, a: &BTreeMap<String, String>, stage: &str, init: bool) -> Chaos {
+        let delay = self.duration(a, &key(stage, "delay")).unwrap_or(Duration::from_secs(1));
+        let jitter = self.duration(a, &key(stage, "jitter-delay")).unwrap_or(Duration::from_secs(1));
+        let code_key = key(stage, "exit-code");
+        let exit_code = match a.get(&code_key).map(|t| t.trim().parse::<i32>()) {
+            None => 1,
+            Some(Ok(c)) => c,
+            Some(Err(_)) => {
+                self.problems.push(format!("annotation {code_key}: not a number; kwok's default 1 is used"));
+                1
+            }
+        };
+        let (reason, message) = if init {
+            ("initContainerError", "initContainer reported errors")
+        } else {
+            ("containerFailed", "container failed")
+        };
+        let text =
+            |field: &str, default: &str| a.get(&key(stage, field)).cloned().unwrap_or_else(|| default.to_string());
+        Chaos {
+            init,
+            container: a.get(&key(stage, "container-name")).map(|n| n.trim().to_string()).filter(|n| !n.is_empty()),
+            exit_code,
+            reason: text("reason", reason),
+            message: text("message", message),
+            after: kwok_window(delay, Some(jitter)),
+        }
+    }
+
     /// From a pod's annotations; `None` when none of ours (or kwok's) is there.
     pub fn from_annotations(annotations: Option<&BTreeMap<String, String>>) -> Option<Self> {
         let a = annotations?;
@@ -96,7 +182,10 @@ impl PodOverrides {
         o.container_failed = o.failure(a, "pod-container-failed", Duration::from_secs(2));
         o.init_failed = o.failure(a, "pod-init-container-failed", Duration::ZERO);
         o.image_pull_fails = o.word(a, IMAGE_PULL_ANNOTATION, "fail");
-        o.readiness_flaps = o.word(a, READINESS_ANNOTATION, "flap");
+        match a.get(READINESS_ANNOTATION).map(|v| v.trim()) {
+            Some("never") => o.never_ready = true,
+            _ => o.readiness_flaps = o.word_of(a, READINESS_ANNOTATION, &["flap", "never"]) == Some("flap"),
+        }
         Some(o)
     }
 
@@ -146,6 +235,18 @@ impl PodOverrides {
             message: a.get(&key(stage, "message")).cloned(),
             after,
         })
+    }
+
+    /// The annotation's value when it is one of `words` (anything else is a problem).
+    fn word_of<'a>(&mut self, a: &'a BTreeMap<String, String>, name: &str, words: &[&str]) -> Option<&'a str> {
+        let v = a.get(name)?.trim();
+        if words.contains(&v) {
+            return Some(v);
+        }
+        let said: Vec<String> = words.iter().map(|w| format!("{w:?}")).collect();
+        self.problems
+            .push(format!("annotation {name}: {v:?} is not understood; write {} or remove it", said.join(" or ")));
+        None
     }
 
     fn word(&mut self, a: &BTreeMap<String, String>, name: &str, want: &str) -> bool {

@@ -253,7 +253,7 @@ pub struct PoolStatus {
     pub conditions: Vec<Condition>,
 }
 
-fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let mut value = schema::core_type::<Vec<Condition>>(generator).to_value();
     value["x-kubernetes-list-type"] = "map".into();
     value["x-kubernetes-list-map-keys"] = serde_json::json!(["type"]);

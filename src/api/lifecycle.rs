@@ -106,6 +106,13 @@ pub struct PodLifecycle {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "percent_schema")]
     pub init_fail_percent: Option<u8>,
+    /// Percent of running pods whose readiness probe never passes: Running but Ready=False for
+    /// good, out of their Services' endpoints and never available to a rollout (what kwok
+    /// users write a Stage that never sets Ready for). Pods annotated
+    /// `pools.kwok.x-k8s.io/readiness: never` are never ready whatever it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "percent_schema")]
+    pub not_ready_percent: Option<u8>,
     /// Readiness that flaps: a share of running pods fail their readiness probe now and then
     /// (Ready=False, out of their Services' endpoints), then pass again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -182,6 +189,37 @@ pub struct NodeLifecycle {
     /// lease): trade fidelity for API-server headroom per pool, as kwokctl does per cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heartbeat: Option<Heartbeat>,
+    /// One outage, once: the nodes go NotReady `after` they come under these knobs (a node
+    /// made later, or one newly selected by a policy), for `lasts`, then come back — the
+    /// controller manager's taints follow, as with a node that fails once. Counted from when
+    /// the simulator first sees the node so; a restarted simulator counts again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outage: Option<Outage>,
+}
+
+/// One NotReady window of a node.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Outage {
+    /// How long after the node comes under these knobs (default: at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Delay>,
+    /// How long it lasts.
+    pub lasts: Delay,
+    /// `Unknown` (default): the node goes silent (lease and status stop) and the controller
+    /// manager marks it Unknown after its grace period, as a node whose kubelet died.
+    /// `False`: it goes on heartbeating and reports Ready=False (as kwok's node-not-ready
+    /// stage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<OutageReady>,
+}
+
+/// What a node in an outage reports.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OutageReady {
+    #[default]
+    Unknown,
+    False,
 }
 
 /// A pool's node heartbeat.
@@ -414,6 +452,7 @@ fn pod_problems(p: &PodLifecycle) -> Vec<String> {
     out.extend(percent("pods.oomKillPercent", p.oom_kill_percent));
     out.extend(percent("pods.imagePullFailPercent", p.image_pull_fail_percent));
     out.extend(percent("pods.initFailPercent", p.init_fail_percent));
+    out.extend(percent("pods.notReadyPercent", p.not_ready_percent));
     let fates =
         [p.fail_percent, p.crash_loop_percent, p.oom_kill_percent, p.image_pull_fail_percent, p.init_fail_percent];
     if fates.iter().map(|v| u16::from(v.unwrap_or(0))).sum::<u16>() > 100 {
@@ -454,6 +493,10 @@ fn node_problems(n: &NodeLifecycle) -> Vec<String> {
         }
     }
     out.extend(percent("nodes.notReadyPercent", n.not_ready_percent));
+    if let Some(o) = &n.outage {
+        out.extend(delay_problem("nodes.outage.after", o.after.as_ref()));
+        out.extend(delay_problem("nodes.outage.lasts", Some(&o.lasts)));
+    }
     out.extend(window_rule(
         "nodes",
         n.every.as_deref(),

@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod run;
+pub mod stage;
 pub mod status;
 pub mod uninstall;
 pub mod webhook_cert;
@@ -67,6 +68,9 @@ pub enum Command {
         #[arg(long, default_value = "crds/schemas")]
         out: std::path::PathBuf,
     },
+    /// kwok Stage manifests imported into lifecycle policies (`stage import FILE|DIR…`).
+    #[command(subcommand)]
+    Stage(stage::StageCommand),
     /// Print the version.
     Version,
 }

@@ -134,6 +134,7 @@ pub fn rules() -> Vec<Rule> {
     }
     let mut c = Collect(process_rules());
     c.0.extend(crate::kubelet::rules());
+    c.0.extend(crate::policy::rules());
     kinds::visit_all(&mut c);
     c.0
 }
@@ -326,9 +327,17 @@ fn people_roles(out: &mut String, s: &Spelling) {
     };
     let with = |plurals: &[String], suffix: &str| plurals.iter().map(|p| format!("{p}{suffix}")).collect::<Vec<_>>();
     let every = plurals(None);
+    let policies = vec![POLICIES.to_string()];
     let view = vec![Merged {
         group: GROUP.into(),
-        resources: [every.clone(), with(&every, "/status"), with(&every, "/scale")].concat(),
+        resources: [
+            every.clone(),
+            with(&every, "/status"),
+            with(&every, "/scale"),
+            policies.clone(),
+            with(&policies, "/status"),
+        ]
+        .concat(),
         verbs: strings(&["get", "list", "watch"]),
         names: vec![],
         why: vec!["the pools, for everyone who may view workloads (aggregated into view)".into()],
@@ -382,7 +391,16 @@ fn people_roles(out: &mut String, s: &Spelling) {
             &labelled(&[]),
         );
     }
+    // Lifecycle policies act on pods in every namespace: an administrator's, never in edit.
+    let why =
+        "lifecycle policies (they act on pods and nodes cluster-wide): bound by an administrator, never aggregated";
+    let mut edit_policies = write(&policies, why);
+    edit_policies[0].resources = policies;
+    role(out, "ClusterRole", &format!("{}-policies-edit", s.name), None, &edit_policies, &labelled(&[]));
 }
+
+/// The lifecycle policies' resource.
+const POLICIES: &str = "lifecyclepolicies";
 
 /// `config/rbac.yaml`: the ServiceAccount, roles and bindings of `kwok-pools run` in the
 /// `kwok-pools` namespace (pool children allowed in `default`; bind more namespaces alike),

@@ -27,6 +27,8 @@ pub trait TestPod: Sized {
     fn condition(self, type_: &str, status: &str) -> Self;
     /// As the store keeps it.
     fn slim(self) -> SlimPod;
+    /// As the store keeps it when these labels and annotations are read (a policy's).
+    fn slim_reading(self, labels: &[&'static str], annotations: &[&'static str]) -> SlimPod;
 }
 
 impl TestPod for Pod {
@@ -111,6 +113,10 @@ impl TestPod for Pod {
 
     fn slim(self) -> SlimPod {
         SlimPod::from(self)
+    }
+
+    fn slim_reading(self, labels: &[&'static str], annotations: &[&'static str]) -> SlimPod {
+        SlimPod::with_keys(self, labels, annotations)
     }
 }
 

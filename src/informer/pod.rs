@@ -99,6 +99,75 @@ impl From<String> for Word {
 /// pods by their other labels.
 pub const POOL_LABELS: [&str; 3] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL];
 
+/// Label or annotation pairs a stored pod keeps, by their read key.
+pub type ReadPairs = Box<[(&'static str, Box<str>)]>;
+
+/// The most label and annotation keys stored pods keep beyond the conventions: each is kept
+/// once for the life of the process (lifecycle policies name them), so their number is bounded.
+pub const MAX_READ_KEYS: usize = 256;
+
+/// The pod labels and annotations stored pods keep, beyond the pool conventions: what someone
+/// reads (the kinds, the kubelet, lifecycle policies). Keys may be added while the store runs;
+/// whoever adds one relists the pods so those already stored get it too.
+#[derive(Debug)]
+pub struct ReadKeys {
+    labels: std::sync::RwLock<Vec<&'static str>>,
+    annotations: std::sync::RwLock<Vec<&'static str>>,
+}
+
+impl Default for ReadKeys {
+    /// The pool conventions' labels.
+    fn default() -> Self {
+        Self { labels: std::sync::RwLock::new(POOL_LABELS.to_vec()), annotations: std::sync::RwLock::default() }
+    }
+}
+
+impl ReadKeys {
+    /// Adds label keys read by the code (`'static`).
+    pub fn add_static_labels(&self, keys: &[&'static str]) {
+        let mut labels = crate::sync::write(&self.labels);
+        for k in keys {
+            if !labels.contains(k) {
+                labels.push(k);
+            }
+        }
+    }
+
+    /// Adds keys named at run time (a policy's); whether any was new. Past [`MAX_READ_KEYS`]
+    /// in all, new keys are refused (`Err` names the first).
+    pub fn add(&self, labels: &[String], annotations: &[String]) -> Result<bool, String> {
+        let mut added = false;
+        for (list, keys) in [(&self.labels, labels), (&self.annotations, annotations)] {
+            for k in keys {
+                let known = crate::sync::read(list).contains(&k.as_str());
+                if known {
+                    continue;
+                }
+                if self.count() >= MAX_READ_KEYS {
+                    return Err(format!(
+                        "{k}: the simulator keeps at most {MAX_READ_KEYS} pod label and annotation keys for policies; select on fewer distinct keys"
+                    ));
+                }
+                // Kept for the life of the process: bounded by MAX_READ_KEYS.
+                crate::sync::write(list).push(Box::leak(k.clone().into_boxed_str()));
+                added = true;
+            }
+        }
+        Ok(added)
+    }
+
+    fn count(&self) -> usize {
+        crate::sync::read(&self.labels).len() + crate::sync::read(&self.annotations).len() - POOL_LABELS.len()
+    }
+
+    /// A stored pod from `pod`, with the keys read now (and the pool conventions).
+    pub fn slim(&self, pod: Pod) -> SlimPod {
+        let labels = crate::sync::read(&self.labels);
+        let annotations = crate::sync::read(&self.annotations);
+        SlimPod::with_keys(pod, &labels, &annotations)
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SlimContainer {
     pub name: String,
@@ -150,6 +219,10 @@ pub struct SlimPod {
     pub metadata: ObjectMeta,
     /// Those of the read labels the pod has (read them with [`SlimPod::label`]).
     pub labels: Box<[(&'static str, Box<str>)]>,
+    /// Those of the read annotations the pod has (what lifecycle policies select on; read
+    /// them with [`SlimPod::annotation`]). Boxed: most pods have none, and a stored pod is
+    /// counted in bytes.
+    pub annotations: Option<Box<ReadPairs>>,
     pub node_name: Option<String>,
     pub host_network: bool,
     /// It has `spec.resourceClaims` (DRA devices the kubelet prepares before it starts).
@@ -259,6 +332,11 @@ fn ips_of(status: &k8s_openapi::api::core::v1::PodStatus) -> Vec<IpAddr> {
 impl SlimPod {
     /// A pod as the store keeps it, with those of `read_labels` it has.
     pub fn new(pod: Pod, read_labels: &[&'static str]) -> Self {
+        Self::with_keys(pod, read_labels, &[])
+    }
+
+    /// A pod as the store keeps it, with those of `read_labels` and `read_annotations` it has.
+    pub fn with_keys(pod: Pod, read_labels: &[&'static str], read_annotations: &[&'static str]) -> Self {
         let m = pod.metadata;
         let metadata = ObjectMeta {
             name: m.name,
@@ -272,7 +350,8 @@ impl SlimPod {
             ..Default::default()
         };
         let usage = crate::api::kubelet::Overrides::from_annotations(m.annotations.as_ref()).map(Box::new);
-        let overrides = crate::api::annotations::PodOverrides::from_annotations(m.annotations.as_ref()).map(Box::new);
+        let overrides =
+            crate::api::annotations::PodOverrides::from_meta(m.labels.as_ref(), m.annotations.as_ref()).map(Box::new);
         let spec = pod.spec.unwrap_or_default();
         let slim = |c: &k8s_openapi::api::core::v1::Container| SlimContainer {
             name: c.name.clone(),
@@ -286,9 +365,15 @@ impl SlimPod {
         let labels = m.labels.map_or_else(Default::default, |all| {
             read_labels.iter().filter_map(|k| all.get(*k).map(|v| (*k, v.as_str().into()))).collect()
         });
+        let annotations = m.annotations.as_ref().and_then(|all| {
+            let found: ReadPairs =
+                read_annotations.iter().filter_map(|k| all.get(*k).map(|v| (*k, v.as_str().into()))).collect();
+            (!found.is_empty()).then(|| Box::new(found))
+        });
         let mut out = SlimPod {
             metadata,
             labels,
+            annotations,
             node_name: spec.node_name.filter(|n| !n.is_empty()),
             host_network: spec.host_network.unwrap_or(false),
             claims: spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()),
@@ -350,6 +435,11 @@ impl SlimPod {
     /// The value of a label the store keeps (others are not kept: see [`POOL_LABELS`]).
     pub fn label(&self, key: &str) -> Option<&str> {
         self.labels.iter().find(|(k, _)| *k == key).map(|(_, v)| &**v)
+    }
+
+    /// The value of a read annotation (see [`ReadKeys`]).
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.as_deref()?.iter().find(|(k, _)| *k == key).map(|(_, v)| &**v)
     }
 
     /// Sets a label (for tests and fixtures).

@@ -24,8 +24,8 @@ struct Inner {
     watched: Vec<Arc<dyn super::Watched>>,
     /// What the informer of a type keeps, when not everything ([`Informers::keep`]).
     keep: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
-    /// Pod labels kept in stored pods beyond the pool conventions ([`Informers::read_pod_labels`]).
-    pod_labels: Vec<&'static str>,
+    /// Pod labels and annotations kept in stored pods ([`Informers::pod_keys`]).
+    pod_keys: Arc<super::pod::ReadKeys>,
     /// Starts of informers created before [`Informers::start_all`].
     waiting: Vec<Start>,
     started: bool,
@@ -82,20 +82,13 @@ impl Informers {
 
     /// Stored pods keep these labels too (someone reads them): set before pods are first asked for.
     pub fn read_pod_labels(&self, labels: &[&'static str]) {
-        let mut inner = crate::sync::lock(&self.inner);
-        for l in labels {
-            if !inner.pod_labels.contains(l) {
-                inner.pod_labels.push(l);
-            }
-        }
+        self.pod_keys().add_static_labels(labels);
     }
 
-    /// The pod labels stored pods keep: the pool conventions and what was asked for.
-    pub fn pod_labels(&self) -> Vec<&'static str> {
-        let inner = crate::sync::lock(&self.inner);
-        let mut all = super::pod::POOL_LABELS.to_vec();
-        all.extend(inner.pod_labels.iter().filter(|l| !super::pod::POOL_LABELS.contains(l)));
-        all
+    /// The pod labels and annotations stored pods keep: the pool conventions and what was
+    /// asked for, now or later (a lifecycle policy's keys; it relists the pods when it adds one).
+    pub fn pod_keys(&self) -> Arc<super::pod::ReadKeys> {
+        crate::sync::lock(&self.inner).pod_keys.clone()
     }
 
     /// What stores of `K` keep (`None`: everything).

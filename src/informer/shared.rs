@@ -38,9 +38,9 @@ pub fn nodes(informers: &Informers) -> Arc<Informer<Node>> {
 /// labels someone reads ([`Informers::pod_labels`]).
 pub fn pods(informers: &Informers) -> Arc<Informer<SlimPod>> {
     let keep = informers.kept::<SlimPod>();
-    let labels = informers.pod_labels();
+    let keys = informers.pod_keys();
     informers.shared(move |i: &Arc<Informer<SlimPod>>, client| {
-        let convert = move |pod: Pod| SlimPod::new(pod, &labels);
+        let convert = move |pod: Pod| keys.slim(pod);
         i.start_filtered(Api::<Pod>::all(client), watcher::Config::default(), convert, keep)
     })
 }

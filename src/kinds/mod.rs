@@ -90,7 +90,7 @@ pub fn names() -> Vec<Names> {
     c.0
 }
 
-/// Every CRD of the project, in a stable order.
+/// Every CRD of the project, in a stable order: the pool kinds', then the lifecycle policy's.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     struct Collect(Vec<CustomResourceDefinition>);
     impl Visitor for Collect {
@@ -100,6 +100,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     }
     let mut c = Collect(Vec::new());
     visit_all(&mut c);
+    c.0.push(crate::policy::crd());
     c.0
 }
 
@@ -227,7 +228,7 @@ mod tests {
         );
         let vmi = (names[2].plural.as_str(), names[2].child_group.as_str(), names[2].child_plural.as_str());
         assert_eq!(vmi, ("vmipools", "kubevirt.io", "virtualmachineinstances"));
-        assert_eq!(crds().len(), names.len());
+        assert_eq!(crds().len(), names.len() + 1, "the pool kinds' and the lifecycle policy's");
         assert!(crds_yaml().contains("name: podpools.pools.kwok.x-k8s.io"));
     }
 

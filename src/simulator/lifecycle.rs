@@ -70,6 +70,13 @@ impl Flap {
         Duration::from_secs_f64(n * every + self.offset.as_secs_f64())
     }
 
+    /// One window, once: away from `start` (seconds since the epoch) for a length drawn
+    /// from `lasts` (a cycle so long that no second window comes).
+    pub fn once(start: Duration, lasts: Distribution, seed: i64, id: &str) -> Self {
+        const NEVER_AGAIN: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+        Flap { every: NEVER_AGAIN, offset: start, seed, node: id.to_string(), not_ready_for: lasts }
+    }
+
     /// How long the node is away in cycle `n`.
     fn away_in(&self, n: u64) -> Duration {
         let c = n.to_string();
@@ -116,14 +123,47 @@ pub trait PoolLifecycles: Send + Sync {
     fn owner(&self, owner: &OwnerReference, namespace: Option<&str>) -> Option<Arc<dyn Knobs>>;
 }
 
+/// The lifecycle policies, as the engine asks them: the one that governs a pod or a node, if
+/// any selects it (its knobs only; the engine layers them over the pool's).
+pub trait PolicySource: Send + Sync {
+    fn pod(&self, pod: &SlimPod, node: &Node) -> Option<Arc<dyn Knobs>>;
+    fn node(&self, node: &Node) -> Option<Arc<dyn Knobs>>;
+}
+
 /// The sources the knobs are read from, one per registered kind (none when `simulate` runs
-/// without the CRDs: then every pod and node gets the flags).
+/// without the CRDs: then every pod and node gets the flags), and the policies.
 #[derive(Clone, Default)]
 pub struct Lifecycles {
     pub sources: Vec<Arc<dyn PoolLifecycles>>,
+    pub policies: Option<Arc<dyn PolicySource>>,
+    layers: Layers,
 }
 
 impl Lifecycles {
+    /// The engine over these pool sources and policies.
+    pub fn new(sources: Vec<Arc<dyn PoolLifecycles>>, policies: Option<Arc<dyn PolicySource>>) -> Self {
+        Self { sources, policies, layers: Layers::default() }
+    }
+
+    /// What governs `pod` on `node`: the policy that selects it, over the pool that governs it
+    /// (its own, else its node's); either alone; or nothing (the flags).
+    pub fn pod_knobs(&self, pod: &SlimPod, node: &Node) -> Option<Arc<dyn Knobs>> {
+        let pool = self.pod_pool(pod, node);
+        match self.policies.as_ref().and_then(|p| p.pod(pod, node)) {
+            Some(policy) => Some(self.layers.layer(policy, pool)),
+            None => pool,
+        }
+    }
+
+    /// What governs `node`: the policy that selects it over its pool, either alone, or nothing.
+    pub fn node_knobs(&self, node: &Node) -> Option<Arc<dyn Knobs>> {
+        let pool = self.node_pool(node);
+        match self.policies.as_ref().and_then(|p| p.node(node)) {
+            Some(policy) => Some(self.layers.layer(policy, pool)),
+            None => pool,
+        }
+    }
+
     /// The pool that is the controller of an object with these owner references.
     pub fn governing(&self, refs: &[OwnerReference], namespace: Option<&str>) -> Option<Arc<dyn Knobs>> {
         let owner = refs.iter().find(|o| o.controller == Some(true))?;
@@ -141,9 +181,111 @@ impl Lifecycles {
     }
 }
 
+/// A policy's knobs over a pool's: each knob the policy sets wins, the others are the pool's
+/// (then the flags'). Its seed governs when it has one; usage shapes count from the pool's
+/// creation; the kind's own sections are the pool's.
+struct Layered {
+    top: Arc<dyn Knobs>,
+    under: Option<Arc<dyn Knobs>>,
+    pods: Option<PodLifecycle>,
+    nodes: Option<NodeLifecycle>,
+}
+
+impl Knobs for Layered {
+    fn seed(&self) -> Option<i64> {
+        self.top.seed().or_else(|| self.under.as_ref().and_then(|u| u.seed()))
+    }
+    fn pods(&self) -> Option<&PodLifecycle> {
+        self.pods.as_ref()
+    }
+    fn nodes(&self) -> Option<&NodeLifecycle> {
+        self.nodes.as_ref()
+    }
+    fn created(&self) -> f64 {
+        self.under.as_ref().map_or_else(|| self.top.created(), |u| u.created())
+    }
+    fn pool(&self) -> &dyn Any {
+        match &self.under {
+            Some(u) => u.pool(),
+            None => &(),
+        }
+    }
+}
+
+/// `top`'s knobs over `under`'s, knob by knob (a knob is a field of the section: what `top`
+/// sets replaces `under`'s whole).
+pub fn overlay<T: serde::Serialize + serde::de::DeserializeOwned + Clone>(
+    top: Option<&T>,
+    under: Option<&T>,
+) -> Option<T> {
+    match (top, under) {
+        (None, None) => None,
+        (Some(t), None) => Some(t.clone()),
+        (None, Some(u)) => Some(u.clone()),
+        (Some(t), Some(u)) => {
+            let (serde_json::Value::Object(t), Ok(serde_json::Value::Object(mut u))) =
+                (serde_json::to_value(t).unwrap_or_default(), serde_json::to_value(u))
+            else {
+                return Some(t.clone());
+            };
+            u.extend(t);
+            serde_json::from_value(serde_json::Value::Object(u)).ok()
+        }
+    }
+}
+
+/// Layered knobs made once per (policy, pool) pair and kept while both are unchanged: the
+/// stores hand out the same `Arc` for an unchanged object, and a new one when it changes (the
+/// cache holds both, so an address is never reused while it is a key).
+#[derive(Clone)]
+struct Layers(Arc<std::sync::Mutex<LayerCache>>);
+
+/// Layered knobs by the addresses of (policy, pool).
+type LayerCache = lru::LruCache<(usize, usize), Arc<dyn Knobs>>;
+
+/// (Policy, pool) pairs whose layered knobs are kept.
+const LAYERS_KEPT: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(4096) {
+    Some(n) => n,
+    None => std::num::NonZeroUsize::MIN,
+};
+
+impl Layers {
+    fn layer(&self, top: Arc<dyn Knobs>, under: Option<Arc<dyn Knobs>>) -> Arc<dyn Knobs> {
+        let address = |k: &Arc<dyn Knobs>| Arc::as_ptr(k).cast::<()>() as usize;
+        let key = (address(&top), under.as_ref().map_or(0, address));
+        let mut cache = crate::sync::lock(&self.0);
+        if let Some(hit) = cache.get(&key) {
+            return hit.clone();
+        }
+        let pods = overlay(top.pods(), under.as_ref().and_then(|u| u.pods()));
+        let nodes = overlay(top.nodes(), under.as_ref().and_then(|u| u.nodes()));
+        let layered: Arc<dyn Knobs> = Arc::new(Layered { top, under, pods, nodes });
+        cache.put(key, layered.clone());
+        layered
+    }
+}
+
+impl Default for Layers {
+    fn default() -> Self {
+        Self(Arc::new(std::sync::Mutex::new(lru::LruCache::new(LAYERS_KEPT))))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_window_comes_once_at_its_start() {
+        let start = Duration::from_secs(1_000_000);
+        let once = Flap::once(start, Distribution::Fixed(Duration::from_secs(60)), 0, "n");
+        let at = |s: u64| start + Duration::from_secs(s);
+        assert_eq!(once.away_until(at(0) - Duration::from_secs(1)), None);
+        assert_eq!(once.next_change(at(0) - Duration::from_secs(5)), start);
+        assert_eq!(once.away_until(at(30)), Some(at(60)));
+        assert_eq!(once.away_until(at(60)), None, "back after its length");
+        assert!(once.next_change(at(61)) > at(3600 * 24 * 365), "and never again");
+    }
 
     #[test]
     fn a_flap_says_when_it_changes_next() {

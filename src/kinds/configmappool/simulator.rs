@@ -83,7 +83,7 @@ mod tests {
         use crate::pool::PoolKind;
         let pool = ConfigMapPool::example();
         let lifecycles =
-            Lifecycles { sources: vec![Arc::new(PoolStore(crate::pool::fixtures::store(vec![pool.clone()])))] };
+            Lifecycles::new(vec![Arc::new(PoolStore(crate::pool::fixtures::store(vec![pool.clone()])))], None);
         let mut cm =
             ConfigMapPool::render(&pool, &crate::pool::ChildId { name: "settings-0".into(), index: 0 }, &()).unwrap();
         cm.metadata.namespace = Some("default".into());

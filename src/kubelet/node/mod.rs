@@ -16,7 +16,7 @@ use crate::kubelet::status::endpoint::{Endpoint, Endpoints, hostname_address};
 use crate::kubelet::status::node::{self as node_status, NodeDefaults};
 use crate::shard::Shard;
 use crate::simulator::clock::Clock;
-use crate::simulator::lifecycle::Lifecycles;
+use crate::simulator::lifecycle::{Knobs, Lifecycles};
 use crate::simulator::machinery::{Attempts, Class, Timers, WriteBudget, Writes};
 use crate::simulator::manage::Manage;
 use crate::telemetry::metrics::{Metrics, ResultLabels};
@@ -93,6 +93,9 @@ struct Tracked {
     status_every: Duration,
     /// When this replica's last renewal that went through was sent.
     renewed_at: Option<Instant>,
+    /// Since when (seconds since the epoch) its knobs have had an outage: the outage counts
+    /// from there.
+    outage_since: Option<Duration>,
 }
 
 enum Done {
@@ -141,7 +144,7 @@ impl NodeSimulator {
 
     /// The lease duration and status interval the node's pool sets for its heartbeat.
     fn heartbeat(&self, node: &Node) -> (Option<Duration>, Option<Duration>) {
-        fate::heartbeat(self.lifecycles.node_pool(node).as_deref())
+        fate::heartbeat(self.lifecycles.node_knobs(node).as_deref())
     }
 
     /// The node's lease duration: its pool's heartbeat, else the operator's.
@@ -333,6 +336,7 @@ impl NodeLoop {
                 lease_version: None,
                 conflict: None,
                 renewed_at: None,
+                outage_since: None,
             };
             self.tracked.insert(name.clone(), t);
         }
@@ -397,7 +401,11 @@ impl NodeLoop {
     /// The bad conditions `node` reports now (its pool's knobs), with a timer for when that
     /// changes next.
     fn bad_now(&mut self, node: &Node, name: &str) -> Vec<BadCondition> {
-        let plans = fate::node_conditions(self.sim.lifecycles.node_pool(node).as_deref(), node);
+        let knobs = self.sim.lifecycles.node_knobs(node);
+        let mut plans = fate::node_conditions(knobs.as_deref(), node);
+        if let Some((window, true)) = self.outage(node, name, knobs.as_deref()) {
+            plans.push(fate::ConditionPlan { condition: BadCondition::NotReady, windows: Some(window) });
+        }
         if plans.is_empty() {
             return Vec::new();
         }
@@ -409,6 +417,25 @@ impl NodeLoop {
             self.timers.set(Timer::Conditions(name.to_string()), wait);
         }
         bad
+    }
+
+    /// The outage `node`'s knobs give it, counted from when they first had one here (see
+    /// [`fate::node_outage`]).
+    fn outage(
+        &mut self,
+        node: &Node,
+        name: &str,
+        knobs: Option<&dyn Knobs>,
+    ) -> Option<(crate::simulator::lifecycle::Flap, bool)> {
+        let has = knobs.and_then(Knobs::nodes).is_some_and(|n| n.outage.is_some());
+        let now = self.sim.config.clock.now().epoch();
+        let t = self.tracked.get_mut(name)?;
+        if !has {
+            t.outage_since = None;
+            return None;
+        }
+        let since = *t.outage_since.get_or_insert(now);
+        fate::node_outage(knobs, node, since)
     }
 
     fn on_lease_timer(&mut self, name: String) {
@@ -423,15 +450,18 @@ impl NodeLoop {
         // Its pool's heartbeat changed the status interval (or was not known at first sight):
         // the status timer follows now rather than at its old due time.
         let status_every = self.sim.status_frequency_of(&node);
+        let Some(t) = self.tracked.get_mut(&name) else { return };
         if t.status_every != status_every {
             t.status_every = status_every;
             self.timers.set(Timer::Status(name.clone()), jittered(status_every, 0.1, 1.0));
         }
         let now = self.sim.config.clock.now().epoch();
-        if let Some(until) =
-            fate::node_flap(self.sim.lifecycles.node_pool(&node).as_deref(), &node).and_then(|f| f.away_until(now))
-        {
-            // A NotReady window: no renewal until it ends.
+        let knobs = self.sim.lifecycles.node_knobs(&node);
+        let silent = self.outage(&node, &name, knobs.as_deref()).filter(|(_, reports_false)| !reports_false);
+        let flap = fate::node_flap(knobs.as_deref(), &node).and_then(|f| f.away_until(now));
+        let Some(t) = self.tracked.get_mut(&name) else { return };
+        if let Some(until) = flap.or_else(|| silent.and_then(|(w, _)| w.away_until(now))) {
+            // A NotReady window (its flapping, or its outage): no renewal until it ends.
             let wait = crate::simulator::timer_delay(until.saturating_sub(now));
             if !t.away {
                 tracing::info!(node = %name, back_in = ?wait, "flapping node goes NotReady");

@@ -331,7 +331,7 @@ fn start(i: &Input, facts: &NodeFacts, out: &mut Out) {
         acknowledge(i, host_ips, out);
         return;
     }
-    let never_restarts = pod.restart_policy.as_deref() == Some("Never");
+    let never_restarts = facts.plan.ends_failed(pod);
     let now = i.now.value();
     let (patch, transition) = match &facts.plan.fate {
         Fate::FailsAtStart(exit) if never_restarts => (pod_status::failed_patch(pod, host_ips, exit, &now), "fail"),
@@ -356,6 +356,11 @@ fn start(i: &Input, facts: &NodeFacts, out: &mut Out) {
                 Fate::InitFails(exit) => {
                     out.arm(TimerKind::InitRetry, fate::crash_back_off(1));
                     (pod_status::init_failed_patch(pod, (host_ips, pod_ips), exit, 0, &now), "init-fail")
+                }
+                _ if facts.plan.never_ready => {
+                    // Running, its probe failing from the first moment: never Ready, not even once.
+                    let running = pod_status::running_patch(pod, host_ips, pod_ips, &now);
+                    (pod_status::with(running, pod_status::probe_patch(pod, false, &now)), "run")
                 }
                 _ => (pod_status::running_patch(pod, host_ips, pod_ips, &now), "run"),
             }
@@ -453,11 +458,15 @@ fn keep_running(i: &Input, facts: &NodeFacts, out: &mut Out) {
 /// A running pod whose readiness flaps: writes the probe's verdict when it differs from what
 /// the pod shows, and looks again when the verdict changes. `true` when it wrote.
 fn probe(i: &Input, plan: &PodPlan, out: &mut Out) -> bool {
-    let Some(flap) = &plan.readiness else { return false };
-    let now = i.now.epoch();
-    let passing = flap.away_until(now).is_none();
-    // A moment past the change, so the window has surely turned when the pod is looked at.
-    out.arm(TimerKind::Probe, flap.next_change(now).saturating_sub(now) + Duration::from_millis(100));
+    let passing = if plan.never_ready {
+        false
+    } else {
+        let Some(flap) = &plan.readiness else { return false };
+        let now = i.now.epoch();
+        // A moment past the change, so the window has surely turned when the pod is looked at.
+        out.arm(TimerKind::Probe, flap.next_change(now).saturating_sub(now) + Duration::from_millis(100));
+        flap.away_until(now).is_none()
+    };
     let shown = i.pod.condition("ContainersReady") != Some("False");
     if passing == shown {
         return false;
@@ -547,7 +556,7 @@ fn loop_round(kind: TimerKind, i: &Input, facts: &NodeFacts, out: &mut Out) {
     }
     let (pod, now, exit) = (i.pod, i.now.value(), exit_of(facts.plan));
     if kind == TimerKind::Crash {
-        let patch = if pod.restart_policy.as_deref() == Some("Never") {
+        let patch = if facts.plan.ends_failed(pod) {
             pod_status::failed_patch(pod, &[], &exit, &now)
         } else {
             pod_status::crashed_patch(pod, out.t.restarts.saturating_add(1), &exit, &now)
@@ -620,6 +629,53 @@ mod tests {
 
     fn plan(pod: &SlimPod) -> PodPlan {
         fate::plan_pod(None, None, pod, &Defaults::default())
+    }
+
+    #[test]
+    fn a_never_ready_pod_runs_without_ever_being_ready() {
+        let pod = Pod::test("p").on("n").annotate("pools.kwok.x-k8s.io/readiness", "never").slim();
+        let (p, ips, t0) = (plan(&pod), ["10.1.0.1".parse().unwrap()], Instant::now());
+        assert!(p.never_ready);
+        let facts = || Some(NodeFacts { plan: &p, away: None, host_ips: &ips });
+        let mut t = Tracked::new(t0);
+        let pod_ips = ["10.2.0.1".parse().unwrap()];
+        let i = Input {
+            pod: &pod,
+            now: now(t0),
+            node: facts(),
+            pod_ips: Some(&pod_ips),
+            prepare: Prepare::Ready,
+            pressure: 0.0,
+        };
+        let effects = step(&i, &mut t);
+        let Some(Effect::Status { patch, transition: "run", .. }) =
+            effects.iter().find(|e| matches!(e, Effect::Status { .. }))
+        else {
+            panic!("{effects:?}")
+        };
+        assert_eq!(patch["status"]["phase"], "Running");
+        let ready = patch["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+        assert_eq!(ready["status"], "False", "not even once: {patch}");
+        // Running and unready as it is written: nothing more to write, no timer to wake it.
+        let running = Pod::test("p")
+            .on("n")
+            .annotate("pools.kwok.x-k8s.io/readiness", "never")
+            .phase("Running")
+            .condition("ContainersReady", "False")
+            .condition("Ready", "False")
+            .slim();
+        let mut t = Tracked::new(t0);
+        t.started = true;
+        let i = Input {
+            pod: &running,
+            now: now(t0),
+            node: facts(),
+            pod_ips: Some(&pod_ips),
+            prepare: Prepare::Ready,
+            pressure: 0.0,
+        };
+        let effects = step(&i, &mut t);
+        assert!(!effects.iter().any(|e| matches!(e, Effect::Status { .. })), "{effects:?}");
     }
 
     #[test]

@@ -50,7 +50,7 @@ impl PoolLifecycles for Pools {
 
 fn knobs(yaml: &str) -> Lifecycles {
     let pool = TestPool(serde_yaml::from_str(yaml).unwrap());
-    Lifecycles { sources: vec![Arc::new(Pools(Arc::new(pool)))] }
+    Lifecycles::new(vec![Arc::new(Pools(Arc::new(pool)))], None)
 }
 
 /// A pod of the test pool.

@@ -161,13 +161,13 @@ impl Loop {
 
     /// The plan of `pod` on `node`: the knobs of the pool that governs it, else the flags.
     fn plan(&self, pod: &SlimPod, node: &Node) -> PodPlan {
-        let pool = self.sim.config.lifecycles.pod_pool(pod, node);
+        let pool = self.sim.config.lifecycles.pod_knobs(pod, node);
         fate::pod_plan(pool.as_deref(), pod, &self.sim.config.defaults)
     }
 
     /// When the node's NotReady window (of a flapping pool) ends, if it is in one.
     fn away_until(&self, node: &Node, now: &Now) -> Option<Instant> {
-        let pool = self.sim.config.lifecycles.node_pool(node);
+        let pool = self.sim.config.lifecycles.node_knobs(node);
         let until = fate::node_flap(pool.as_deref(), node)?.away_until(now.epoch())?;
         Some(now.instant_of(until))
     }

@@ -225,7 +225,7 @@ fn not_a_container(pod: &SlimPod, container: &str) -> Response {
 
 /// The exec knob that governs the pod.
 fn exec_settings(api: &KubeletApi, node: &Node, pod: &SlimPod) -> Option<crate::api::kubelet::Exec> {
-    let pool = api.lifecycles.pod_pool(pod, node)?;
+    let pool = api.lifecycles.pod_knobs(pod, node)?;
     pool.pods()?.exec.clone()
 }
 

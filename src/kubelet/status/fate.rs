@@ -74,6 +74,17 @@ pub struct PodPlan {
     pub run_time: Option<Duration>,
     /// When its readiness probe fails, if it flaps.
     pub readiness: Option<Flap>,
+    /// Its readiness probe never passes (Running, Ready=False for good).
+    pub never_ready: bool,
+    /// Its failure ends it Failed whatever its restart policy (kwok's chaos stages).
+    pub fails_for_good: bool,
+}
+
+impl PodPlan {
+    /// Whether a failure of `pod` under this plan ends it Failed (no restart).
+    pub fn ends_failed(&self, pod: &SlimPod) -> bool {
+        self.fails_for_good || pod.restart_policy.as_deref() == Some("Never")
+    }
 }
 
 /// The label the Job controller puts on an indexed Job's pods.
@@ -137,7 +148,18 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
     let exit = Exit::error(s.exit_code.filter(|c| (1..=255).contains(c)).unwrap_or(1));
     let crash_after = || sample(s.crash_after.as_ref(), seed, &key, "crash").unwrap_or(DEFAULT_CRASH_AFTER);
     let has_init = pod.init_containers.iter().any(|c| !c.sidecar);
-    let fate = if let Some(f) = own.and_then(|o| o.init_failed.as_ref()).filter(|_| has_init) {
+    let chaos = own.and_then(|o| o.chaos.as_ref()).filter(|c| !c.init || has_init);
+    let fate = if let Some(c) = chaos {
+        // kwok's chaos stages: the named container (every one, when none is named) fails and
+        // the pod ends Failed, whatever its restart policy.
+        let exit = Exit {
+            code: c.exit_code,
+            reason: c.reason.clone(),
+            message: Some(c.message.clone()),
+            container: c.container.clone(),
+        };
+        if c.init { Fate::InitFails(exit) } else { Fate::CrashLoops { after: c.after.sample(draw("chaos")), exit } }
+    } else if let Some(f) = own.and_then(|o| o.init_failed.as_ref()).filter(|_| has_init) {
         Fate::InitFails(Exit::from_failure(f))
     } else if let Some(f) = own.and_then(|o| o.container_failed.as_ref()) {
         Fate::CrashLoops { after: f.after.sample(draw("crash")), exit: Exit::from_failure(f) }
@@ -183,9 +205,11 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
         pool_run(s.run_time.as_ref(), "run")
     };
 
-    let start_delay = match own.and_then(|o| o.start) {
-        Some(w) => w.sample(draw("start")),
-        None => sample(s.start_delay.as_ref(), seed, &key, "start").unwrap_or(Duration::ZERO),
+    let start_delay = match (chaos.filter(|c| c.init), own.and_then(|o| o.start)) {
+        // An init container's chaos fails the pod after its delay, before it ever runs.
+        (Some(c), _) => c.after.sample(draw("chaos")),
+        (None, Some(w)) => w.sample(draw("start")),
+        (None, None) => sample(s.start_delay.as_ref(), seed, &key, "start").unwrap_or(Duration::ZERO),
     };
     let fallback_exit = defaults.exit_delay.unwrap_or(DEFAULT_EXIT_DELAY);
     let exit_delay = match own.and_then(|o| o.exit_delay) {
@@ -194,6 +218,19 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
         None => Some(sample(s.exit_delay.as_ref(), seed, &key, "exit").unwrap_or(fallback_exit)),
     };
 
+    let (readiness, never_ready) = readiness_of(s, own, seed, &key);
+    let fails_for_good = chaos.is_some();
+    PodPlan { start_delay, exit_delay, fate, run_time, readiness, never_ready, fails_for_good }
+}
+
+/// Whether and when the pod's readiness probe fails now and then, and whether it never passes.
+fn readiness_of(
+    s: &PodLifecycle,
+    own: Option<&crate::api::annotations::PodOverrides>,
+    seed: i64,
+    key: &[&str],
+) -> (Option<Flap>, bool) {
+    let draw = |salt: &str| units(seed, key, salt).0;
     let flaps = s.readiness.as_ref();
     let flap_share = f64::from(flaps.and_then(|r| r.flap_percent).unwrap_or(0).min(100));
     let readiness = (own.is_some_and(|o| o.readiness_flaps) || draw("readiness") * 100.0 < flap_share).then(|| {
@@ -204,8 +241,9 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
             .unwrap_or(Distribution::Fixed(DEFAULT_UNREADY_FOR));
         Flap::new(every, away, seed, &key.join("/"))
     });
-
-    PodPlan { start_delay, exit_delay, fate, run_time, readiness }
+    let never_share = f64::from(s.not_ready_percent.unwrap_or(0).min(100));
+    let never_ready = own.is_some_and(|o| o.never_ready) || draw("never-ready") * 100.0 < never_share;
+    (readiness, never_ready)
 }
 
 /// The back-off a kubelet waits before restarting a crashed container for the `restarts`-th
@@ -297,6 +335,23 @@ pub fn node_flap(pool: Option<&dyn Knobs>, node: &Node) -> Option<Flap> {
     plan_node(pool.nodes()?, pool.seed(), &node.name_any(), node.metadata.uid.as_deref().unwrap_or_default())
 }
 
+/// The outage of `node` under its knobs, counted from `since` (seconds since the epoch, when
+/// the simulator first saw the node under them), if they have one: its window, and whether the
+/// node reports Ready=False through it (else it goes silent).
+pub fn node_outage(pool: Option<&dyn Knobs>, node: &Node, since: Duration) -> Option<(Flap, bool)> {
+    let pool = pool?;
+    let outage = pool.nodes()?.outage.as_ref()?;
+    let lasts = outage.lasts.distribution().ok()?;
+    let (seed, id) = match pool.seed() {
+        Some(s) => (s, node.name_any()),
+        None => (0, node.metadata.uid.clone().unwrap_or_default()),
+    };
+    let key = [id.as_str()];
+    let after = sample(outage.after.as_ref(), seed, &key, "outage-after").unwrap_or(Duration::ZERO);
+    let reports_false = outage.ready == Some(crate::api::lifecycle::OutageReady::False);
+    Some((Flap::once(since + after, lasts, seed, &id), reports_false))
+}
+
 /// The bad conditions `node` reports under its pool.
 pub fn node_conditions(pool: Option<&dyn Knobs>, node: &Node) -> Vec<ConditionPlan> {
     let Some((settings, seed)) = pool.and_then(|p| Some((p.nodes()?, p.seed()))) else { return Vec::new() };
@@ -376,6 +431,43 @@ mod tests {
     }
 
     #[test]
+    fn kwoks_chaos_labels_fail_the_named_container_for_good_after_kwoks_delay() {
+        use crate::informer::fixtures::TestPod;
+        use k8s_openapi::api::core::v1::Pod;
+        let running = Pod::test("p")
+            .label("pod-container-running-failed.stage.kwok.x-k8s.io", "true")
+            .annotate("pod-container-running-failed.stage.kwok.x-k8s.io/container-name", "app")
+            .annotate("pod-container-running-failed.stage.kwok.x-k8s.io/exit-code", "3")
+            .slim();
+        let plan = plan_pod(None, None, &running, &defaults());
+        let Fate::CrashLoops { after, exit } = &plan.fate else { panic!("{plan:?}") };
+        assert_eq!(*after, Duration::from_secs(1), "kwok's default delay and jitter: 1s");
+        assert_eq!((exit.code, exit.reason.as_str(), exit.container.as_deref()), (3, "containerFailed", Some("app")));
+        assert!(plan.fails_for_good && plan.ends_failed(&running), "Failed whatever the restart policy");
+        // A delay longer than kwok's default jitter (1s) gives the jitter, as kwok computes it.
+        let later = Pod::test("p")
+            .label("pod-container-running-failed.stage.kwok.x-k8s.io", "true")
+            .annotate("pod-container-running-failed.stage.kwok.x-k8s.io/delay", "10s")
+            .slim();
+        let Fate::CrashLoops { after, .. } = plan_pod(None, None, &later, &defaults()).fate else { panic!() };
+        assert_eq!(after, Duration::from_secs(1));
+        let init = Pod::test("p")
+            .init_container("setup", false)
+            .label("pod-init-container-running-failed.stage.kwok.x-k8s.io", "true")
+            .slim();
+        let plan = plan_pod(None, None, &init, &defaults());
+        assert!(matches!(&plan.fate, Fate::InitFails(e) if e.reason == "initContainerError"), "{plan:?}");
+        assert_eq!(plan.start_delay, Duration::from_secs(1), "it fails while Pending, after the delay");
+        let unlabelled =
+            Pod::test("p").annotate("pod-container-running-failed.stage.kwok.x-k8s.io/exit-code", "3").slim();
+        assert_eq!(
+            plan_pod(None, None, &unlabelled, &defaults()).fate,
+            Fate::Runs,
+            "annotations alone do nothing, as in kwok"
+        );
+    }
+
+    #[test]
     fn pods_that_say_nothing_get_the_flags() {
         let plan = plan_pod(None, None, &pod("d", "a", "u"), &defaults());
         assert_eq!(
@@ -386,6 +478,8 @@ mod tests {
                 fate: Fate::Runs,
                 run_time: None,
                 readiness: None,
+                never_ready: false,
+                fails_for_good: false,
             }
         );
         assert_eq!(plan_pod(None, None, &job_pod("d", "a", "u"), &defaults()).run_time, Some(Duration::from_secs(5)));

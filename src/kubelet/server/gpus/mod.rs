@@ -31,7 +31,7 @@ pub fn render(api: &KubeletApi, node: &Node, now: f64) -> String {
         let d = gpu.device;
         let pod = gpu.holder.and_then(|(ns, pod)| api.pods.get(&ObjectRef::new(&pod).within(&ns)));
         let use_ = pod.as_ref().map_or((0.0, 0.0), |pod| {
-            let governing = api.lifecycles.pod_pool(pod, node);
+            let governing = api.lifecycles.pod_knobs(pod, node);
             let key = governing.as_ref().map_or(0, |p| Arc::as_ptr(p) as *const () as usize);
             let model = models.entry(key).or_insert_with(|| match governing.as_deref() {
                 Some(p) => Model::new(p.pods().and_then(|p| p.usage.as_ref()), p.seed(), p.created()),

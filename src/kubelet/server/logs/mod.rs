@@ -36,7 +36,7 @@ pub async fn script(api: &KubeletApi, node: &Node, pod: &SlimPod, container: &st
         Ok(Some(p)) => p.metadata.annotations.and_then(|mut a| a.remove(LOGS_ANNOTATION)),
         _ => None,
     };
-    let pool = api.lifecycles.pod_pool(pod, node);
+    let pool = api.lifecycles.pod_knobs(pod, node);
     let knob = pool.as_deref().and_then(Knobs::pods).and_then(|p| p.logs.clone());
     Script::new(knob.as_ref(), annotation.as_deref(), pod.name(), container)
 }

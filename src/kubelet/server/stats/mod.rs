@@ -51,14 +51,14 @@ pub fn reading<'a>(
 ) -> NodeReading<'a> {
     let node_name = node.metadata.name.as_deref().unwrap_or_default();
     let node_started = node.metadata.creation_timestamp.as_ref().map_or(now, |t| secs(&t.0));
-    let node_pool = lifecycles.node_pool(node);
+    let node_pool = lifecycles.node_knobs(node);
     let (base_cpu, base_memory) =
         usage::node_base(node_pool.as_deref().and_then(Knobs::nodes).and_then(|n| n.usage.as_ref()));
     // Each governing pool's knobs parsed once per reading.
     let mut models: HashMap<usize, Model> = HashMap::new();
     let mut containers = Vec::new();
     for pod in pods.iter().filter(|p| p.phase() == "Running") {
-        let pool = lifecycles.pod_pool(pod, node);
+        let pool = lifecycles.pod_knobs(pod, node);
         let key = pool.as_ref().map_or(0, |p| Arc::as_ptr(p) as *const () as usize);
         let model = models.entry(key).or_insert_with(|| match pool.as_deref() {
             Some(p) => Model::new(p.pods().and_then(|p| p.usage.as_ref()), p.seed(), p.created()),

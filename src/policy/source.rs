@@ -1,0 +1,176 @@
+//! The policies as the lifecycle engine asks them ([`PolicySource`]): the valid policies,
+//! indexed for pods and for nodes, rebuilt whenever one changes; and the pod label and
+//! annotation keys they read, which the pod store is told to keep (pods are listed again when a
+//! policy names a key the store did not keep yet).
+
+use super::api::LifecyclePolicy;
+use super::matching::{Empty, Index, Lookup, Seen, Target};
+use crate::api::lifecycle::{NodeLifecycle, PodLifecycle};
+use crate::informer::pod::SlimPod;
+use crate::simulator::lifecycle::{Knobs, PolicySource};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use std::any::Any;
+use std::sync::{Arc, RwLock};
+
+impl Knobs for LifecyclePolicy {
+    fn seed(&self) -> Option<i64> {
+        self.spec.seed
+    }
+    fn pods(&self) -> Option<&PodLifecycle> {
+        self.spec.pods.as_ref().map(|p| &p.lifecycle)
+    }
+    fn nodes(&self) -> Option<&NodeLifecycle> {
+        self.spec.nodes.as_ref().map(|n| &n.lifecycle)
+    }
+    fn created(&self) -> f64 {
+        self.metadata.creation_timestamp.as_ref().map_or(0.0, |t| t.0.as_millisecond() as f64 / 1000.0)
+    }
+    fn pool(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The indexes of the policies now.
+#[derive(Default, Debug)]
+pub struct Indexes {
+    pub pods: Index,
+    pub nodes: Index,
+}
+
+impl Indexes {
+    /// The indexes of the valid ones of `policies` (an invalid policy governs nothing: its
+    /// status says why).
+    pub fn of(policies: &[Arc<LifecyclePolicy>]) -> Self {
+        let valid: Vec<Arc<LifecyclePolicy>> =
+            policies.iter().filter(|p| super::rules::validate(p).is_empty()).cloned().collect();
+        Self { pods: Index::build(&valid, Target::Pods), nodes: Index::build(&valid, Target::Nodes) }
+    }
+}
+
+/// The label and annotation keys the pod rules of `policies` select on.
+pub fn pod_keys(policies: &[Arc<LifecyclePolicy>]) -> (Vec<String>, Vec<String>) {
+    let (mut labels, mut annotations) = (Vec::new(), Vec::new());
+    for p in policies {
+        let Some(rule) = &p.spec.pods else { continue };
+        let s = &rule.selector;
+        labels.extend(s.match_labels.keys().cloned());
+        labels.extend(s.match_expressions.iter().map(|r| r.key.clone()));
+        annotations.extend(s.match_annotations.keys().cloned());
+    }
+    for list in [&mut labels, &mut annotations] {
+        list.sort();
+        list.dedup();
+    }
+    (labels, annotations)
+}
+
+/// (apiGroup, kind) of the controller among `refs`.
+pub fn controller(refs: Option<&Vec<OwnerReference>>) -> Option<(&str, &str)> {
+    let owner = refs?.iter().find(|o| o.controller == Some(true))?;
+    let group = owner.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    Some((group, owner.kind.as_str()))
+}
+
+/// What a pod selector sees of `pod` on `node`.
+pub fn seen_pod<'a>(pod: &'a SlimPod, node: Option<&'a Node>) -> Seen<'a> {
+    Seen {
+        labels: &pod.labels,
+        annotations: pod.annotations.as_deref().map_or(&Empty as &dyn Lookup, |a| a as &dyn Lookup),
+        namespace: pod.metadata.namespace.as_deref(),
+        owner: controller(pod.metadata.owner_references.as_ref()),
+        node_labels: node.map(|n| n.metadata.labels.as_ref().map_or(&Empty as &dyn Lookup, |l| l as &dyn Lookup)),
+    }
+}
+
+/// What a node selector sees of `node`.
+pub fn seen_node(node: &Node) -> Seen<'_> {
+    fn or_empty(m: Option<&std::collections::BTreeMap<String, String>>) -> &dyn Lookup {
+        m.map_or(&Empty as &dyn Lookup, |l| l as &dyn Lookup)
+    }
+    Seen {
+        labels: or_empty(node.metadata.labels.as_ref()),
+        annotations: or_empty(node.metadata.annotations.as_ref()),
+        namespace: None,
+        owner: controller(node.metadata.owner_references.as_ref()),
+        node_labels: None,
+    }
+}
+
+/// The policies the engine asks (see the module doc).
+#[derive(Default)]
+pub struct Policies {
+    indexes: RwLock<Arc<Indexes>>,
+}
+
+impl Policies {
+    /// Indexes `policies` from now on.
+    pub fn set(&self, policies: &[Arc<LifecyclePolicy>]) {
+        *crate::sync::write(&self.indexes) = Arc::new(Indexes::of(policies));
+    }
+
+    /// The indexes now (for the status).
+    pub fn indexes(&self) -> Arc<Indexes> {
+        crate::sync::read(&self.indexes).clone()
+    }
+}
+
+impl PolicySource for Policies {
+    fn pod(&self, pod: &SlimPod, node: &Node) -> Option<Arc<dyn Knobs>> {
+        let indexes = self.indexes();
+        if indexes.pods.is_empty() {
+            return None;
+        }
+        let best = indexes.pods.best(Target::Pods, &seen_pod(pod, Some(node)))?;
+        Some(best.policy.clone() as Arc<dyn Knobs>)
+    }
+
+    fn node(&self, node: &Node) -> Option<Arc<dyn Knobs>> {
+        let indexes = self.indexes();
+        if indexes.nodes.is_empty() {
+            return None;
+        }
+        let best = indexes.nodes.best(Target::Nodes, &seen_node(node))?;
+        Some(best.policy.clone() as Arc<dyn Knobs>)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::informer::fixtures::{TestNode, TestPod};
+    use k8s_openapi::api::core::v1::Pod;
+
+    fn policy(spec: &str) -> Arc<LifecyclePolicy> {
+        Arc::new(
+            serde_yaml::from_str(&format!(
+                "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: p, uid: u1}}\nspec:\n{spec}"
+            ))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_policy_governs_the_pods_and_nodes_it_selects_and_an_invalid_one_nothing() {
+        let policies = Policies::default();
+        let node = Node::test("n").label("zone", "a");
+        let pod = Pod::test("web-0").label("app", "web").on("n").slim_reading(&["app"], &[]);
+        assert!(policies.pod(&pod, &node).is_none(), "no policy yet");
+        policies.set(&[policy("  pods: {selector: {matchLabels: {app: web}, node: {matchLabels: {zone: a}}}, lifecycle: {failPercent: 100}}\n  nodes: {selector: {matchLabels: {zone: a}}, lifecycle: {notReadyPercent: 50}}\n")]);
+        let knobs = policies.pod(&pod, &node).expect("selected by its labels and its node's");
+        assert_eq!(knobs.pods().unwrap().fail_percent, Some(100));
+        assert_eq!(policies.node(&node).unwrap().nodes().unwrap().not_ready_percent, Some(50));
+        let other = Pod::test("db-0").label("app", "db").on("n").slim_reading(&["app"], &[]);
+        assert!(policies.pod(&other, &node).is_none());
+        policies.set(&[policy("  pods: {selector: {matchExpressions: [{key: app, operator: In}]}, lifecycle: {}}\n")]);
+        assert!(policies.pod(&pod, &node).is_none(), "an invalid policy governs nothing");
+    }
+
+    #[test]
+    fn the_keys_a_policy_selects_on_are_the_ones_the_pod_store_keeps() {
+        let p = policy(
+            "  pods: {selector: {matchLabels: {app: web}, matchExpressions: [{key: tier, operator: Exists}], matchAnnotations: {chaos: 'on'}}, lifecycle: {}}\n",
+        );
+        assert_eq!(pod_keys(&[p]), (vec!["app".to_string(), "tier".into()], vec!["chaos".to_string()]));
+    }
+}
