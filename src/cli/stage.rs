@@ -29,11 +29,24 @@ pub struct ImportArgs {
     pub allow_partial: bool,
 }
 
-/// Every YAML file under `path` (itself, when it is a file), in a stable order.
+/// Every YAML file under `path` (itself, when it is a file), in a stable order. A directory
+/// with a kustomization.yaml is read as kustomize would: its `resources`, in their order (kwok's
+/// `kustomize/stage/fast` is node/fast, node/heartbeat-with-lease and pod/fast).
 fn files(path: &Path) -> Result<Vec<PathBuf>, String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
     if meta.is_file() {
         return Ok(vec![path.to_path_buf()]);
+    }
+    let kustomization = path.join("kustomization.yaml");
+    if let Ok(text) = std::fs::read_to_string(&kustomization) {
+        let doc: serde_yaml::Value =
+            serde_yaml::from_str(&text).map_err(|e| format!("{}: {e}", kustomization.display()))?;
+        let resources = doc["resources"].as_sequence().cloned().unwrap_or_default();
+        let mut out = Vec::new();
+        for r in resources.iter().filter_map(|r| r.as_str()) {
+            out.extend(files(&path.join(r))?);
+        }
+        return Ok(out);
     }
     let mut out = Vec::new();
     let mut entries: Vec<_> = std::fs::read_dir(path)

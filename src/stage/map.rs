@@ -62,8 +62,10 @@ enum Target {
 /// When in an object's life a stage acts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Moment {
-    /// A pod not running yet (Pending, no IP, initializing).
+    /// A pod not running yet (Pending, no IP).
     Starting,
+    /// A Pending pod whose init containers run (only pods with init containers).
+    Initializing,
     Running,
     Deleting,
     /// A node not Ready yet.
@@ -296,8 +298,11 @@ fn moment(target: Target, terms: &[Term]) -> Option<Moment> {
     };
     match target {
         Target::Pods => {
+            let init_state = terms.iter().any(|t| matches!(t.path, Path::ContainerState { init: true, .. }));
             if has(&Path::DeletionTimestamp, Op::Exists, None) {
                 Some(Moment::Deleting)
+            } else if init_state {
+                Some(Moment::Initializing)
             } else if has(&Path::Phase, Op::In, Some("Running")) {
                 Some(Moment::Running)
             } else if has(&Path::Phase, Op::In, Some("Pending")) || has(&Path::PodIp, Op::DoesNotExist, None) {
@@ -324,17 +329,31 @@ fn sample(moment: Moment, labels: &BTreeMap<String, String>) -> Value {
     match moment {
         Moment::NodeStarting | Moment::NodeRunning => json!({
             "metadata": {"name": "node-0", "labels": labels, "annotations": {}, "creationTimestamp": super::template::NOW},
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "addresses": [],
+                       "allocatable": {"cpu": "1", "memory": "1Gi", "pods": "110"}, "capacity": {"cpu": "1", "memory": "1Gi", "pods": "110"},
+                       "nodeInfo": {"architecture": "amd64"}},
         }),
-        _ => json!({
-            "metadata": {"name": "pod-0", "namespace": "default", "uid": "u-0", "labels": labels, "annotations": {},
-                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j-0", "controller": true}]},
-            "spec": {"nodeName": "node-0", "containers": containers, "initContainers": [{"name": "init", "image": "init:1"}]},
-            "status": {
-                "phase": if moment == Moment::Running { "Running" } else { "Pending" },
-                "containerStatuses": [{"name": "app", "image": "app:1", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": super::template::NOW}}}],
-            },
-        }),
+        _ => {
+            let running = moment == Moment::Running;
+            let state = if running {
+                json!({"running": {"startedAt": super::template::NOW}})
+            } else {
+                json!({"waiting": {"reason": "PodInitializing"}})
+            };
+            json!({
+                "metadata": {"name": "pod-0", "namespace": "default", "uid": "u-0", "labels": labels, "annotations": {},
+                             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j-0", "controller": true}]},
+                "spec": {"nodeName": "node-0", "hostNetwork": false, "containers": containers,
+                         "initContainers": [{"name": "init", "image": "init:1"}], "readinessGates": []},
+                "status": {
+                    "phase": if running { "Running" } else { "Pending" },
+                    "conditions": [{"type": "Initialized", "status": if running { "True" } else { "False" }}],
+                    "containerStatuses": [{"name": "app", "image": "app:1", "ready": running, "restartCount": 0, "state": state}],
+                    "initContainerStatuses": [{"name": "init", "image": "init:1", "ready": running, "restartCount": 0,
+                                               "state": {"waiting": {"reason": "PodInitializing"}}}],
+                },
+            })
+        }
     }
 }
 
@@ -420,7 +439,7 @@ fn step_effect(
         (_, Some("Succeeded"), _) => Effect::Succeeded,
         (_, Some("Running"), Some("False")) => Effect::NeverReady,
         (_, Some("Running"), _) => Effect::Ready,
-        (Moment::Starting, _, _) => Effect::StartStep,
+        (Moment::Starting | Moment::Initializing, _, _) => Effect::StartStep,
         _ => {
             c.say(&patch_field, false, format!("writes {rendered}: not a change this importer knows"));
             return None;
@@ -460,6 +479,14 @@ fn knob(
     let value = |d: &Delay| serde_json::to_value(d).unwrap_or_default();
     match (target, moment, effect) {
         (Target::Pods, Moment::Starting, Effect::StartStep | Effect::Ready) => Some(("startDelay".into(), value(&d))),
+        (Target::Pods, Moment::Initializing, _) => {
+            c.say(
+                "spec",
+                false,
+                "kwok delays only pods with init containers by this stage: no knob tells them apart, so it is not added to startDelay (pods with init containers start that much sooner here)",
+            );
+            None
+        }
         (Target::Pods, Moment::Running, Effect::Succeeded) if job => Some(("jobRunTime".into(), value(&d))),
         (Target::Pods, Moment::Running, Effect::Succeeded) => Some(("runTime".into(), value(&d))),
         (Target::Pods, Moment::Deleting, Effect::Delete) => Some(("exitDelay".into(), value(&d))),

@@ -134,8 +134,42 @@ fn dict(args: &[Value]) -> Result<Value, FuncError> {
     Ok(Value::Map(map))
 }
 
+/// `template` with Go's variable assignments (`{{ $v = x }}`, Go 1.11) written as declarations
+/// (`{{ $v := x }}`), which the renderer takes: a variable assigned inside a block then keeps
+/// its outer value outside it, which changes nothing of what the importer reads (the phase,
+/// the conditions, the container states).
+pub fn declarations(template: &str) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find("{{") {
+        let (before, action) = rest.split_at(open);
+        out.push_str(before);
+        let end = action.find("}}").map_or(action.len(), |e| e + 2);
+        let (inner, after) = action.split_at(end);
+        out.push_str(&assignment_as_declaration(inner));
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// One action `{{ … }}`: `$name =` (not `:=`, not `==`) becomes `$name :=`.
+fn assignment_as_declaration(action: &str) -> String {
+    let body = action.trim_start_matches("{{").trim_start_matches('-').trim_start();
+    let Some(var) = body.strip_prefix('$') else { return action.to_string() };
+    let name_len = var.chars().take_while(|c| c.is_alphanumeric() || *c == '_').count();
+    let after = var[name_len..].trim_start();
+    if after.starts_with('=') && !after.starts_with("==") {
+        let at = action.len() - body.len() + 1 + name_len + (var[name_len..].len() - after.len());
+        return format!("{}:{}", &action[..at], &action[at..]);
+    }
+    action.to_string()
+}
+
 /// Renders `template` against `object` (its JSON form), as kwok would: the YAML it writes.
 pub fn render(template: &str, object: &serde_json::Value) -> Result<serde_json::Value, String> {
+    let template = declarations(template);
+    let template = template.as_str();
     let mut t = Template::default();
     let funcs: [(&str, gtmpl::Func); 14] = [
         ("Now", now),
@@ -168,6 +202,21 @@ pub fn render(template: &str, object: &serde_json::Value) -> Result<serde_json::
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn assignments_become_declarations_and_nothing_else_changes() {
+        assert_eq!(
+            declarations("{{ $a := 1 }}{{ if x }}{{ $a = true }}{{ end }}"),
+            "{{ $a := 1 }}{{ if x }}{{ $a := true }}{{ end }}"
+        );
+        assert_eq!(
+            declarations("{{- $b=2 -}} {{ eq $a 1 }} {{ $c == 3 }}"),
+            "{{- $b:=2 -}} {{ eq $a 1 }} {{ $c == 3 }}"
+        );
+        let out =
+            render("{{ $x := false }}\n{{ if true }}{{ $x = true }}{{ end }}\nphase: Running\n", &json!({})).unwrap();
+        assert_eq!(out["phase"], "Running");
+    }
 
     #[test]
     fn kwoks_own_forms_render() {
