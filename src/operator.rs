@@ -285,8 +285,9 @@ fn wire_policies(
     wiring.lifecycles.policies = Some(policies.clone());
     if config.simulate {
         let (client, informers, policies) = (client.clone(), shared.informers.clone(), policies.clone());
+        let engine = wiring.lifecycles.clone();
         tasks.spawn(async move {
-            crate::policy::controller::follow(client, informers, policies).await;
+            crate::policy::controller::follow(client, informers, policies, engine).await;
             "lifecycle policy follower".to_string()
         });
     }

@@ -9,6 +9,7 @@ use super::source::{Policies, pod_keys, seen_node, seen_pod};
 use super::status;
 use crate::informer::pod::{ReadKeys, SlimPod};
 use crate::informer::{Change, Informer, Informers, shared};
+use crate::simulator::lifecycle::Lifecycles;
 use crate::simulator::manage::Manage;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -49,11 +50,12 @@ pub async fn informer(client: &Client, informers: &Arc<Informers>) -> Arc<Inform
 }
 
 /// Follows the policies for the engine (see the module doc). Runs for the life of the process.
-pub async fn follow(client: Client, informers: Arc<Informers>, policies: Arc<Policies>) {
+pub async fn follow(client: Client, informers: Arc<Informers>, policies: Arc<Policies>, engine: Lifecycles) {
     let informer = informer(&client, &informers).await;
     let mut changes = informer.subscribe();
     let (store, keys, pods) = (informer.store(), informers.pod_keys(), shared::pods(&informers));
     apply(&store, &policies, &keys, &pods);
+    engine.changed();
     while let Some(change) = changes.recv().await {
         // Several changes at once are one rebuild.
         let mut relevant = !matches!(change, Change::Synced);
@@ -62,6 +64,7 @@ pub async fn follow(client: Client, informers: Arc<Informers>, policies: Arc<Pol
         }
         if relevant || store.state().is_empty() {
             apply(&store, &policies, &keys, &pods);
+            engine.changed();
         }
     }
 }

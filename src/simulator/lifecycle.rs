@@ -132,17 +132,37 @@ pub trait PolicySource: Send + Sync {
 
 /// The sources the knobs are read from, one per registered kind (none when `simulate` runs
 /// without the CRDs: then every pod and node gets the flags), and the policies.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Lifecycles {
     pub sources: Vec<Arc<dyn PoolLifecycles>>,
     pub policies: Option<Arc<dyn PolicySource>>,
     layers: Layers,
+    /// Bumped when the policies change: the workers look at every object again.
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Default for Lifecycles {
+    fn default() -> Self {
+        Self::new(Vec::new(), None)
+    }
 }
 
 impl Lifecycles {
     /// The engine over these pool sources and policies.
     pub fn new(sources: Vec<Arc<dyn PoolLifecycles>>, policies: Option<Arc<dyn PolicySource>>) -> Self {
-        Self { sources, policies, layers: Layers::default() }
+        let (tx, _) = tokio::sync::watch::channel(0);
+        Self { sources, policies, layers: Layers::default(), changes: Arc::new(tx) }
+    }
+
+    /// Says that what governs objects changed (the policies): whoever follows
+    /// [`Lifecycles::changes`] looks at every object again.
+    pub fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Follows [`Lifecycles::changed`].
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// What governs `pod` on `node`: the policy that selects it, over the pool that governs it

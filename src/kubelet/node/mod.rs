@@ -168,6 +168,7 @@ impl NodeSimulator {
         let writes = self.writes.writes(Class::Other, done_tx.clone()).fenced_by(self.shard.clone());
         let lease_writes = self.writes.writes(Class::Heartbeat, done_tx).fenced_by(self.shard.clone());
         let mut shard = self.shard.clone();
+        let mut knobs = self.lifecycles.changes();
         let mut l = NodeLoop {
             sim: Arc::new(self),
             tracked: HashMap::new(),
@@ -179,6 +180,7 @@ impl NodeSimulator {
         loop {
             tokio::select! {
                 () = shard.changed() => l.on_shard_change(),
+                Ok(()) = knobs.changed() => l.on_knobs_changed(),
                 change = changes.recv() => match change {
                     Some(Change::Applied(node)) => l.on_node(&node),
                     Some(Change::Deleted(node)) => l.on_deleted(&node),
@@ -194,6 +196,16 @@ impl NodeSimulator {
 }
 
 impl NodeLoop {
+    /// The policies changed: every node this replica simulates is looked at again (its
+    /// conditions, its heartbeat).
+    fn on_knobs_changed(&mut self) {
+        let nodes: Vec<Arc<Node>> =
+            self.sim.nodes.state().into_iter().filter(|n| self.tracked.contains_key(&n.name_any())).collect();
+        for node in &nodes {
+            self.on_node(node);
+        }
+    }
+
     /// The shard's view changed: every node is looked at again (nodes that left are dropped
     /// at once; nodes that came get a lease renewal right away).
     fn on_shard_change(&mut self) {

@@ -86,9 +86,11 @@ pub(super) async fn run(
     };
     l.rebuild();
     let mut shard = l.sim.shard.clone();
+    let mut knobs = l.sim.config.lifecycles.changes();
     loop {
         tokio::select! {
             () = shard.changed() => l.on_shard_change(),
+            Ok(()) = knobs.changed() => l.on_knobs_changed(),
             change = pods.recv() => match change {
                 Some(Change::Applied(pod)) => l.on_pod(&pod),
                 Some(Change::Deleted(pod)) => l.on_deleted(&pod),
@@ -131,6 +133,21 @@ impl Loop {
         } else {
             let retry = crate::simulator::retry_after(failures.unwrap_or(1), Duration::from_secs(30));
             self.timers.set(Timer::Retry(key), retry);
+        }
+    }
+
+    /// The policies changed: every pod this replica simulates is looked at again with the
+    /// knobs that govern it now.
+    fn on_knobs_changed(&mut self) {
+        let pods: Vec<Arc<SlimPod>> = self
+            .sim
+            .pods
+            .state()
+            .into_iter()
+            .filter(|p| self.tracked.contains_key(p.metadata.uid.as_deref().unwrap_or_default()))
+            .collect();
+        for pod in &pods {
+            self.on_pod(pod);
         }
     }
 

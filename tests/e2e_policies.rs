@@ -1,0 +1,417 @@
+//! Lifecycle policies on the real control plane: behaviour for nodes no pool made (as an
+//! autoscaler makes them) and for pods of any owner; a node outage the controller manager sees;
+//! a short-lived Job finishing after the policy's time; kwok's chaos label failing a container;
+//! a policy over a pool's knobs; refusals at admission and ties reported; kwok's stage sets
+//! imported. Every policy here selects on labels unique to its test (policies are
+//! cluster-wide), and each test deletes its policies, pass or fail.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
+
+use kwok_pools_test_support as common;
+
+use common::pools::*;
+use common::*;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(120);
+
+/// Deletes the named policies when dropped, pass or fail.
+struct Policies(Vec<String>);
+
+impl Drop for Policies {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = kubectl(&["delete", "lifecyclepolicy", p, "--ignore-not-found", "--wait=false"]);
+        }
+    }
+}
+
+/// A node made by hand as an autoscaler's kwok provider makes it: kwok's annotation, the fake
+/// taint, the test's scope and `labels`.
+fn hand_made_node(name: &str, scope: &str, labels: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  annotations: {{kwok.x-k8s.io/node: fake}}\n  labels: {{{SCOPE_LABEL}: {scope}, type: kwok{labels}}}\nspec:\n  taints: [{{key: kwok.x-k8s.io/node, value: fake, effect: NoSchedule}}]\n"
+    )
+}
+
+fn condition(node: &Node, type_: &str) -> Option<String> {
+    node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_).map(|c| c.status.clone())
+}
+
+fn has_taint(node: &Node, key: &str) -> bool {
+    node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|t| t.iter().any(|t| t.key == key))
+}
+
+fn pod_ready(p: &Pod) -> Option<String> {
+    p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready").map(|c| c.status.clone())
+}
+
+fn phase(p: &Pod) -> String {
+    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default()
+}
+
+/// A Deployment of `replicas` pods labelled `app: <app>` on the scope's simulated nodes.
+fn deployment(name: &str, ns: &str, scope: &str, app: &str, replicas: u32) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: {app}}}}}\n  template:\n    metadata: {{labels: {{app: {app}}}}}\n    spec:\n      nodeSelector: {{{SCOPE_LABEL}: {scope}}}\n      tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]\n      containers: [{{name: app, image: nginx}}]\n"
+    )
+}
+
+async fn policy_status(client: &kube::Client, name: &str) -> serde_json::Value {
+    let gvk = kube::api::GroupVersionKind::gvk("pools.kwok.x-k8s.io", "v1alpha1", "LifecyclePolicy");
+    let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &kube::api::ApiResource::from_gvk(&gvk));
+    api.get(name).await.map(|p| p.data["status"].clone()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn policies_give_hand_made_nodes_and_any_pods_their_behaviour() {
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "pol-nodes").await;
+    let scope = unique("pol");
+    let _op = Operator::start(&scope, &[]);
+    let (m5, c5) = ([format!("{scope}-m5-0"), format!("{scope}-m5-1")], format!("{scope}-c5-0"));
+    for n in &m5 {
+        apply(&hand_made_node(n, &scope, ", node.kubernetes.io/instance-type: m5.large"));
+    }
+    apply(&hand_made_node(&c5, &scope, ", node.kubernetes.io/instance-type: c5.large"));
+    let (pressure, never) = (format!("{scope}-pressure"), format!("{scope}-never"));
+    let _cleanup = Policies(vec![pressure.clone(), never.clone()]);
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: {pressure}}}\nspec:\n  nodes:\n    selector: {{matchLabels: {{{SCOPE_LABEL}: {scope}, node.kubernetes.io/instance-type: m5.large}}, owners: [{{kind: None}}]}}\n    lifecycle: {{conditions: [{{type: MemoryPressure, percent: 100}}]}}\n---\napiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: {never}}}\nspec:\n  pods:\n    selector: {{matchLabels: {{app: {never}}}, namespaces: [{ns}]}}\n    lifecycle: {{notReadyPercent: 100}}\n",
+        ns = ns.name
+    ));
+    // Nodes no pool made: the policy's pressure on the m5 ones, and the controller manager's
+    // taint follows; the c5 node is healthy.
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for("the m5 nodes under memory pressure, tainted", T, || async {
+        for n in &m5 {
+            let node = nodes.get(n).await.map_err(|e| e.to_string())?;
+            let p = condition(&node, "MemoryPressure");
+            if p.as_deref() != Some("True") || !has_taint(&node, "node.kubernetes.io/memory-pressure") {
+                return Err(format!("{n}: MemoryPressure {p:?}"));
+            }
+        }
+        Ok(())
+    })
+    .await;
+    let other = nodes.get(&c5).await.unwrap();
+    assert_eq!(condition(&other, "MemoryPressure").as_deref(), Some("False"), "the c5 node is not selected");
+    assert_eq!(condition(&other, "Ready").as_deref(), Some("True"));
+    // Pods of a Deployment: the policy's are never Ready, their siblings go Ready.
+    apply(&deployment("never", &ns.name, &scope, &never, 2));
+    apply(&deployment("fine", &ns.name, &scope, &format!("{scope}-fine"), 2));
+    wait_for("the fine pods Ready", T, || async {
+        let pods = list_pods(&client, &ns.name, &format!("app={scope}-fine")).await;
+        let ready = pods.iter().filter(|p| pod_ready(p).as_deref() == Some("True")).count();
+        if ready == 2 { Ok(()) } else { Err(format!("{ready} Ready")) }
+    })
+    .await;
+    let seen_running = Instant::now();
+    while seen_running.elapsed() < Duration::from_secs(10) {
+        let pods = list_pods(&client, &ns.name, &format!("app={never}")).await;
+        for p in &pods {
+            assert_ne!(pod_ready(p).as_deref(), Some("True"), "a never-ready pod went Ready");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let pods = list_pods(&client, &ns.name, &format!("app={never}")).await;
+    assert_eq!(pods.iter().filter(|p| phase(p) == "Running").count(), 2, "they run, unready");
+    // Each policy says what it governs.
+    wait_for("the policies' status", T, || async {
+        let (a, b) = (policy_status(&client, &pressure).await, policy_status(&client, &never).await);
+        let ready = |s: &serde_json::Value| {
+            s["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        };
+        if a["nodes"] == 2 && b["pods"] == 2 && ready(&a) && ready(&b) { Ok(()) } else { Err(format!("{a} {b}")) }
+    })
+    .await;
+    for n in m5.iter().chain([&c5]) {
+        delete_quietly("node", n);
+    }
+}
+
+#[tokio::test]
+async fn a_node_outage_goes_not_ready_and_back_with_the_controller_managers_taint() {
+    let client = client().await;
+    let scope = unique("outage");
+    let _op = Operator::start(&scope, &[]);
+    let name = format!("{scope}-0");
+    apply(&hand_made_node(&name, &scope, ", chaos: outage"));
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for("the node Ready", T, || async {
+        let n = nodes.get(&name).await.map_err(|e| e.to_string())?;
+        if is_ready(&n) { Ok(()) } else { Err(ready_condition(&n)) }
+    })
+    .await;
+    let policy = format!("{scope}-outage");
+    let _cleanup = Policies(vec![policy.clone()]);
+    // Away for 50 s: past the controller manager's grace period (20 s in `make test`).
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: {policy}}}\nspec:\n  nodes:\n    selector: {{matchLabels: {{{SCOPE_LABEL}: {scope}, chaos: outage}}}}\n    lifecycle: {{outage: {{lasts: {{fixed: 50s}}}}}}\n"
+    ));
+    let went = Instant::now();
+    wait_for("the node NotReady (Unknown), tainted unreachable", T, || async {
+        let n = nodes.get(&name).await.map_err(|e| e.to_string())?;
+        if ready_condition(&n) == "Unknown" && has_taint(&n, "node.kubernetes.io/unreachable") {
+            Ok(())
+        } else {
+            Err(ready_condition(&n))
+        }
+    })
+    .await;
+    wait_for("the node back, untainted", T, || async {
+        let n = nodes.get(&name).await.map_err(|e| e.to_string())?;
+        if is_ready(&n) && !has_taint(&n, "node.kubernetes.io/unreachable") { Ok(()) } else { Err(ready_condition(&n)) }
+    })
+    .await;
+    let back = went.elapsed();
+    assert!(back >= Duration::from_secs(45), "back after the outage's length, not before ({back:?})");
+    // Once: it stays Ready.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert!(is_ready(&nodes.get(&name).await.unwrap()), "one outage, not a flapping node");
+    delete_quietly("node", &name);
+}
+
+/// The time from a Job pod's start to its completion.
+fn ran_for(p: &Pod) -> Option<f64> {
+    let s = p.status.as_ref()?;
+    let start = s.start_time.as_ref()?.0;
+    let end = s.container_statuses.as_ref()?.first()?.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref()?.0;
+    Some((end.as_millisecond() - start.as_millisecond()) as f64 / 1000.0)
+}
+
+#[tokio::test]
+async fn a_short_lived_job_completes_after_the_policys_time() {
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "pol-jobs").await;
+    let scope = unique("jobs");
+    let _op = Operator::start(&scope, &[]);
+    apply(&nodepool_yaml(&scope, &scope, 1, ""));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let policy = format!("{scope}-short");
+    let _cleanup = Policies(vec![policy.clone()]);
+    // As clusterloader2 labels its short-lived Jobs' pods.
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: {policy}}}\nspec:\n  pods:\n    selector: {{matchLabels: {{workload: short-{scope}}}, owners: [{{apiGroup: batch, kind: Job}}]}}\n    lifecycle: {{jobRunTime: {{fixed: 14s}}}}\n"
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let job = |name: &str, label: &str| {
+        format!(
+            "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  template:\n    metadata: {{labels: {{workload: {label}}}}}\n    spec:\n      restartPolicy: Never\n      nodeSelector: {{{SCOPE_LABEL}: {scope}}}\n      tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists}}]\n      containers: [{{name: c, image: busybox}}]\n",
+            ns = ns.name
+        )
+    };
+    apply(&job("short", &format!("short-{scope}")));
+    apply(&job("plain", "plain"));
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns.name);
+    for name in ["short", "plain"] {
+        wait_for(&format!("Job {name} complete"), T, || async {
+            let j = jobs.get(name).await.map_err(|e| e.to_string())?;
+            if j.status.and_then(|s| s.succeeded) == Some(1) { Ok(()) } else { Err("not yet".into()) }
+        })
+        .await;
+    }
+    let took = |label: &str| {
+        let (client, ns) = (client.clone(), ns.name.clone());
+        let label = label.to_string();
+        async move { list_pods(&client, &ns, &format!("workload={label}")).await.iter().find_map(ran_for).unwrap() }
+    };
+    let (short, plain) = (took(&format!("short-{scope}")).await, took("plain").await);
+    assert!((13.0..20.0).contains(&short), "the policy's 14s, not the default 5s: ran {short}s");
+    assert!(plain < 10.0, "a Job the policy does not select keeps the default 5s: ran {plain}s");
+}
+
+#[tokio::test]
+async fn kwoks_chaos_label_fails_the_named_container_as_kwok_does() {
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "pol-chaos").await;
+    let scope = unique("chaos");
+    let _op = Operator::start(&scope, &[]);
+    apply(&nodepool_yaml(&scope, &scope, 1, ""));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: victim\n  namespace: {ns}\n  labels: {{pod-container-running-failed.stage.kwok.x-k8s.io: 'true'}}\n  annotations:\n    pod-container-running-failed.stage.kwok.x-k8s.io/container-name: b\n    pod-container-running-failed.stage.kwok.x-k8s.io/exit-code: '3'\n    pod-container-running-failed.stage.kwok.x-k8s.io/delay: 2s\n    pod-container-running-failed.stage.kwok.x-k8s.io/jitter-delay: 3s\nspec:\n  nodeSelector: {{{SCOPE_LABEL}: {scope}}}\n  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists}}]\n  containers: [{{name: a, image: nginx}}, {{name: b, image: nginx}}]\n",
+        ns = ns.name
+    ));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let failed = wait_for("the pod Failed", T, || async {
+        let p = pods.get("victim").await.map_err(|e| e.to_string())?;
+        if phase(&p) == "Failed" { Ok(p) } else { Err(phase(&p)) }
+    })
+    .await;
+    let statuses = failed.status.unwrap().container_statuses.unwrap();
+    let b = statuses.iter().find(|c| c.name == "b").unwrap();
+    let terminated = b.state.as_ref().unwrap().terminated.as_ref().expect("b terminated");
+    assert_eq!((terminated.exit_code, terminated.reason.as_deref()), (3, Some("containerFailed")));
+    assert_eq!(terminated.message.as_deref(), Some("container failed"), "kwok's default message");
+}
+
+#[tokio::test]
+async fn a_policy_over_a_pools_knobs_wins_only_for_what_it_sets() {
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "pol-pool").await;
+    let scope = unique("over");
+    let _op = Operator::start(&scope, &[]);
+    apply(&nodepool_yaml(&scope, &scope, 1, ""));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let pool = format!("{scope}-web");
+    // The pool starts its pods after 4 s; the policy makes them never Ready.
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata: {{name: {pool}, namespace: {ns}, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  podCount: 2\n  lifecycle: {{pods: {{startDelay: {{fixed: 4s}}}}}}\n  podTemplate:\n    spec:\n      nodeSelector: {{{SCOPE_LABEL}: {scope}}}\n      containers: [{{name: a, image: nginx}}]\n",
+        ns = ns.name
+    ));
+    let policy = format!("{scope}-unready");
+    let _cleanup = Policies(vec![policy.clone()]);
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: {policy}}}\nspec:\n  pods:\n    selector: {{matchLabels: {{pools.kwok.x-k8s.io/pool: {pool}}}, namespaces: [{ns}]}}\n    lifecycle: {{notReadyPercent: 100}}\n",
+        ns = ns.name
+    ));
+    let pods = wait_for("the pool's pods Running", T, || async {
+        let pods = list_pods(&client, &ns.name, &format!("pools.kwok.x-k8s.io/pool={pool}")).await;
+        if pods.len() == 2 && pods.iter().all(|p| phase(p) == "Running") {
+            Ok(pods)
+        } else {
+            Err(format!("{}", pods.len()))
+        }
+    })
+    .await;
+    for p in &pods {
+        assert_eq!(pod_ready(p).as_deref(), Some("False"), "the policy's knob wins");
+        let s = p.status.as_ref().unwrap();
+        let (start, running) = (
+            s.start_time.as_ref().unwrap().0,
+            s.container_statuses.as_ref().unwrap()[0]
+                .state
+                .as_ref()
+                .unwrap()
+                .running
+                .as_ref()
+                .unwrap()
+                .started_at
+                .as_ref()
+                .unwrap()
+                .0,
+        );
+        let waited = (running.as_millisecond() - start.as_millisecond()) as f64 / 1000.0;
+        assert!(waited >= 3.5, "the pool's own start delay still holds where the policy says nothing ({waited}s)");
+    }
+}
+
+#[tokio::test]
+async fn bad_policies_are_refused_with_their_field_and_ties_are_reported() {
+    let client = client().await;
+    let scope = unique("ties");
+    let mut op = Operator::start(&scope, &[]);
+    op.wait_ready().await;
+    let bad = format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: {scope}-bad, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec:\n  pods:\n    selector: {{matchExpressions: [{{key: app, operator: In}}]}}\n    lifecycle: {{}}\n"
+    );
+    wait_for("the webhook to refuse a bad policy naming its field", T, || async {
+        // (A server-side dry run: it goes through admission every time, and creates nothing.)
+        let out = kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], Some(&bad));
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() && err.contains("spec.pods.selector.matchExpressions[0].values") {
+            Ok(())
+        } else {
+            Err(err)
+        }
+    })
+    .await;
+    let empty = format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: {scope}-empty, labels: {{{SCOPE_LABEL}: {scope}}}}}\nspec: {{weight: 2}}\n"
+    );
+    let out = kubectl_stdin(&["apply", "-f", "-"], Some(&empty));
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("pods"),
+        "a policy that says nothing"
+    );
+    // Two equally specific, equally heavy policies on the same pods: both say so.
+    apply(&nodepool_yaml(&scope, &scope, 1, ""));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let (a, b) = (format!("{scope}-a"), format!("{scope}-b"));
+    let _cleanup = Policies(vec![a.clone(), b.clone(), format!("{scope}-bad")]);
+    for name in [&a, &b] {
+        apply(&format!(
+            "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: {name}}}\nspec:\n  nodes:\n    selector: {{matchLabels: {{{SCOPE_LABEL}: {scope}}}}}\n    lifecycle: {{}}\n"
+        ));
+    }
+    wait_for("both policies Conflicting, naming each other", T, || async {
+        let (sa, sb) = (policy_status(&client, &a).await, policy_status(&client, &b).await);
+        let conflicting = |s: &serde_json::Value, other: &str| {
+            s["conditions"].as_array().is_some_and(|c| {
+                c.iter().any(|c| {
+                    c["type"] == "Conflicting"
+                        && c["status"] == "True"
+                        && c["message"].as_str().is_some_and(|m| m.contains(other))
+                })
+            })
+        };
+        if conflicting(&sa, &b) && conflicting(&sb, &a) && sa["nodes"] == 1 && sb["nodes"] == 0 {
+            Ok(())
+        } else {
+            Err(format!("{sa} {sb}"))
+        }
+    })
+    .await;
+}
+
+#[test]
+fn kwoks_stage_sets_import_with_every_field_mapped_or_reported() {
+    let out = Command::new("go")
+        .args(["mod", "download", "-json", "sigs.k8s.io/kwok@v0.8.0"])
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("go");
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("go mod download -json");
+    let stages = std::path::PathBuf::from(info["Dir"].as_str().unwrap()).join("kustomize/stage");
+    // (set, exit code without --allow-partial: 1 when some field is reported not mapped)
+    let sets = [
+        ("fast", 0),
+        ("node/fast", 0),
+        ("node/heartbeat", 0),
+        ("node/heartbeat-with-lease", 0),
+        ("node/chaos", 0),
+        ("pod/fast", 0),
+        ("pod/general", 1),
+        ("pod/chaos", 0),
+        ("volume/fast", 1),
+    ];
+    for (set, code) in sets {
+        let out = Command::new(kwok_pools_bin()).args(["stage", "import"]).arg(stages.join(set)).output().unwrap();
+        let report = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(code), "{set}:\n{report}");
+        // Every line names its file and stage (or the file), and says mapped or not.
+        for line in report.lines().filter(|l| l.contains(": Stage ")) {
+            assert!(line.contains(": mapped: ") || line.contains(": NOT MAPPED: "), "{line}");
+        }
+        let written = Command::new(kwok_pools_bin())
+            .args(["stage", "import", "--allow-partial"])
+            .arg(stages.join(set))
+            .output()
+            .unwrap();
+        assert!(written.status.success(), "{set}: {}", String::from_utf8_lossy(&written.stderr));
+        let yaml = String::from_utf8(written.stdout).unwrap();
+        if !yaml.trim().is_empty() {
+            // The API server takes every imported policy as it is (schema, CEL and webhook).
+            let out = kubectl_stdin(&["apply", "--server-side", "--dry-run=server", "-f", "-"], Some(&yaml));
+            assert!(out.status.success(), "{set}: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    // What kwok's fast set (kwokctl's default) becomes.
+    let out = Command::new(kwok_pools_bin()).args(["stage", "import"]).arg(stages.join("fast")).output().unwrap();
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        yaml.contains("statusReportInterval: 600s") && yaml.contains("jobRunTime:") && yaml.contains("exitDelay:"),
+        "{yaml}"
+    );
+    // A kind it does not simulate is named as such.
+    let out =
+        Command::new(kwok_pools_bin()).args(["stage", "import"]).arg(stages.join("volume/fast")).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("PersistentVolumeClaim: kwok-pools does not simulate this kind")
+    );
+}
