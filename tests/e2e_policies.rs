@@ -415,3 +415,57 @@ fn kwoks_stage_sets_import_with_every_field_mapped_or_reported() {
         String::from_utf8_lossy(&out.stderr).contains("PersistentVolumeClaim: kwok-pools does not simulate this kind")
     );
 }
+
+#[tokio::test]
+async fn kwoks_node_chaos_label_makes_a_node_not_ready_until_it_is_removed() {
+    let client = client().await;
+    let scope = unique("nodechaos");
+    let _op = Operator::start(&scope, &[]);
+    let name = format!("{scope}-0");
+    apply(&hand_made_node(&name, &scope, ""));
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for("the node Ready", T, || async {
+        let n = nodes.get(&name).await.map_err(|e| e.to_string())?;
+        if is_ready(&n) { Ok(()) } else { Err(ready_condition(&n)) }
+    })
+    .await;
+    kubectl_ok(&[
+        "annotate",
+        "node",
+        &name,
+        "node-not-ready.stage.kwok.x-k8s.io/type=KernelDeadlock",
+        "node-not-ready.stage.kwok.x-k8s.io/reason=DiskGone",
+    ]);
+    kubectl_ok(&["label", "node", &name, "node-not-ready.stage.kwok.x-k8s.io=true"]);
+    let hit = wait_for("Ready=False with the chaos's reason, and its condition True", T, || async {
+        let n = nodes.get(&name).await.map_err(|e| e.to_string())?;
+        let ready = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready").cloned());
+        match (ready, condition(&n, "KernelDeadlock")) {
+            (Some(r), Some(k)) if r.status == "False" && r.reason.as_deref() == Some("DiskGone") && k == "True" => {
+                Ok(n)
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let message = hit.status.unwrap().conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap().message;
+    assert_eq!(message.as_deref(), Some("node failed"), "kwok's default message");
+    // The node heartbeats on (Ready=False, not Unknown): its lease is renewed.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert_eq!(
+        condition(&nodes.get(&name).await.unwrap(), "Ready").as_deref(),
+        Some("False"),
+        "not Unknown: it still reports"
+    );
+    kubectl_ok(&["label", "node", &name, "node-not-ready.stage.kwok.x-k8s.io-"]);
+    wait_for("Ready again once the label is gone", T, || async {
+        let n = nodes.get(&name).await.map_err(|e| e.to_string())?;
+        if is_ready(&n) { Ok(()) } else { Err(ready_condition(&n)) }
+    })
+    .await;
+    delete_quietly("node", &name);
+}

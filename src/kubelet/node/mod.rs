@@ -13,7 +13,7 @@ use crate::api::lifecycle::BadCondition;
 use crate::informer::Change;
 use crate::ipam::HostAllocator;
 use crate::kubelet::status::endpoint::{Endpoint, Endpoints, hostname_address};
-use crate::kubelet::status::node::{self as node_status, NodeDefaults};
+use crate::kubelet::status::node::{self as node_status, NodeDefaults, Report};
 use crate::shard::Shard;
 use crate::simulator::clock::Clock;
 use crate::simulator::lifecycle::{Knobs, Lifecycles};
@@ -96,6 +96,8 @@ struct Tracked {
     /// Since when (seconds since the epoch) its knobs have had an outage: the outage counts
     /// from there.
     outage_since: Option<Duration>,
+    /// Since when it has carried kwok's node chaos label: the chaos's delay counts from there.
+    chaos_since: Option<Duration>,
 }
 
 enum Done {
@@ -349,6 +351,7 @@ impl NodeLoop {
                 conflict: None,
                 renewed_at: None,
                 outage_since: None,
+                chaos_since: None,
             };
             self.tracked.insert(name.clone(), t);
         }
@@ -362,7 +365,9 @@ impl NodeLoop {
         let endpoint = self.endpoint(node, &name);
         let bad = self.bad_now(node, &name);
         let Some(t) = self.tracked.get_mut(&name) else { return };
-        if (node_status::needs_write(node, endpoint.as_ref(), &bad) || wants_ip || clash) && t.status.begin() {
+        if (node_status::needs_write(node, endpoint.as_ref(), &bad.bad, bad.chaos.as_ref()) || wants_ip || clash)
+            && t.status.begin()
+        {
             if clash {
                 tracing::warn!(node = %name, "InternalIP already held by another node; giving this one a new address");
             }
@@ -410,9 +415,35 @@ impl NodeLoop {
         }
     }
 
-    /// The bad conditions `node` reports now (its pool's knobs), with a timer for when that
-    /// changes next.
-    fn bad_now(&mut self, node: &Node, name: &str) -> Vec<BadCondition> {
+    /// What `node` reports now: the bad conditions of its knobs (with a timer for when that
+    /// changes next) and kwok's node chaos once its delay is over.
+    fn bad_now(&mut self, node: &Node, name: &str) -> Report {
+        let chaos = self.chaos_now(node, name);
+        Report { bad: self.bad_conditions(node, name), chaos }
+    }
+
+    /// kwok's node chaos, once its delay has passed since the simulator first saw the label
+    /// (a timer looks again then).
+    fn chaos_now(&mut self, node: &Node, name: &str) -> Option<node_status::NodeChaos> {
+        let now = self.sim.config.clock.now().epoch();
+        let found = node_status::node_chaos(node);
+        let t = self.tracked.get_mut(name)?;
+        let Some((chaos, after)) = found else {
+            t.chaos_since = None;
+            return None;
+        };
+        let since = *t.chaos_since.get_or_insert(now);
+        let due = since + after.sample(crate::api::duration::unit(0, &[name, "chaos"]));
+        if now >= due {
+            return Some(chaos);
+        }
+        let wait = crate::simulator::timer_delay(due.saturating_sub(now)) + Duration::from_millis(100);
+        self.timers.set(Timer::Conditions(name.to_string()), wait);
+        None
+    }
+
+    /// The bad conditions of `node`'s knobs now.
+    fn bad_conditions(&mut self, node: &Node, name: &str) -> Vec<BadCondition> {
         let knobs = self.sim.lifecycles.node_knobs(node);
         let mut plans = fate::node_conditions(knobs.as_deref(), node);
         if let Some((window, true)) = self.outage(node, name, knobs.as_deref()) {
@@ -489,7 +520,7 @@ impl NodeLoop {
             let endpoint = self.sim.kubelet.as_ref().and_then(|k| crate::sync::lock(k).get(&name));
             let bad = self.bad_now(&node, &name);
             let Some(t) = self.tracked.get_mut(&name) else { return };
-            if node_status::needs_write(&node, endpoint.as_ref(), &bad) && t.status.begin() {
+            if node_status::needs_write(&node, endpoint.as_ref(), &bad.bad, bad.chaos.as_ref()) && t.status.begin() {
                 spawn_status(&self.writes, &self.sim, node.clone(), true, bad);
             }
         }
@@ -516,10 +547,10 @@ impl NodeLoop {
 impl NodeLoop {
     /// Whether the node's periodic status report waits (its timer moved) because it would
     /// change nothing and the simulator's writes queue ([`renewal::defer_report`]).
-    fn defer_report(&mut self, node: &Node, name: &str, bad: &[BadCondition], every: Duration) -> bool {
+    fn defer_report(&mut self, node: &Node, name: &str, bad: &Report, every: Duration) -> bool {
         let endpoint = self.sim.kubelet.as_ref().and_then(|k| crate::sync::lock(k).get(name));
         let age = node_status::report_age(node, self.sim.config.clock.now().wall);
-        if node_status::needs_write(node, endpoint.as_ref(), bad)
+        if node_status::needs_write(node, endpoint.as_ref(), &bad.bad, bad.chaos.as_ref())
             || !renewal::defer_report(self.sim.writes.pressure(), age, every)
         {
             return false;
@@ -632,7 +663,7 @@ fn urgency(renewed_at: Option<Instant>, lease: Duration) -> Instant {
 
 /// A status write of `node` (`full`: the whole kubelet status, else a heartbeat), made once
 /// the budget has room.
-fn spawn_status(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad: Vec<BadCondition>) {
+fn spawn_status(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad: Report) {
     let sim = sim.clone();
     let name = node.name_any();
     let dropped = Done::Status { name: name.clone() };
@@ -643,7 +674,7 @@ fn spawn_status(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, node: Arc<Node>
 }
 
 /// Writes the node's status; `bad`: the conditions its knobs make bad now.
-async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad: Vec<BadCondition>) -> Done {
+async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad: Report) -> Done {
     let name = node.name_any();
     let now = this.config.clock.now().time();
     let patch = if full {
@@ -670,9 +701,9 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad
         let endpoint = this.kubelet.as_ref().and_then(|k| crate::sync::lock(k).get(&name));
         let mut status =
             node_status::simulated(&name, Some(&base), &ips, endpoint.as_ref(), &now, &this.config.defaults);
-        if !bad.is_empty() {
+        if !bad.bad.is_empty() || bad.chaos.is_some() {
             let previous = node.status.as_ref().and_then(|s| s.conditions.as_deref());
-            status.conditions = Some(node_status::reported_conditions(previous, &now, &bad));
+            status.conditions = Some(node_status::reported_conditions(previous, &now, &bad.bad, bad.chaos.as_ref()));
         }
         let mut patch = serde_json::json!({ "status": status });
         // The addresses are the whole list (a strategic merge would merge them by type).
@@ -681,8 +712,8 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad
         }
         patch
     } else {
-        let conditions =
-            node_status::reported_conditions(node.status.as_ref().and_then(|s| s.conditions.as_deref()), &now, &bad);
+        let previous = node.status.as_ref().and_then(|s| s.conditions.as_deref());
+        let conditions = node_status::reported_conditions(previous, &now, &bad.bad, bad.chaos.as_ref());
         serde_json::json!({ "status": { "conditions": conditions } })
     };
     let api: Api<Node> = Api::all(this.client.clone());

@@ -58,16 +58,84 @@ fn bad(condition: BadCondition) -> (&'static str, &'static str, &'static str, &'
     }
 }
 
-/// What the kubelet reports with `bad` conditions: each condition's (type, status, reason,
-/// message).
-fn expected(bad_now: &[BadCondition]) -> Vec<(&'static str, &'static str, &'static str, &'static str)> {
-    HEALTHY.iter().map(|h| bad_now.iter().map(|b| bad(*b)).find(|b| b.0 == h.0).unwrap_or(*h)).collect()
+/// kwok v0.8.0's node chaos stage: a node labelled `node-not-ready.stage.kwok.x-k8s.io: "true"`
+/// reports Ready=False with the reason and message its annotations give (kwok's defaults
+/// `nodeFailed`, `node failed`), and the condition its `/type` annotation names True with them;
+/// it goes on heartbeating. The label's removal brings it back.
+pub const NODE_CHAOS: &str = "node-not-ready.stage.kwok.x-k8s.io";
+
+/// What a node's kubelet reports now: the bad conditions its knobs give it, and kwok's node
+/// chaos once it applies.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    pub bad: Vec<BadCondition>,
+    pub chaos: Option<NodeChaos>,
+}
+
+/// What kwok's node chaos stage makes a node report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeChaos {
+    pub reason: String,
+    pub message: String,
+    /// A condition set True beside Ready=False (kwok's `/type`).
+    pub also: Option<String>,
+}
+
+/// The node chaos a node's labels and annotations ask for, and after how long (kwok's delay and
+/// jitter arithmetic: 1s by default), if its chaos label is set.
+pub fn node_chaos(node: &Node) -> Option<(NodeChaos, crate::api::annotations::Window)> {
+    use std::time::Duration;
+    let labelled = node.metadata.labels.as_ref().and_then(|l| l.get(NODE_CHAOS)).is_some_and(|v| v == "true");
+    if !labelled {
+        return None;
+    }
+    let none = BTreeMap::new();
+    let a = node.metadata.annotations.as_ref().unwrap_or(&none);
+    let get = |field: &str| a.get(&format!("{NODE_CHAOS}/{field}")).filter(|v| !v.is_empty()).cloned();
+    let duration = |field: &str| get(field).and_then(|t| crate::api::duration::parse_duration(t.trim()));
+    let (delay, jitter) = (
+        duration("delay").unwrap_or(Duration::from_secs(1)),
+        duration("jitter-delay").unwrap_or(Duration::from_secs(1)),
+    );
+    let after = if jitter <= delay {
+        crate::api::annotations::Window { delay: jitter, latest: None }
+    } else {
+        crate::api::annotations::Window { delay, latest: Some(jitter) }
+    };
+    let chaos = NodeChaos {
+        reason: get("reason").unwrap_or_else(|| "nodeFailed".into()),
+        message: get("message").unwrap_or_else(|| "node failed".into()),
+        also: get("type").filter(|t| t != "Ready"),
+    };
+    Some((chaos, after))
+}
+
+/// What the kubelet reports with `bad` conditions and, if it applies, kwok's node chaos: each
+/// condition's (type, status, reason, message).
+fn expected(bad_now: &[BadCondition], chaos: Option<&NodeChaos>) -> Vec<(String, String, String, String)> {
+    let own = |t: (&str, &str, &str, &str)| (t.0.to_string(), t.1.to_string(), t.2.to_string(), t.3.to_string());
+    let mut out: Vec<(String, String, String, String)> =
+        HEALTHY.iter().map(|h| own(bad_now.iter().map(|b| bad(*b)).find(|b| b.0 == h.0).unwrap_or(*h))).collect();
+    if let Some(c) = chaos {
+        let hit = |t: &str| (t.to_string(), String::new(), c.reason.clone(), c.message.clone());
+        for row in &mut out {
+            if row.0 == "Ready" {
+                *row = (hit("Ready").0, "False".into(), c.reason.clone(), c.message.clone());
+            } else if c.also.as_deref() == Some(row.0.as_str()) {
+                *row = (hit(&row.0).0, "True".into(), c.reason.clone(), c.message.clone());
+            }
+        }
+        if let Some(t) = c.also.as_deref().filter(|t| !out.iter().any(|r| r.0 == *t)) {
+            out.push((t.to_string(), "True".into(), c.reason.clone(), c.message.clone()));
+        }
+    }
+    out
 }
 
 /// The healthy conditions at `now`, keeping a previous transition time where the status is
 /// unchanged.
 fn healthy_conditions(previous: Option<&[NodeCondition]>, now: &Time) -> Vec<NodeCondition> {
-    reported_conditions(previous, now, &[])
+    reported_conditions(previous, now, &[], None)
 }
 
 /// The conditions at `now` with `bad_now` bad and the rest healthy, keeping a previous
@@ -76,8 +144,9 @@ pub fn reported_conditions(
     previous: Option<&[NodeCondition]>,
     now: &Time,
     bad_now: &[BadCondition],
+    chaos: Option<&NodeChaos>,
 ) -> Vec<NodeCondition> {
-    expected(bad_now)
+    expected(bad_now, chaos)
         .iter()
         .map(|(type_, status, reason, message)| {
             let old = previous.and_then(|cs| cs.iter().find(|c| c.type_ == *type_));
@@ -221,11 +290,18 @@ pub fn internal_ips(node: &Node) -> Vec<IpAddr> {
 /// a condition, the Hostname address, the daemon endpoint or the resources are missing, or
 /// the kubelet API is not where `endpoint` says. (A missing InternalIP is the caller's call:
 /// it depends on whether an address is free.)
-pub fn needs_write(node: &Node, endpoint: Option<&Endpoint>, bad_now: &[BadCondition]) -> bool {
+pub fn needs_write(
+    node: &Node,
+    endpoint: Option<&Endpoint>,
+    bad_now: &[BadCondition],
+    chaos: Option<&NodeChaos>,
+) -> bool {
     let Some(s) = node.status.as_ref() else { return true };
     let conditions = s.conditions.as_deref().unwrap_or_default();
-    let healthy = expected(bad_now).iter().all(|(type_, status, reason, _)| {
-        conditions.iter().any(|c| c.type_ == *type_ && c.status == *status && c.reason.as_deref() == Some(*reason))
+    let healthy = expected(bad_now, chaos).iter().all(|(type_, status, reason, _)| {
+        conditions
+            .iter()
+            .any(|c| c.type_ == *type_ && c.status == *status && c.reason.as_deref() == Some(reason.as_str()))
     });
     let addresses = s.addresses.as_deref().unwrap_or_default();
     let has_host = match endpoint {
@@ -264,6 +340,27 @@ pub fn is_ready(node: &Node) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn kwoks_node_chaos_reports_ready_false_with_its_reason_and_the_named_condition() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "n",
+            "labels": {NODE_CHAOS: "true"},
+            "annotations": {"node-not-ready.stage.kwok.x-k8s.io/type": "KernelDeadlock", "node-not-ready.stage.kwok.x-k8s.io/delay": "5s"}}}))
+        .unwrap();
+        let (chaos, after) = node_chaos(&node).unwrap();
+        assert_eq!((chaos.reason.as_str(), chaos.message.as_str()), ("nodeFailed", "node failed"), "kwok's defaults");
+        assert_eq!(after.sample(0.9), std::time::Duration::from_secs(1), "kwok's jitter (1s) when the delay is longer");
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let reported = reported_conditions(None, &now, &[], Some(&chaos));
+        let get = |t: &str| reported.iter().find(|c| c.type_ == t).unwrap();
+        assert_eq!((get("Ready").status.as_str(), get("Ready").reason.as_deref()), ("False", Some("nodeFailed")));
+        assert_eq!(get("KernelDeadlock").status, "True");
+        assert_eq!(get("MemoryPressure").status, "False", "the others stay healthy");
+        node.status = Some(NodeStatus { conditions: Some(reported), ..Default::default() });
+        assert!(needs_write(&node, None, &[], None), "without the chaos, Ready=False must be written back");
+        node.metadata.labels = None;
+        assert!(node_chaos(&node).is_none(), "the label's removal ends it");
+    }
+
     fn now() -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(1_000_000).unwrap())
     }
@@ -274,7 +371,7 @@ mod tests {
         let s = simulated("n-0", None, &[ip], None, &now(), &NodeDefaults::default());
         let node = Node { status: Some(s.clone()), ..Default::default() };
         assert!(is_ready(&node));
-        assert!(!needs_write(&node, None, &[]));
+        assert!(!needs_write(&node, None, &[], None));
         assert_eq!(internal_ips(&node), vec![ip]);
         assert_eq!(s.allocatable.unwrap()["pods"], Quantity("110".into()));
         assert_eq!(s.node_info.unwrap().kubelet_version, "fake");
@@ -321,14 +418,14 @@ mod tests {
         let before = simulated("n", None, &[ip], None, &now(), &NodeDefaults::default());
         let s = simulated("n", Some(&before), &[ip], Some(&e), &now(), &NodeDefaults::default());
         let node = Node { status: Some(s.clone()), ..Default::default() };
-        assert!(!needs_write(&node, Some(&e), &[]));
+        assert!(!needs_write(&node, Some(&e), &[], None));
         let hosts: Vec<_> = s.addresses.as_ref().unwrap().iter().filter(|a| a.type_ == "Hostname").collect();
         assert_eq!((hosts.len(), hosts[0].address.as_str()), (1, "127.128.0.9"));
         assert_eq!(internal_ips(&node), vec![ip], "the InternalIP stays the pool's");
         assert_eq!(s.daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port, 31000);
         let moved = Endpoint { address: "127.128.0.10".parse().unwrap(), port: 31000 };
-        assert!(needs_write(&node, Some(&moved), &[]));
-        assert!(needs_write(&Node { status: Some(before), ..Default::default() }, Some(&e), &[]));
+        assert!(needs_write(&node, Some(&moved), &[], None));
+        assert!(needs_write(&Node { status: Some(before), ..Default::default() }, Some(&e), &[], None));
     }
 
     #[test]
@@ -342,7 +439,7 @@ mod tests {
             }
         }
         let node = Node { status: Some(s.clone()), ..Default::default() };
-        assert!(needs_write(&node, None, &[]));
+        assert!(needs_write(&node, None, &[], None));
         let later = Time(k8s_openapi::jiff::Timestamp::from_second(2_000_000).unwrap());
         let fixed = healthy_conditions(s.conditions.as_deref(), &later);
         let ready = fixed.iter().find(|c| c.type_ == "Ready").unwrap();
@@ -357,9 +454,9 @@ mod tests {
         let s = simulated("n", None, &[ip], None, &now(), &NodeDefaults::default());
         let node = Node { status: Some(s.clone()), ..Default::default() };
         let bad_now = [BadCondition::MemoryPressure, BadCondition::NotReady];
-        assert!(needs_write(&node, None, &bad_now), "healthy, but the knobs say otherwise");
+        assert!(needs_write(&node, None, &bad_now, None), "healthy, but the knobs say otherwise");
         let later = Time(k8s_openapi::jiff::Timestamp::from_second(2_000_000).unwrap());
-        let reported = reported_conditions(s.conditions.as_deref(), &later, &bad_now);
+        let reported = reported_conditions(s.conditions.as_deref(), &later, &bad_now, None);
         let get = |t: &str| reported.iter().find(|c| c.type_ == t).unwrap().clone();
         assert_eq!(
             (get("MemoryPressure").status.as_str(), get("MemoryPressure").reason.as_deref()),
@@ -369,8 +466,8 @@ mod tests {
         assert_eq!(get("Ready").last_transition_time, Some(later.clone()), "a change moves the transition time");
         assert_eq!(get("DiskPressure").last_transition_time, Some(now()), "an unchanged one keeps it");
         let written = Node { status: Some(NodeStatus { conditions: Some(reported), ..s }), ..Default::default() };
-        assert!(!needs_write(&written, None, &bad_now));
-        assert!(needs_write(&written, None, &[]), "and back to healthy when the window ends");
+        assert!(!needs_write(&written, None, &bad_now, None));
+        assert!(needs_write(&written, None, &[], None), "and back to healthy when the window ends");
     }
 
     #[test]
