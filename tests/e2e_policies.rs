@@ -469,3 +469,130 @@ async fn kwoks_node_chaos_label_makes_a_node_not_ready_until_it_is_removed() {
     .await;
     delete_quietly("node", &name);
 }
+
+#[tokio::test]
+async fn a_node_policy_gives_hand_made_nodes_devices_the_scheduler_allocates() {
+    use kwok_pools_test_support::devices::{claim_template, claiming};
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "pol-dev").await;
+    let scope = unique("poldev");
+    let _op = Operator::start(&scope, &[]);
+    // Two nodes as an autoscaler makes them, one of the instance type the policy selects.
+    let (gpu, plain) = (format!("{scope}-p4d-0"), format!("{scope}-m5-0"));
+    apply(&hand_made_node(&gpu, &scope, ", node.kubernetes.io/instance-type: p4d.24xlarge"));
+    apply(&hand_made_node(&plain, &scope, ", node.kubernetes.io/instance-type: m5.large"));
+    let (policy, driver) = (format!("{scope}-gpus"), format!("{scope}.gpu.example.com"));
+    let _cleanup = Policies(vec![policy.clone()]);
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: {policy}}}\nspec:\n  nodes:\n    selector: {{matchLabels: {{{SCOPE_LABEL}: {scope}, node.kubernetes.io/instance-type: p4d.24xlarge}}}}\n    devices: [{{driver: {driver}, count: 2, capacity: {{memory: 80Gi}}}}]\n"
+    ));
+    let slices: Api<k8s_openapi::api::resource::v1::ResourceSlice> = Api::all(client.clone());
+    let published = wait_for("the selected node's ResourceSlice", T, || async {
+        let list = slices.list(&Default::default()).await.map_err(|e| e.to_string())?;
+        let ours: Vec<_> = list.items.into_iter().filter(|s| s.spec.driver == driver).collect();
+        if ours.is_empty() { Err("none yet".into()) } else { Ok(ours) }
+    })
+    .await;
+    assert!(published.iter().all(|s| s.spec.node_name.as_deref() == Some(gpu.as_str())), "only the selected node");
+    let devices: usize = published.iter().map(|s| s.spec.devices.as_ref().map_or(0, Vec::len)).sum();
+    assert_eq!(devices, 2);
+    // The real scheduler allocates claims on them: two pods land on the GPU node, a third waits.
+    apply(&format!(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {{name: {scope}}}\nspec:\n  selectors:\n  - cel: {{expression: \"device.driver == '{driver}'\"}}\n"
+    ));
+    apply(&claim_template(&ns.name, "one", &scope, ""));
+    apply(&claiming("trainer", &ns.name, &scope, 3, "one"));
+    wait_for("two claiming pods Running on the GPU node, one Pending", T, || async {
+        let pods = list_pods(&client, &ns.name, "app=trainer").await;
+        let running: Vec<_> = pods.iter().filter(|p| phase(p) == "Running").collect();
+        let on_gpu = running.iter().all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(gpu.as_str()));
+        let pending = pods.iter().filter(|p| phase(p) == "Pending").count();
+        if running.len() == 2 && on_gpu && pending == 1 {
+            Ok(())
+        } else {
+            Err(format!("{} running, {pending} pending", running.len()))
+        }
+    })
+    .await;
+    delete_quietly("deviceclass", &scope);
+    for n in [&gpu, &plain] {
+        delete_quietly("node", n);
+    }
+}
+
+/// When a pod started Running, seconds after it was created.
+fn started_after(p: &Pod) -> Option<f64> {
+    let created = p.metadata.creation_timestamp.as_ref()?.0;
+    let running = p.status.as_ref()?.container_statuses.as_ref()?.first()?.state.as_ref()?;
+    let at = running
+        .running
+        .as_ref()
+        .and_then(|r| r.started_at.as_ref())
+        .or_else(|| running.terminated.as_ref()?.started_at.as_ref())?
+        .0;
+    Some((at.as_millisecond() - created.as_millisecond()) as f64 / 1000.0)
+}
+
+/// How long its first container ran, from its terminated state.
+fn containers_ran(p: &Pod) -> Option<f64> {
+    let t = p.status.as_ref()?.container_statuses.as_ref()?.first()?.state.as_ref()?.terminated.clone()?;
+    Some((t.finished_at?.0.as_millisecond() - t.started_at?.0.as_millisecond()) as f64 / 1000.0)
+}
+
+#[tokio::test]
+async fn delays_read_from_each_pods_annotation_as_kwoks_duration_from() {
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "pol-from").await;
+    let scope = unique("from");
+    let _op = Operator::start(&scope, &[]);
+    apply(&nodepool_yaml(&scope, &scope, 1, ""));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let policy = format!("{scope}-replay");
+    let _cleanup = Policies(vec![policy.clone()]);
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: {policy}}}\nspec:\n  pods:\n    selector: {{matchLabels: {{replay: {scope}}}}}\n    lifecycle:\n      startDelay: {{fromAnnotation: replay.example.com/start-after}}\n      runTime: {{fromAnnotation: replay.example.com/ran-for, fixed: 10m}}\n"
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let until = k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(25);
+    let pod = |name: &str, annotations: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, labels: {{replay: {scope}}}, annotations: {{{annotations}}}}}\nspec:\n  restartPolicy: Never\n  nodeSelector: {{{SCOPE_LABEL}: {scope}}}\n  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists}}]\n  containers: [{{name: c, image: busybox}}]\n",
+            ns = ns.name
+        )
+    };
+    apply(&pod("short", "replay.example.com/ran-for: 5s"));
+    apply(&pod("until", &format!("replay.example.com/ran-for: '{until}'")));
+    apply(&pod("late", "replay.example.com/start-after: 12s, replay.example.com/ran-for: 4s"));
+    apply(&pod("plain", ""));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    for name in ["short", "until", "late"] {
+        wait_for(&format!("pod {name} Succeeded"), T, || async {
+            let p = pods.get(name).await.map_err(|e| e.to_string())?;
+            if phase(&p) == "Succeeded" { Ok(()) } else { Err(phase(&p)) }
+        })
+        .await;
+    }
+    let get = |name: &'static str| {
+        let pods = pods.clone();
+        async move { pods.get(name).await.unwrap() }
+    };
+    let short = ran_for(&get("short").await).unwrap();
+    assert!((4.0..10.0).contains(&short), "a duration: ran {short}s for its 5s");
+    let until_pod = get("until").await;
+    let ended = until_pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref()?.first()?.state.clone()?.terminated?.finished_at)
+        .unwrap()
+        .0;
+    let off = (ended.as_millisecond() - until.as_millisecond()).abs();
+    assert!(off < 4000, "a time: it ended at {ended}, {off} ms from the annotation's {until}");
+    let late = get("late").await;
+    let (started, ran) = (started_after(&late).unwrap(), containers_ran(&late).unwrap());
+    assert!(started >= 11.0, "its start waited the annotation's 12s: started after {started}s");
+    assert!((3.0..9.0).contains(&ran), "then ran its own 4s: {ran}s");
+    // A pod without the annotations takes the fallbacks: no start delay, a ten-minute run.
+    let plain = get("plain").await;
+    assert_eq!(phase(&plain), "Running", "the fallback run time is ten minutes");
+    assert!(started_after(&plain).unwrap() < 8.0, "no start delay without the annotation");
+}

@@ -445,6 +445,16 @@ async fn the_operator_identity_writes_no_untainted_node_real_vmi_other_slice_or_
         "only the ResourceSlices of simulated nodes",
     );
     refused_saying(slices.delete(&slice_name, &Default::default()).await, "deleting it", "only the ResourceSlices");
+    // Its own: labelled as a device pool's and owned by the node it names.
+    let fake_uid = nodes.get(&fake).await.unwrap().metadata.uid.unwrap();
+    let own: k8s_openapi::api::resource::v1::ResourceSlice = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{fake}-own"), "labels": {"pools.kwok.x-k8s.io/device-pool": "p"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": fake, "uid": fake_uid, "controller": true}]},
+        "spec": {"driver": "gpu.example.com", "nodeName": fake, "pool": {"name": fake, "generation": 1, "resourceSliceCount": 1}, "devices": [{"name": "gpu-0"}]},
+    }))
+    .unwrap();
+    slices.create(&post, &own).await.expect("a simulated node's own slice is the operator's to write");
+    delete_quietly("resourceslice", &format!("{fake}-own"));
 
     // VMIs: a real one (running, neither selecting nor tolerating simulated nodes, not played
     // by the simulator) is not its to write, as itself or as KubeVirt's handler with its mark.

@@ -319,7 +319,7 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
     // The registry: the kinds, and what a kind is.
     // Lifecycle policies: selection, status, their engine view (under the kinds' registry,
     // which lists every CRD, theirs too).
-    ("policy", &["api", "backoff", "deploy::rule", "informer", "pool", "simulator", "sync", "telemetry"]),
+    ("policy", &["api", "backoff", "deploy::rule", "informer", "kinds/*", "pool", "simulator", "sync", "telemetry"]),
     ("kinds", &["kinds/*", "api", "policy", "pool", "telemetry"]),
     // kwok's Stage files read into policies (pure; the command does the I/O).
     ("stage", &["api", "policy"]),

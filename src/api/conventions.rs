@@ -28,6 +28,8 @@ pub const INSTANCE_LABEL: &str = "pools.kwok.x-k8s.io/instance";
 /// Labels the pool sets itself; a template may not set them.
 pub const RESERVED_LABELS: [&str; 4] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL, INSTANCE_LABEL];
 
+/// Label on a published ResourceSlice: the pool (or policy) whose devices it shows.
+pub const DEVICE_POOL_LABEL: &str = "pools.kwok.x-k8s.io/device-pool";
 /// The annotation (value [`FAKE_VALUE`]) kwok and kwok-pools put on fake nodes.
 pub const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// On a simulated child: another simulator renews it too (the value names it); set by the

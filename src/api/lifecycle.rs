@@ -13,8 +13,8 @@ use super::duration::{DURATION_PATTERN, MAX_DURATION, parse_duration};
 /// `mean` with `stddev` (never below zero). Durations are written `500ms`, `2s`, `1m30s`.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("[has(self.fixed), has(self.min) || has(self.max), has(self.mean) || has(self.stddev)].filter(x, x).size() == 1")
-    .message("set exactly one of: fixed, min and max, mean and stddev"))]
+#[x_kube(validation = Rule::new("[has(self.fixed), has(self.min) || has(self.max), has(self.mean) || has(self.stddev)].filter(x, x).size() == (has(self.fromAnnotation) ? 0 : 1) || (has(self.fromAnnotation) && [has(self.fixed), has(self.min) || has(self.max), has(self.mean) || has(self.stddev)].filter(x, x).size() == 1)")
+    .message("set exactly one of: fixed, min and max, mean and stddev (with fromAnnotation, at most one: what a pod without the annotation takes)"))]
 #[x_kube(validation = Rule::new("has(self.min) == has(self.max)").message("min and max go together"))]
 #[x_kube(validation = Rule::new("has(self.mean) == has(self.stddev)").message("mean and stddev go together"))]
 pub struct Delay {
@@ -33,6 +33,14 @@ pub struct Delay {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "duration_schema")]
     pub stddev: Option<String>,
+    /// Read the delay from this annotation of the pod, as kwok's `durationFrom` does: a
+    /// duration (`30s`, `1m30s`) or a time (RFC 3339: the delay runs until then). With `min`
+    /// and `max`, `max` is kwok's jitter: the delay is drawn between the annotation's value
+    /// and `max` (or is `max` when that is not longer). A pod without the annotation, or with
+    /// a value that does not read, takes the other fields, else no delay. Pods only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 316))]
+    pub from_annotation: Option<String>,
 }
 
 pub fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -127,6 +135,14 @@ pub struct PodLifecycle {
     /// What `kubectl exec` gets (default: the command echoed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<super::kubelet::Exec>,
+}
+
+impl PodLifecycle {
+    /// The annotations its delays are read from (`fromAnnotation`): the pod store keeps them.
+    pub fn delay_annotations(&self) -> Vec<String> {
+        let delays = [&self.start_delay, &self.exit_delay, &self.crash_after, &self.job_run_time, &self.run_time];
+        delays.into_iter().flatten().filter_map(|d| d.from_annotation.clone()).collect()
+    }
 }
 
 /// Pods whose readiness flaps.
@@ -360,6 +376,8 @@ impl Delay {
                 Err(format!(".min: {lo:?} is more than max ({hi:?}): min must not exceed max"))
             }
             (None, None, None, Some(mean), Some(stddev)) => Ok(Distribution::Normal { mean, stddev }),
+            // Read from the object; without it, no delay.
+            (None, None, None, None, None) if self.from_annotation.is_some() => Ok(Distribution::Fixed(Duration::ZERO)),
             _ => Err(": set exactly one of: fixed, min and max, mean and stddev".into()),
         }
     }
@@ -429,6 +447,46 @@ fn delay_problems(pods: Option<&PodLifecycle>, nodes: Option<&NodeLifecycle>) ->
         delay("nodes.notReadyFor", &n.not_ready_for);
         for (i, c) in n.conditions.iter().flatten().enumerate() {
             delay(&format!("nodes.conditions[{i}].lasts"), &c.lasts);
+        }
+    }
+    out.extend(annotation_reads(pods, nodes));
+    out
+}
+
+/// `fromAnnotation` only where a pod's delay is drawn, naming a key the API server takes.
+fn annotation_reads(pods: Option<&PodLifecycle>, nodes: Option<&NodeLifecycle>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(p) = pods {
+        let named = [
+            ("startDelay", &p.start_delay),
+            ("exitDelay", &p.exit_delay),
+            ("crashAfter", &p.crash_after),
+            ("jobRunTime", &p.job_run_time),
+            ("runTime", &p.run_time),
+        ];
+        for (name, d) in named {
+            let Some(key) = d.as_ref().and_then(|d| d.from_annotation.as_deref()) else { continue };
+            if let Some(problem) = super::validation::qualified_name_problem(&key.to_ascii_lowercase()) {
+                out.push(format!(".pods.{name}.fromAnnotation: {key:?} is no annotation key: it {problem}"));
+            }
+        }
+    }
+    let not_read = |path: &str, d: Option<&Delay>| {
+        d.is_some_and(|d| d.from_annotation.is_some()).then(|| {
+            format!(
+                ".{path}.fromAnnotation: only a pod's startDelay, exitDelay, crashAfter, jobRunTime and runTime read an annotation; remove it here"
+            )
+        })
+    };
+    out.extend(not_read("pods.readiness.notReadyFor", pods.and_then(|p| p.readiness.as_ref()?.not_ready_for.as_ref())));
+    if let Some(n) = nodes {
+        out.extend(not_read("nodes.notReadyFor", n.not_ready_for.as_ref()));
+        for (i, c) in n.conditions.iter().flatten().enumerate() {
+            out.extend(not_read(&format!("nodes.conditions[{i}].lasts"), c.lasts.as_ref()));
+        }
+        if let Some(o) = &n.outage {
+            out.extend(not_read("nodes.outage.after", o.after.as_ref()));
+            out.extend(not_read("nodes.outage.lasts", Some(&o.lasts)));
         }
     }
     out
@@ -629,6 +687,34 @@ mod tests {
             let l = Lifecycle { nodes: Some(serde_yaml::from_str(bad).unwrap()), ..Default::default() };
             assert!(problems(&l).iter().any(|m| m.starts_with(".nodes.every:")), "{bad}");
         }
+    }
+
+    #[test]
+    fn only_a_pods_delays_read_an_annotation_and_the_key_is_checked() {
+        let good: Lifecycle = serde_yaml::from_str(
+            "pods: {runTime: {fromAnnotation: example.com/run-for}, startDelay: {fromAnnotation: s, fixed: 1s}}",
+        )
+        .unwrap();
+        assert_eq!(problems(&good), Vec::<String>::new());
+        let bad: Lifecycle = serde_yaml::from_str(
+            "pods: {exitDelay: {fromAnnotation: 'not a key'}, readiness: {flapPercent: 5, notReadyFor: {fromAnnotation: r}}}\nnodes: {outage: {after: {fromAnnotation: o}, lasts: {fixed: 1m}}}",
+        )
+        .unwrap();
+        let p = problems(&bad);
+        for path in [
+            ".pods.exitDelay.fromAnnotation:",
+            ".pods.readiness.notReadyFor.fromAnnotation:",
+            ".nodes.outage.after.fromAnnotation:",
+        ] {
+            assert!(p.iter().any(|m| m.starts_with(path)), "{path} in {p:?}");
+        }
+        let two = Delay {
+            from_annotation: Some("a".into()),
+            fixed: Some("1s".into()),
+            mean: Some("1s".into()),
+            ..Default::default()
+        };
+        assert!(two.distribution().unwrap_err().contains("exactly one"), "one fallback at most");
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! - VMIs as Pods (also when it writes as KubeVirt's handler, whose impersonated requests carry
 //!   the extra `kwok-pools-impersonator=simulator`), where a VMI it plays virt-controller for
 //!   is marked `pools.kwok.x-k8s.io/simulated` when it admits it;
-//! - any ResourceSlice that is not labelled as a pool's and owned by the Node it names;
+//! - any ResourceSlice that is not labelled as a device pool's (`pools.kwok.x-k8s.io/device-pool`)
+//!   and owned by the Node it names;
 //! - with the `webhookCertSecret` bundle, any change to its own webhook configurations but
 //!   their CA bundle.
 //!
@@ -27,7 +28,9 @@
 //! taint looks like one that may run on a simulated node.
 
 use super::{CHART, CONFIG, Spelling};
-use crate::api::conventions::{FAKE_NODE_ANNOTATION, FAKE_TAINT_KEY, FAKE_VALUE, POOL_LABEL, TYPE_LABEL, TYPE_VALUE};
+use crate::api::conventions::{
+    DEVICE_POOL_LABEL, FAKE_NODE_ANNOTATION, FAKE_TAINT_KEY, FAKE_VALUE, POOL_LABEL, TYPE_LABEL, TYPE_VALUE,
+};
 pub use crate::api::conventions::{IMPERSONATOR_EXTRA, IMPERSONATOR_VALUE, SIMULATED_VMI_ANNOTATION};
 use crate::informer::shared::LEASE_NAMESPACE;
 
@@ -283,13 +286,13 @@ fn vmi_policy(s: &Spelling) -> String {
 fn slice_policy(s: &Spelling) -> String {
     let ours = |v: &str| {
         format!(
-            "({v} == null || (has({v}.metadata.labels) && '{POOL_LABEL}' in {v}.metadata.labels && has({v}.spec.nodeName) && has({v}.metadata.ownerReferences) && {v}.metadata.ownerReferences.exists(o, o.kind == 'Node' && o.name == {v}.spec.nodeName)))"
+            "({v} == null || (has({v}.metadata.labels) && '{DEVICE_POOL_LABEL}' in {v}.metadata.labels && has({v}.spec.nodeName) && has({v}.metadata.ownerReferences) && {v}.metadata.ownerReferences.exists(o, o.kind == 'Node' && o.name == {v}.spec.nodeName)))"
         )
     };
     let validations = validation(
         &format!("{} && {}", ours("oldObject"), ours("object")),
         &format!(
-            "'kwok-pools writes only the ResourceSlices of simulated nodes (labelled {POOL_LABEL}, owned by the Node they name); ResourceSlice ' + request.name + ' is not one'"
+            "'kwok-pools writes only the ResourceSlices of simulated nodes (labelled {DEVICE_POOL_LABEL}, owned by the Node they name); ResourceSlice ' + request.name + ' is not one'"
         ),
     );
     let body = format!(

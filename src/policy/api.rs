@@ -93,6 +93,12 @@ pub struct NodeRule {
     /// What they do: the knobs of a NodePool's `spec.lifecycle.nodes`.
     #[serde(default)]
     pub lifecycle: NodeLifecycle,
+    /// Their DRA devices, as a NodePool's `spec.devices` (presets, partitions, taints, prepare
+    /// failures): published as ResourceSlices for the selected nodes that no pool made (a
+    /// pool's nodes publish their pool's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub devices: Vec<crate::kinds::nodepool::devices::DeviceSet>,
 }
 
 /// The owner a selected object's controller reference names.

@@ -54,37 +54,60 @@ pub async fn follow(client: Client, informers: Arc<Informers>, policies: Arc<Pol
     let informer = informer(&client, &informers).await;
     let mut changes = informer.subscribe();
     let (store, keys, pods) = (informer.store(), informers.pod_keys(), shared::pods(&informers));
-    apply(&store, &policies, &keys, &pods);
+    apply(&store, &policies, &keys, &pods, &engine);
     engine.changed();
-    while let Some(change) = changes.recv().await {
-        // Several changes at once are one rebuild.
-        let mut relevant = !matches!(change, Change::Synced);
-        while let Ok(more) = changes.try_recv() {
-            relevant |= !matches!(more, Change::Synced);
-        }
-        if relevant || store.state().is_empty() {
-            apply(&store, &policies, &keys, &pods);
-            engine.changed();
+    // The pools' delays may read annotations too: looked at now and then.
+    let mut pools = tokio::time::interval(POOL_KEYS_EVERY);
+    loop {
+        tokio::select! {
+            change = changes.recv() => {
+                let Some(change) = change else { return };
+                // Several changes at once are one rebuild.
+                let mut relevant = !matches!(change, Change::Synced);
+                while let Ok(more) = changes.try_recv() {
+                    relevant |= !matches!(more, Change::Synced);
+                }
+                if relevant || store.state().is_empty() {
+                    apply(&store, &policies, &keys, &pods, &engine);
+                    engine.changed();
+                }
+            }
+            _ = pools.tick() => keep_keys(&keys, &pods, &[], &engine.pool_delay_annotations()),
         }
     }
 }
 
-fn apply(store: &Store<LifecyclePolicy>, policies: &Policies, keys: &ReadKeys, pods: &Informer<SlimPod>) {
-    let all = store.state();
-    policies.set(&all);
-    let (labels, annotations) = pod_keys(&all);
-    match keys.add(&labels, &annotations) {
+/// How often the pools' delay annotations are looked at.
+const POOL_KEYS_EVERY: Duration = Duration::from_secs(10);
+
+/// Tells the pod store to keep these keys, listing the pods again when one is new.
+fn keep_keys(keys: &ReadKeys, pods: &Informer<SlimPod>, labels: &[String], annotations: &[String]) {
+    match keys.add(labels, annotations) {
         Ok(true) => {
             tracing::info!(
                 ?labels,
                 ?annotations,
-                "lifecycle policies select on pod keys the store did not keep: listing pods again"
+                "lifecycle knobs read pod keys the store did not keep: listing pods again"
             );
             pods.relist();
         }
         Ok(false) => {}
-        Err(e) => tracing::warn!(error = %e, "a lifecycle policy selects on a pod key the simulator does not keep"),
+        Err(e) => tracing::warn!(error = %e, "lifecycle knobs read a pod key the simulator does not keep"),
     }
+}
+
+fn apply(
+    store: &Store<LifecyclePolicy>,
+    policies: &Policies,
+    keys: &ReadKeys,
+    pods: &Informer<SlimPod>,
+    engine: &Lifecycles,
+) {
+    let all = store.state();
+    policies.set(&all);
+    let (labels, mut annotations) = pod_keys(&all);
+    annotations.extend(engine.pool_delay_annotations());
+    keep_keys(keys, pods, &labels, &annotations);
     tracing::debug!(policies = all.len(), "lifecycle policies indexed");
 }
 

@@ -18,6 +18,10 @@ pub fn validate(policy: &LifecyclePolicy) -> Vec<String> {
     }
     if let Some(n) = &policy.spec.nodes {
         out.extend(selector_problems("spec.nodes.selector", &n.selector.match_expressions));
+        // The NodePool's own device rules, at the policy's path.
+        out.extend(
+            crate::kinds::nodepool::devices::problems(&n.devices).into_iter().map(|p| format!("spec.nodes.devices{p}")),
+        );
     }
     if policy.spec.pods.is_none() && policy.spec.nodes.is_none() {
         out.push("spec: Required value: a policy says what pods do (pods), what nodes do (nodes), or both".into());

@@ -7,7 +7,7 @@ use super::api::LifecyclePolicy;
 use super::matching::{Empty, Index, Lookup, Seen, Target};
 use crate::api::lifecycle::{NodeLifecycle, PodLifecycle};
 use crate::informer::pod::SlimPod;
-use crate::simulator::lifecycle::{Knobs, PolicySource};
+use crate::simulator::lifecycle::{KnobDevices, Knobs, PolicySource};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::any::Any;
@@ -29,6 +29,21 @@ impl Knobs for LifecyclePolicy {
     fn pool(&self) -> &dyn Any {
         self
     }
+    fn devices(&self) -> Option<KnobDevices<'_>> {
+        let rule = self.spec.nodes.as_ref().filter(|n| !n.devices.is_empty())?;
+        Some(KnobDevices {
+            by: device_pool(self.metadata.name.as_deref().unwrap_or_default()),
+            generation: self.metadata.generation.unwrap_or(1),
+            seed: self.spec.seed.unwrap_or(0),
+            sets: &rule.devices,
+        })
+    }
+}
+
+/// The device-pool label value of the slices a policy's devices are published in:
+/// `policy.<name>` (a NodePool's slices carry its name).
+pub fn device_pool(policy: &str) -> String {
+    format!("policy.{policy}").chars().take(63).collect::<String>().trim_end_matches(['.', '-']).to_string()
 }
 
 /// The indexes of the policies now.
@@ -48,7 +63,7 @@ impl Indexes {
     }
 }
 
-/// The label and annotation keys the pod rules of `policies` select on.
+/// The label and annotation keys the pod rules of `policies` select on or read delays from.
 pub fn pod_keys(policies: &[Arc<LifecyclePolicy>]) -> (Vec<String>, Vec<String>) {
     let (mut labels, mut annotations) = (Vec::new(), Vec::new());
     for p in policies {
@@ -57,6 +72,7 @@ pub fn pod_keys(policies: &[Arc<LifecyclePolicy>]) -> (Vec<String>, Vec<String>)
         labels.extend(s.match_labels.keys().cloned());
         labels.extend(s.match_expressions.iter().map(|r| r.key.clone()));
         annotations.extend(s.match_annotations.keys().cloned());
+        annotations.extend(rule.lifecycle.delay_annotations());
     }
     for list in [&mut labels, &mut annotations] {
         list.sort();

@@ -52,4 +52,13 @@ impl<P: PoolKind> PoolLifecycles for PoolStore<P> {
         // Only the pool that owns the object: a name alone is not enough.
         (pool.meta().uid.as_deref() == Some(owner.uid.as_str())).then_some(pool as Arc<dyn Knobs>)
     }
+
+    fn delay_annotations(&self) -> Vec<String> {
+        self.0
+            .state()
+            .iter()
+            .filter_map(|p| sections(p.as_ref()).pods)
+            .flat_map(PodLifecycle::delay_annotations)
+            .collect()
+    }
 }

@@ -114,6 +114,21 @@ pub trait Knobs: Send + Sync {
     fn created(&self) -> f64;
     /// The pool itself: its kind's simulator reads its own sections from it.
     fn pool(&self) -> &dyn Any;
+    /// Devices these knobs give a node that no pool made (a node policy's), for the kind that
+    /// publishes them.
+    fn devices(&self) -> Option<KnobDevices<'_>> {
+        None
+    }
+}
+
+/// Devices some knobs give a node: who gives them (the value of the slices' device-pool
+/// label), its generation and seed, and the sets (the NodePool's device type, seen here as
+/// `Any`: the kind that publishes them reads its own type).
+pub struct KnobDevices<'a> {
+    pub by: String,
+    pub generation: i64,
+    pub seed: i64,
+    pub sets: &'a dyn Any,
 }
 
 /// The pools of one kind, looked up by a child's owner reference.
@@ -121,6 +136,10 @@ pub trait PoolLifecycles: Send + Sync {
     /// The pool `owner` points at (in `namespace` for a namespaced child), if it is a pool of
     /// this kind with that UID: it governs the object, with its knobs or without any.
     fn owner(&self, owner: &OwnerReference, namespace: Option<&str>) -> Option<Arc<dyn Knobs>>;
+    /// The pod annotations the pools' delays are read from (`fromAnnotation`).
+    fn delay_annotations(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The lifecycle policies, as the engine asks them: the one that governs a pod or a node, if
@@ -158,6 +177,14 @@ impl Lifecycles {
     /// [`Lifecycles::changes`] looks at every object again.
     pub fn changed(&self) {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// The pod annotations every pool's delays are read from.
+    pub fn pool_delay_annotations(&self) -> Vec<String> {
+        let mut all: Vec<String> = self.sources.iter().flat_map(|s| s.delay_annotations()).collect();
+        all.sort();
+        all.dedup();
+        all
     }
 
     /// Follows [`Lifecycles::changed`].
@@ -229,6 +256,9 @@ impl Knobs for Layered {
             Some(u) => u.pool(),
             None => &(),
         }
+    }
+    fn devices(&self) -> Option<KnobDevices<'_>> {
+        self.top.devices().or_else(|| self.under.as_ref()?.devices())
     }
 }
 

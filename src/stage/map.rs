@@ -168,9 +168,9 @@ fn built_in_annotation(key: &str) -> bool {
 }
 
 /// The stage's delay, reporting each of its fields.
-fn map_delay(delay: Option<&StageDelay>, c: &mut Ctx<'_>) -> Option<Delay> {
+fn map_delay(delay: Option<&StageDelay>, target: Target, c: &mut Ctx<'_>) -> Option<Delay> {
     let delay = delay?;
-    let d = delay_of(delay.duration_milliseconds, delay.jitter_duration_milliseconds);
+    let mut d = delay_of(delay.duration_milliseconds, delay.jitter_duration_milliseconds);
     c.say("spec.delay.durationMilliseconds", true, format!("the knob's delay: {}", describe(&d)));
     if delay.jitter_duration_milliseconds.is_some() {
         c.say(
@@ -189,11 +189,15 @@ fn map_delay(delay: Option<&StageDelay>, c: &mut Ctx<'_>) -> Option<Delay> {
                 Some(k) if built_in_annotation(&k) => {
                     c.say(field, true, format!("the simulator reads {k} from the object itself, as kwok's stage does"))
                 }
+                Some(k) if field == "spec.delay.durationFrom" && target == Target::Pods => {
+                    c.say(field, true, format!("the knob's fromAnnotation: {k}, a duration or a time, as kwok reads it"));
+                    d.from_annotation = Some(k);
+                }
                 Some(k) => c.say(
                     field,
                     false,
                     format!(
-                        "a delay read from the annotation {k}: only kwok's own stage annotations are read per object"
+                        "a delay read from the annotation {k}: only a pod's delay (not its jitter, not a node's) reads one"
                     ),
                 ),
                 None if expression::parse_path(jq) == Some(Path::DeletionTimestamp) => c.say(
@@ -544,6 +548,29 @@ fn add_delays(a: &Value, b: &Value) -> Value {
     }
 }
 
+/// Adds a stage's knob to its policy's: the steps of a start add up; another value for a knob
+/// already set is reported.
+fn add_knob(knobs: &mut Vec<(String, Value, String)>, knob: String, value: Value, stage: &str, c: &mut Ctx<'_>) {
+    match knobs.iter_mut().find(|(k, _, _)| *k == knob) {
+        // The steps of one start add up (kwok's general pod stages: created, initializing, ready).
+        Some((_, old, first))
+            if knob == "startDelay" && [&*old, &value].iter().any(|v| v.get("fromAnnotation").is_some()) =>
+        {
+            let note = format!(
+                "startDelay: a delay read from an annotation does not add up with stage {first}'s; the first is kept"
+            );
+            c.say("spec.delay", false, note);
+        }
+        Some((_, old, _)) if knob == "startDelay" => *old = add_delays(old, &value),
+        Some((_, old, first)) if *old != value => {
+            let note = format!("{knob} is set by stage {first} too ({old}); the first is kept");
+            c.say("spec", false, note);
+        }
+        Some(_) => {}
+        None => knobs.push((knob, value, stage.to_string())),
+    }
+}
+
 /// Imports `stages` (each with the file it came from); `prefix` names the policies.
 pub fn import(stages: &[(String, Stage)], prefix: &str) -> Import {
     let mut lines = Vec::new();
@@ -581,7 +608,7 @@ pub fn import(stages: &[(String, Stage)], prefix: &str) -> Import {
             c.say("spec.selector", false, "its terms name no moment of the object's life this importer knows");
             continue;
         };
-        let delay = map_delay(stage.spec.delay.as_ref(), &mut c);
+        let delay = map_delay(stage.spec.delay.as_ref(), target, &mut c);
         if stage.spec.weight != 0 || stage.spec.weight_from.is_some() {
             c.say("spec.weight", true, "kwok's weights choose between stages matching one object; here each moment has one behaviour and the policy's weight breaks ties between policies");
         }
@@ -608,16 +635,7 @@ pub fn import(stages: &[(String, Stage)], prefix: &str) -> Import {
         });
         entry.1.stages.push(stage.metadata.name.clone());
         let knobs = if target == Target::Pods { &mut entry.1.pods } else { &mut entry.1.nodes };
-        match knobs.iter_mut().find(|(k, _, _)| *k == knob) {
-            // The steps of one start add up (kwok's general pod stages: created, initializing, ready).
-            Some((_, old, _)) if knob == "startDelay" => *old = add_delays(old, &value),
-            Some((_, old, first)) if *old != value => {
-                let note = format!("{knob} is set by stage {first} too ({old}); the first is kept");
-                c.say("spec", false, note);
-            }
-            Some(_) => {}
-            None => knobs.push((knob, value, stage.metadata.name.clone())),
-        }
+        add_knob(knobs, knob, value, &stage.metadata.name, &mut c);
     }
     let policies = groups.into_values().map(|(target, g)| policy(prefix, target, g)).collect();
     Import { policies, lines }
@@ -652,7 +670,7 @@ fn policy(prefix: &str, target: Target, g: Group) -> LifecyclePolicy {
                 match_annotations: g.annotations,
                 owners: Vec::new(),
             };
-            spec.nodes = Some(NodeRule { selector, lifecycle });
+            spec.nodes = Some(NodeRule { selector, lifecycle, devices: Vec::new() });
         }
     }
     let annotations = [("pools.kwok.x-k8s.io/imported-from".to_string(), g.stages.join(","))].into();
@@ -734,6 +752,25 @@ mod tests {
         assert_eq!(
             add_delays(&json!({"fixed": "1s"}), &json!({"min": "1s", "max": "5s"})),
             json!({"min": "2000ms", "max": "6000ms"})
+        );
+    }
+
+    #[test]
+    fn a_delay_read_from_a_pods_annotation_becomes_from_annotation_and_a_nodes_is_reported() {
+        let from = "  delay:\n    durationMilliseconds: 30000\n    durationFrom: {expressionFrom: '.metadata.annotations[\"x.io/run-for\"]'}\n";
+        let pods = stage(&COMPLETE.replace("  delay: {durationMilliseconds: 30000}\n", from));
+        let imported = import(&[pods], "kwok");
+        let run = imported.policies[0].spec.pods.as_ref().unwrap().lifecycle.job_run_time.clone().unwrap();
+        assert_eq!((run.from_annotation.as_deref(), run.fixed.as_deref()), (Some("x.io/run-for"), Some("30000ms")));
+        assert!(!imported.partial(), "{:?}", imported.lines);
+        assert!(crate::policy::rules::validate(&imported.policies[0]).is_empty());
+
+        let node = "apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata: {name: down}\nspec:\n  resourceRef: {apiGroup: v1, kind: Node}\n  selector:\n    matchLabels: {x: y}\n    matchExpressions:\n    - {key: '.status.phase', operator: In, values: [Running]}\n  delay:\n    durationFrom: {expressionFrom: '.metadata.annotations[\"x.io/down-after\"]'}\n  next:\n    statusTemplate: |\n      conditions:\n      - type: Ready\n        status: \"False\"\n";
+        let nodes = import(&[stage(node)], "kwok");
+        assert!(
+            nodes.lines.iter().any(|l| l.stage == "down" && l.field == "spec.delay.durationFrom" && !l.mapped),
+            "{:?}",
+            nodes.lines
         );
     }
 }

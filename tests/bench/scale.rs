@@ -1,7 +1,7 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
 //! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [vmis] [webhook] [shards[=N]]
 //! [unrelated[=N]] [leases[=N]] [kubelet[=NODES]] [devices[=NODES[:PODS]]] [many-pools[=PODS]]
-//! [--quick]
+//! [policies[=PODS]] [--quick]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 mod devices;
@@ -11,6 +11,7 @@ mod leases;
 mod many_pools;
 mod nodes;
 mod pods;
+mod policies;
 mod shards;
 mod unrelated;
 mod vmis;
@@ -110,6 +111,18 @@ async fn main() {
         many_pools::run(*n).await;
     } else if all || picked.contains(&"many-pools") {
         many_pools::run(if quick { 1000 } else { 10_000 }).await;
+    }
+    // policies=PODS: in pools of 100, beside half as many held nodes.
+    let policy_pods: Vec<u32> =
+        picked.iter().filter_map(|a| a.strip_prefix("policies=")).filter_map(|v| v.parse().ok()).collect();
+    if let Some(n) = policy_pods.first() {
+        policies::run((n / 2).max(1), (n / 100).max(1), 100).await;
+    } else if all || picked.contains(&"policies") {
+        if quick {
+            policies::run(500, 10, 100).await;
+        } else {
+            policies::run(5000, 100, 100).await;
+        }
     }
     if !sizes.is_empty() {
         nodes::run(&sizes, Duration::from_secs(if quick { 20 } else { 120 })).await;

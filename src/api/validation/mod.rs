@@ -58,7 +58,8 @@ pub fn messages(report: &garde::Report) -> Vec<String> {
     out
 }
 
-fn qualified_name_problem(key: &str) -> Option<String> {
+/// Why `key` is no qualified name (a label or annotation key; `None`: it is one).
+pub fn qualified_name_problem(key: &str) -> Option<String> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),

@@ -122,6 +122,7 @@ impl Simulate for NodePool {
             manage: sim.manage.clone(),
             shard: sim.shard.clone(),
             metrics: sim.metrics.clone(),
+            lifecycles: sim.lifecycles.clone(),
         };
         let counter = DeviceCounter {
             client: sim.client.clone(),

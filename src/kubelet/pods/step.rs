@@ -450,8 +450,12 @@ fn keep_running(i: &Input, facts: &NodeFacts, out: &mut Out) {
         && !looping
         && !out.t.is_armed(TimerKind::Complete)
     {
-        let ran = pod.start_time.map_or(0.0, |s| i.now.since(s).clamp(0.0, 1e9));
-        out.arm(TimerKind::Complete, run_time.saturating_sub(Duration::from_secs_f64(ran)));
+        // Its containers have run since its startTime (written when it was acknowledged) and
+        // its start delay: the run time counts from when they started, as kwok's pod-complete
+        // stage counts from Running.
+        let since = pod.start_time.map_or(0.0, |s| i.now.since(s).clamp(0.0, 1e9));
+        let ran = Duration::from_secs_f64(since).saturating_sub(facts.plan.start_delay);
+        out.arm(TimerKind::Complete, run_time.saturating_sub(ran));
     }
 }
 

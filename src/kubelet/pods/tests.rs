@@ -124,6 +124,21 @@ async fn a_start_delay_acknowledges_the_pod_at_once_and_runs_it_when_over() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_run_time_counts_from_when_the_containers_start_not_from_the_acknowledgement() {
+    let lifecycles = knobs("{startDelay: {fixed: 8s}, runTime: {fixed: 5s}}");
+    let mut p = pooled("r");
+    p["spec"]["restartPolicy"] = json!("Never");
+    let world = running(vec![p], lifecycles, Shard::whole()).await;
+    pass(Duration::from_secs(20)).await;
+    let writes = world.pod_status_writes("r");
+    let phases: Vec<(u64, Option<&str>)> = writes.iter().map(|w| (w.at.as_secs(), w.phase())).collect();
+    let ran = phases.iter().find(|(_, p)| *p == Some("Running")).map(|(t, _)| *t);
+    let done = phases.iter().find(|(_, p)| *p == Some("Succeeded")).map(|(t, _)| *t);
+    assert_eq!(ran, Some(8), "{phases:?}");
+    assert!(done.is_some_and(|t| (12..=14).contains(&t)), "five seconds after it started: {phases:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_crash_loop_backs_off_ten_then_twenty_seconds_between_restarts() {
     let lifecycles = knobs("{crashLoopPercent: 100, crashAfter: {fixed: 3s}}");
     let world = running(vec![pooled("c")], lifecycles, Shard::whole()).await;

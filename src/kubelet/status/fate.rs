@@ -129,6 +129,46 @@ fn over_memory_limit(usage: Option<&crate::api::kubelet::Usage>, seed: Option<i6
         .map(|(c, _)| c.name.clone())
 }
 
+/// A delay a pod's annotation gives (the knob's `fromAnnotation`), as kwok's `durationFrom`
+/// reads one: a duration, or a time (the delay runs from `since`, seconds since the epoch,
+/// until then). A `max` is kwok's jitter: above the annotation's value, the delay is drawn
+/// between them (`u` in `[0, 1)`); not above it, the delay is `max`. `None` when the pod has no
+/// such annotation that reads.
+pub fn from_annotation(delay: Option<&Delay>, pod: &SlimPod, since: Duration, u: f64) -> Option<Duration> {
+    let delay = delay?;
+    let text = pod.annotation(delay.from_annotation.as_deref()?)?.trim();
+    let base = match parse_duration(text) {
+        Some(d) => d,
+        None => {
+            let at: k8s_openapi::jiff::Timestamp = text.parse().ok()?;
+            Duration::from_millis(u64::try_from(at.as_millisecond()).ok()?).saturating_sub(since)
+        }
+    };
+    Some(match delay.max.as_deref().and_then(parse_duration) {
+        Some(hi) if hi <= base => hi,
+        Some(hi) => base + (hi - base).mul_f64(u.clamp(0.0, 1.0)),
+        None => base,
+    })
+}
+
+/// Seconds since the epoch of a time.
+fn epoch_of(t: k8s_openapi::jiff::Timestamp) -> Duration {
+    Duration::from_millis(u64::try_from(t.as_millisecond()).unwrap_or(0))
+}
+
+/// A knob's delay for `pod`: from its annotation when the knob says so, else drawn. A time in
+/// the annotation is reached from now, or for a run time (`run`, `job`) from the pod's start.
+fn drawn(d: Option<&Delay>, pod: &SlimPod, seed: i64, key: &[&str], salt: &str) -> Option<Duration> {
+    if d.is_some_and(|d| d.from_annotation.is_some()) {
+        let now = crate::simulator::lifecycle::epoch_now();
+        let since = if matches!(salt, "run" | "job") { pod.start_time.map_or(now, epoch_of) } else { now };
+        if let Some(read) = from_annotation(d, pod, since, units(seed, key, salt).0) {
+            return Some(read);
+        }
+    }
+    sample(d, seed, key, salt)
+}
+
 /// Whether a Job owns the pod.
 fn owned_by_job(pod: &SlimPod) -> bool {
     pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Job" && o.api_version.starts_with("batch/"))
@@ -146,6 +186,7 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
     let draw = |salt: &str| units(seed, &key, salt).0;
 
     let exit = Exit::error(s.exit_code.filter(|c| (1..=255).contains(c)).unwrap_or(1));
+    let sample = |d: Option<&Delay>, seed: i64, key: &[&str], salt: &str| drawn(d, pod, seed, key, salt);
     let crash_after = || sample(s.crash_after.as_ref(), seed, &key, "crash").unwrap_or(DEFAULT_CRASH_AFTER);
     let has_init = pod.init_containers.iter().any(|c| !c.sidecar);
     let chaos = own.and_then(|o| o.chaos.as_ref()).filter(|c| !c.init || has_init);
@@ -367,6 +408,7 @@ pub fn heartbeat(pool: Option<&dyn Knobs>) -> (Option<Duration>, Option<Duration
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn defaults() -> Defaults {
@@ -643,5 +685,57 @@ mod tests {
         let until = flap.away_until(t).unwrap();
         assert!(until > t && until <= t + Duration::from_secs(40), "{t:?} {until:?}");
         assert_eq!(flap.away_until(until), None, "back at the end of the window");
+    }
+
+    #[test]
+    fn a_delay_read_from_the_pods_annotation_wins_over_the_drawn_one_as_kwoks_duration_from() {
+        use crate::informer::fixtures::TestPod;
+        let s = settings("{startDelay: {fromAnnotation: x.io/start, fixed: 3s}, runTime: {fromAnnotation: x.io/run}}");
+        let read = |pod: Pod| pod.restart("Never").slim_reading(&[], &["x.io/start", "x.io/run"]);
+        let plan = plan_pod(Some(&s), None, &read(Pod::test("a").annotate("x.io/start", "1m30s")), &defaults());
+        assert_eq!(plan.start_delay, Duration::from_secs(90), "the annotation's duration");
+        let plan = plan_pod(Some(&s), None, &read(Pod::test("b")), &defaults());
+        // Without it: the fallback, or none at all (kwok plays such a stage at once).
+        assert_eq!((plan.start_delay, plan.run_time), (Duration::from_secs(3), Some(Duration::ZERO)));
+        let plan = plan_pod(Some(&s), None, &read(Pod::test("c").annotate("x.io/start", "soon")), &defaults());
+        assert_eq!(plan.start_delay, Duration::from_secs(3), "a value that does not read is as none");
+
+        // A time: the delay runs until then (from now for a start, from the start for a run).
+        let in_a_minute = k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(60);
+        let plan = plan_pod(
+            Some(&s),
+            None,
+            &read(Pod::test("d").annotate("x.io/start", &in_a_minute.to_string())),
+            &defaults(),
+        );
+        assert!((58..=60).contains(&plan.start_delay.as_secs()), "{:?}", plan.start_delay);
+        let mut started = Pod::test("e").annotate("x.io/run", &in_a_minute.to_string());
+        started.status.get_or_insert_default().start_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            in_a_minute - k8s_openapi::jiff::SignedDuration::from_secs(100),
+        ));
+        let plan = plan_pod(Some(&s), None, &read(started), &defaults());
+        assert_eq!(plan.run_time, Some(Duration::from_secs(100)), "runs from its start until the time");
+        let plan =
+            plan_pod(Some(&s), None, &read(Pod::test("f").annotate("x.io/start", "2001-01-01T00:00:00Z")), &defaults());
+        assert_eq!(plan.start_delay, Duration::ZERO, "a time passed: at once");
+    }
+
+    #[test]
+    fn a_max_beside_an_annotation_is_kwoks_jitter() {
+        use crate::informer::fixtures::TestPod;
+        let d: Delay = serde_yaml::from_str("{fromAnnotation: x.io/d, min: 1s, max: 10s}").unwrap();
+        let pod = |v: &str| Pod::test("a").annotate("x.io/d", v).slim_reading(&[], &["x.io/d"]);
+        let drawn: Vec<Duration> = (0..50)
+            .map(|i| from_annotation(Some(&d), &pod("4s"), Duration::ZERO, f64::from(i) / 50.0).unwrap())
+            .collect();
+        assert!(drawn.iter().all(|d| (4.0..10.0).contains(&d.as_secs_f64())), "{drawn:?}");
+        assert!(drawn.iter().any(|d| d.as_secs_f64() > 7.0) && drawn.iter().any(|d| d.as_secs_f64() < 5.0));
+        assert_eq!(
+            from_annotation(Some(&d), &pod("20s"), Duration::ZERO, 0.5),
+            Some(Duration::from_secs(10)),
+            "max when not longer"
+        );
+        let plain: Delay = serde_yaml::from_str("{fixed: 1s}").unwrap();
+        assert_eq!(from_annotation(Some(&plain), &pod("4s"), Duration::ZERO, 0.5), None, "no fromAnnotation: not read");
     }
 }

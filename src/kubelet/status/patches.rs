@@ -247,7 +247,7 @@ pub fn failed_patch(pod: &SlimPod, host_ips: &[IpAddr], exit: &Exit, now: &Value
         .iter()
         .map(|c| {
             let state = if exit.hits(&c.name) { exited(uid, c, exit, now) } else { terminated(uid, c, 0, now) };
-            container_status(uid, c, false, 0, state)
+            container_status(uid, c, false, 0, ran_since(state, pod, now))
         })
         .collect();
     let mut status = json!({
@@ -390,9 +390,21 @@ pub fn with(mut base: Value, over: Value) -> Value {
     base
 }
 
+/// A terminated `state` that started when the pod's containers started running (a kubelet
+/// reports when the container that ended had started).
+fn ran_since(mut state: Value, pod: &SlimPod, now: &Value) -> Value {
+    state["terminated"]["startedAt"] = since(pod, now);
+    state
+}
+
 /// The status patch of a pod whose containers all exited 0 (a finished Job pod).
 pub fn completed_patch(pod: &SlimPod, now: &Value) -> Value {
-    let containers: Vec<Value> = pod.containers.iter().map(|c| terminated_state(pod.uid(), c, now)).collect();
+    let uid = pod.uid();
+    let containers: Vec<Value> = pod
+        .containers
+        .iter()
+        .map(|c| container_status(uid, c, false, 0, ran_since(terminated(uid, c, 0, now), pod, now)))
+        .collect();
     json!({ "status": {
         "phase": "Succeeded",
         "conditions": [
@@ -422,8 +434,8 @@ pub enum Ending {
 pub fn terminated_patch(pod: &SlimPod, ending: Ending, now: &Value) -> Value {
     let uid = pod.uid();
     let state = |c: &SlimContainer| match ending {
-        Ending::Signalled => terminated(uid, c, 143, now),
-        Ending::Killed => terminated(uid, c, 137, now),
+        Ending::Signalled => ran_since(terminated(uid, c, 143, now), pod, now),
+        Ending::Killed => ran_since(terminated(uid, c, 137, now), pod, now),
         Ending::NeverStarted => json!({"terminated": {
             "exitCode": 137, "reason": "ContainerStatusUnknown",
             "message": "The container could not be located when the pod was terminated",
@@ -719,6 +731,13 @@ mod tests {
         let v = completed_patch(&pod(&[], &[]), &json!("t"));
         assert_eq!(v["status"]["phase"], "Succeeded");
         assert_eq!(v["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 0);
+        // A kubelet reports when the container that ended had started.
+        let mut ran = pod(&[], &[]);
+        ran.running_since = Some("2026-01-02T03:04:05Z".parse().unwrap());
+        let t = &completed_patch(&ran, &json!("t"))["status"]["containerStatuses"][0]["state"]["terminated"];
+        assert_eq!((t["startedAt"].as_str(), t["finishedAt"].as_str()), (Some("2026-01-02T03:04:05Z"), Some("t")));
+        let t = &terminated_patch(&ran, Ending::Signalled, &json!("t"))["status"]["containerStatuses"][0]["state"];
+        assert_eq!(t["terminated"]["startedAt"], "2026-01-02T03:04:05Z");
     }
 
     #[test]

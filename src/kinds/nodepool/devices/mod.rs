@@ -22,7 +22,7 @@ pub use rules::problems;
 pub use slices::{slice_name, slices};
 
 /// Label on a published slice: the NodePool whose `spec.devices` it shows.
-pub const POOL_LABEL: &str = "pools.kwok.x-k8s.io/device-pool";
+pub const POOL_LABEL: &str = crate::api::conventions::DEVICE_POOL_LABEL;
 
 /// One driver's devices on every node of the pool.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

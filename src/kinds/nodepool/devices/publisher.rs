@@ -8,6 +8,7 @@ use super::super::NodePool;
 use super::{self as devices, POOL_LABEL};
 use crate::informer::Change;
 use crate::shard::Shard;
+use crate::simulator::lifecycle::{Knobs, Lifecycles};
 use crate::simulator::manage::Manage;
 use crate::telemetry::metrics::Metrics;
 use k8s_openapi::api::core::v1::Node;
@@ -27,6 +28,8 @@ pub struct SlicePublisher {
     pub manage: Manage,
     pub shard: Shard,
     pub metrics: Arc<Metrics>,
+    /// The lifecycle engine: the devices a node policy gives nodes no pool made.
+    pub lifecycles: Lifecycles,
 }
 
 /// What a node shows: the pool generation and the slice names last published.
@@ -55,6 +58,7 @@ impl SlicePublisher {
         let room = Arc::new(tokio::sync::Semaphore::new(PARALLEL));
         let mut resync = tokio::time::interval(RESYNC);
         let mut shard = sim.shard.clone();
+        let mut knobs = sim.lifecycles.changes();
         let look =
             |node: &Node, shown: &HashMap<String, Shown>, busy: &mut HashSet<String>, again: &mut HashSet<String>| {
                 let name = node.name_any();
@@ -83,6 +87,7 @@ impl SlicePublisher {
         loop {
             tokio::select! {
                 () = shard.changed() => for n in sim.nodes.state() { look(&n, &shown, &mut busy, &mut again) },
+                Ok(()) = knobs.changed() => for n in sim.nodes.state() { look(&n, &shown, &mut busy, &mut again) },
                 _ = resync.tick() => for n in sim.nodes.state() { look(&n, &shown, &mut busy, &mut again) },
                 change = nodes.recv() => match change {
                     Some(Change::Applied(n)) => look(&n, &shown, &mut busy, &mut again),
@@ -125,7 +130,10 @@ impl SlicePublisher {
         if node.metadata.deletion_timestamp.is_some() || !self.manage.manages(node) || !self.shard.owns(&name) {
             return None;
         }
-        let owner = node.owner_references().iter().find(|o| o.controller == Some(true) && o.kind == "NodePool")?;
+        let Some(owner) = node.owner_references().iter().find(|o| o.controller == Some(true) && o.kind == "NodePool")
+        else {
+            return self.policy_wanted(node);
+        };
         let pool =
             self.pools.get(&ObjectRef::new(&owner.name)).filter(|p| p.metadata.uid.as_deref() == Some(&owner.uid))?;
         let generation = pool.metadata.generation.unwrap_or(1);
@@ -137,6 +145,26 @@ impl SlicePublisher {
         }
         let at = devices::slices::NodeRef { pool: &owner.name, generation, seed, node: &name, uid: &uid };
         Some((generation, devices::slices(&pool.spec.devices, &at)))
+    }
+
+    /// The slices of a node no pool made, from the node policy that governs it (none: an empty
+    /// list, so slices published before are deleted).
+    fn policy_wanted(&self, node: &Node) -> Option<(i64, Vec<ResourceSlice>)> {
+        let (name, uid) = (node.name_any(), node.metadata.uid.clone().unwrap_or_default());
+        let knobs = self.lifecycles.node_knobs(node);
+        let Some(given) = knobs.as_deref().and_then(Knobs::devices) else { return Some((0, Vec::new())) };
+        let sets = given.sets.downcast_ref::<Vec<devices::DeviceSet>>()?;
+        if !devices::problems(sets).is_empty() {
+            return None; // refused at admission; the policy's status says why
+        }
+        let at = devices::slices::NodeRef {
+            pool: &given.by,
+            generation: given.generation,
+            seed: given.seed,
+            node: &name,
+            uid: &uid,
+        };
+        Some((given.generation, devices::slices(sets, &at)))
     }
 
     /// The slices published before this process started, by node.
