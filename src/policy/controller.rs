@@ -8,7 +8,7 @@ use super::matching::Target;
 use super::source::{Policies, pod_keys, seen_node, seen_pod};
 use super::status;
 use crate::informer::pod::{ReadKeys, SlimPod};
-use crate::informer::{Change, Informer, Informers, shared};
+use crate::informer::{Informer, Informers, shared};
 use crate::simulator::lifecycle::Lifecycles;
 use crate::simulator::manage::Manage;
 use k8s_openapi::api::core::v1::Node;
@@ -61,14 +61,13 @@ pub async fn follow(client: Client, informers: Arc<Informers>, policies: Arc<Pol
     loop {
         tokio::select! {
             change = changes.recv() => {
-                let Some(change) = change else { return };
-                // Several changes at once are one rebuild.
-                let mut relevant = !matches!(change, Change::Synced);
-                while let Ok(more) = changes.try_recv() {
-                    relevant |= !matches!(more, Change::Synced);
+                if change.is_none() {
+                    return;
                 }
-                if relevant || store.state().is_empty() {
-                    apply(&store, &policies, &keys, &pods, &engine);
+                // A burst of changes (a file of policies applied) is one rebuild.
+                tokio::time::sleep(SETTLE).await;
+                while changes.try_recv().is_ok() {}
+                if apply(&store, &policies, &keys, &pods, &engine) {
                     engine.changed();
                 }
             }
@@ -76,6 +75,9 @@ pub async fn follow(client: Client, informers: Arc<Informers>, policies: Arc<Pol
         }
     }
 }
+
+/// How long a change waits for the ones that come with it.
+const SETTLE: Duration = Duration::from_millis(250);
 
 /// How often the pools' delay annotations are looked at.
 const POOL_KEYS_EVERY: Duration = Duration::from_secs(10);
@@ -96,19 +98,24 @@ fn keep_keys(keys: &ReadKeys, pods: &Informer<SlimPod>, labels: &[String], annot
     }
 }
 
+/// Indexes the policies and keeps the pod keys they read; `true` when a spec changed (the
+/// leader's status writes change none).
 fn apply(
     store: &Store<LifecyclePolicy>,
     policies: &Policies,
     keys: &ReadKeys,
     pods: &Informer<SlimPod>,
     engine: &Lifecycles,
-) {
+) -> bool {
     let all = store.state();
-    policies.set(&all);
+    if !policies.set(&all) {
+        return false;
+    }
     let (labels, mut annotations) = pod_keys(&all);
     annotations.extend(engine.pool_delay_annotations());
     keep_keys(keys, pods, &labels, &annotations);
     tracing::debug!(policies = all.len(), "lifecycle policies indexed");
+    true
 }
 
 /// The leader's part: every policy's status, written when it changes.
@@ -119,7 +126,7 @@ pub async fn write_status(client: Client, informers: Arc<Informers>, policies: A
     loop {
         tokio::time::sleep(STATUS_EVERY).await;
         // (A replica that only reconciles follows no policies for a simulator: index them here.)
-        policies.set(&store.state());
+        let _ = policies.set(&store.state());
         let tallies = tally(&policies, &nodes, &pods, &manage);
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         for policy in store.state() {

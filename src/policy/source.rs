@@ -117,12 +117,30 @@ pub fn seen_node(node: &Node) -> Seen<'_> {
 #[derive(Default)]
 pub struct Policies {
     indexes: RwLock<Arc<Indexes>>,
+    /// What is indexed: each policy's name, UID and spec generation.
+    specs: RwLock<Vec<Spec>>,
 }
 
+/// A policy's name, UID and spec generation: what tells its spec changed (its status does not).
+type Spec = (String, Option<String>, Option<i64>);
+
 impl Policies {
-    /// Indexes `policies` from now on.
-    pub fn set(&self, policies: &[Arc<LifecyclePolicy>]) {
+    /// Indexes `policies` from now on, unless their specs are those indexed already (a status
+    /// write changes none: the workers need not look at every object again). `true` when it
+    /// indexed them anew.
+    pub fn set(&self, policies: &[Arc<LifecyclePolicy>]) -> bool {
+        let mut specs: Vec<Spec> = policies
+            .iter()
+            .map(|p| (kube::ResourceExt::name_any(p.as_ref()), p.metadata.uid.clone(), p.metadata.generation))
+            .collect();
+        specs.sort();
+        let mut indexed = crate::sync::write(&self.specs);
+        if *indexed == specs && !specs.is_empty() {
+            return false;
+        }
         *crate::sync::write(&self.indexes) = Arc::new(Indexes::of(policies));
+        *indexed = specs;
+        true
     }
 
     /// The indexes now (for the status).
@@ -158,12 +176,31 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
 
     fn policy(spec: &str) -> Arc<LifecyclePolicy> {
+        policy_at(spec, 1)
+    }
+
+    /// Policy `p` at spec generation `generation`.
+    fn policy_at(spec: &str, generation: i64) -> Arc<LifecyclePolicy> {
         Arc::new(
             serde_yaml::from_str(&format!(
-                "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: p, uid: u1}}\nspec:\n{spec}"
+                "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: p, uid: u1, generation: {generation}}}\nspec:\n{spec}"
             ))
             .unwrap(),
         )
+    }
+
+    #[test]
+    fn only_a_new_spec_is_indexed_anew_not_a_status_write() {
+        let policies = Policies::default();
+        let spec = "  pods: {selector: {matchLabels: {app: web}}, lifecycle: {failPercent: 100}}\n";
+        assert!(policies.set(&[policy_at(spec, 1)]), "the first time");
+        let indexed = policies.indexes();
+        let mut with_status = (*policy_at(spec, 1)).clone();
+        with_status.status = Some(super::super::api::PolicyStatus { pods: 3, ..Default::default() });
+        assert!(!policies.set(&[Arc::new(with_status)]), "a status write changes no spec");
+        assert!(Arc::ptr_eq(&indexed, &policies.indexes()), "the same indexes: cached knobs stay valid");
+        assert!(policies.set(&[policy_at(spec, 2)]), "a new generation");
+        assert!(policies.set(&[]), "none left");
     }
 
     #[test]
@@ -178,7 +215,10 @@ mod tests {
         assert_eq!(policies.node(&node).unwrap().nodes().unwrap().not_ready_percent, Some(50));
         let other = Pod::test("db-0").label("app", "db").on("n").slim_reading(&["app"], &[]);
         assert!(policies.pod(&other, &node).is_none());
-        policies.set(&[policy("  pods: {selector: {matchExpressions: [{key: app, operator: In}]}, lifecycle: {}}\n")]);
+        policies.set(&[policy_at(
+            "  pods: {selector: {matchExpressions: [{key: app, operator: In}]}, lifecycle: {}}\n",
+            2,
+        )]);
         assert!(policies.pod(&pod, &node).is_none(), "an invalid policy governs nothing");
     }
 
