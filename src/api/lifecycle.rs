@@ -466,7 +466,7 @@ fn annotation_reads(pods: Option<&PodLifecycle>, nodes: Option<&NodeLifecycle>) 
         ];
         for (name, d) in named {
             let Some(key) = d.as_ref().and_then(|d| d.from_annotation.as_deref()) else { continue };
-            if let Some(problem) = super::validation::qualified_name_problem(&key.to_ascii_lowercase()) {
+            if let Some(problem) = super::names::qualified_name_problem(&key.to_ascii_lowercase()) {
                 out.push(format!(".pods.{name}.fromAnnotation: {key:?} is no annotation key: it {problem}"));
             }
         }

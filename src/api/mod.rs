@@ -10,6 +10,7 @@ pub mod duration;
 pub mod editor_schema;
 pub mod kubelet;
 pub mod lifecycle;
+pub mod names;
 pub mod ranges;
 pub mod schema;
 pub mod validation;
