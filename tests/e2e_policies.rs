@@ -596,3 +596,58 @@ async fn delays_read_from_each_pods_annotation_as_kwoks_duration_from() {
     assert_eq!(phase(&plain), "Running", "the fallback run time is ten minutes");
     assert!(started_after(&plain).unwrap() < 8.0, "no start delay without the annotation");
 }
+
+/// `kubectl top nodes NAME`: (CPU millicores, memory MiB).
+fn top_node(name: &str) -> Result<(u64, u64), String> {
+    let out =
+        Command::new("kubectl").args(["top", "nodes", name, "--no-headers"]).output().map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let w: Vec<&str> = text.split_whitespace().collect();
+    let num = |s: Option<&&str>, unit: &str| s.and_then(|s| s.strip_suffix(unit)).and_then(|n| n.parse::<u64>().ok());
+    match (num(w.get(1), "m"), w.iter().skip(2).find_map(|x| num(Some(x), "Mi"))) {
+        (Some(cpu), Some(mem)) => Ok((cpu, mem)),
+        _ => Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr))),
+    }
+}
+
+#[tokio::test]
+async fn hand_made_nodes_get_a_policys_usage_and_flapping() {
+    let client = client().await;
+    let scope = unique("poluse");
+    let _op = Operator::start(&scope, &[]);
+    let (busy, flaky) = (format!("{scope}-busy-0"), format!("{scope}-flaky-0"));
+    apply(&hand_made_node(&busy, &scope, ", role: busy"));
+    apply(&hand_made_node(&flaky, &scope, ", role: flaky"));
+    let (usage, flap) = (format!("{scope}-usage"), format!("{scope}-flap"));
+    let _cleanup = Policies(vec![usage.clone(), flap.clone()]);
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: {usage}}}\nspec:\n  nodes:\n    selector: {{matchLabels: {{{SCOPE_LABEL}: {scope}, role: busy}}}}\n    lifecycle: {{usage: {{cpu: 300m, memory: 2Gi}}}}\n---\napiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: {flap}}}\nspec:\n  nodes:\n    selector: {{matchLabels: {{{SCOPE_LABEL}: {scope}, role: flaky}}}}\n    lifecycle: {{notReadyPercent: 100, notReadyFor: {{fixed: 45s}}, every: 90s}}\n"
+    ));
+    // metrics-server scrapes the simulated kubelet of a node no pool made: the policy's usage.
+    let (cpu, mem) = wait_for("kubectl top nodes for the busy node", T, || async {
+        let (cpu, mem) = top_node(&busy)?;
+        if cpu.abs_diff(300) <= 5 && mem.abs_diff(2048) <= 2 { Ok((cpu, mem)) } else { Err(format!("{cpu}m {mem}Mi")) }
+    })
+    .await;
+    assert!(cpu.abs_diff(300) <= 5 && mem.abs_diff(2048) <= 2);
+    // The flaky node goes away in its window and comes back, the controller manager's taint
+    // following; the busy one stays Ready throughout.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let ready = |n: &Node| condition(n, "Ready").as_deref() == Some("True");
+    wait_for("the flaky node NotReady, tainted", Duration::from_secs(180), || async {
+        let n = nodes.get(&flaky).await.map_err(|e| e.to_string())?;
+        let tainted = has_taint(&n, "node.kubernetes.io/unreachable") || has_taint(&n, "node.kubernetes.io/not-ready");
+        if !ready(&n) && tainted { Ok(()) } else { Err(format!("Ready {:?}", condition(&n, "Ready"))) }
+    })
+    .await;
+    assert!(ready(&nodes.get(&busy).await.unwrap()), "the busy node is not in the flapping policy");
+    wait_for("the flaky node back, untainted", Duration::from_secs(120), || async {
+        let n = nodes.get(&flaky).await.map_err(|e| e.to_string())?;
+        let tainted = has_taint(&n, "node.kubernetes.io/unreachable") || has_taint(&n, "node.kubernetes.io/not-ready");
+        if ready(&n) && !tainted { Ok(()) } else { Err(format!("Ready {:?}", condition(&n, "Ready"))) }
+    })
+    .await;
+    for n in [&busy, &flaky] {
+        delete_quietly("node", n);
+    }
+}
