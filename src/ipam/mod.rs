@@ -16,6 +16,18 @@ pub fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
+/// Where a key's addresses are first looked for: FNV of the name, or for `<stem>-<index>`
+/// (up to nine digits) FNV of the stem plus the index.
+fn spread_point(key: &str) -> u128 {
+    let indexed = key.rsplit_once('-').filter(|(stem, digits)| {
+        !stem.is_empty() && (1..=9).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit())
+    });
+    match indexed.and_then(|(stem, digits)| Some((stem, digits.parse::<u64>().ok()?))) {
+        Some((stem, index)) => u128::from(fnv(stem)) + u128::from(index),
+        None => u128::from(fnv(key)),
+    }
+}
+
 /// Hands out host addresses of one range by key.
 #[derive(Debug, Clone)]
 pub struct HostAllocator {
@@ -75,9 +87,12 @@ impl HostAllocator {
     /// Like [`HostAllocator::allocate`], probing from a point chosen by the key itself, so that
     /// processes that each see every holder, but allocate for different keys, rarely pick the
     /// same address (sharded simulators).
+    /// A name ending in `-<index>` (a pool's child) starts at its stem's point plus the index,
+    /// so the nodes of one pool take consecutive addresses and never clash with each other even
+    /// when two processes pick them at the same moment without seeing each other's picks.
     pub fn allocate_spread(&mut self, key: &str) -> Option<IpAddr> {
         let (first, last) = host_range(&self.net);
-        let start = first + u128::from(fnv(key)) % (last - first + 1);
+        let start = first + spread_point(key) % (last - first + 1);
         let cursor = self.cursor;
         let ip = self.allocate_from(key, start);
         self.cursor = cursor;
@@ -181,6 +196,26 @@ mod tests {
         // The same key always starts at the same point.
         let mut c = HostAllocator::new(range);
         assert_eq!(c.allocate_spread("node-7"), HostAllocator::new(range).allocate_spread("node-7"));
+    }
+
+    #[test]
+    fn one_pools_nodes_never_clash_even_when_picked_unseen() {
+        // Three simulators of one pool's 6,000 nodes in the default-sized range, none seeing
+        // the others' picks (all at the same moment): every node still has its own address.
+        let range = net("198.18.0.0/15");
+        let mut sims = [HostAllocator::new(range), HostAllocator::new(range), HostAllocator::new(range)];
+        let mut seen = HashSet::new();
+        for i in 0..6000 {
+            let ip = sims[(fnv(&i.to_string()) % 3) as usize].allocate_spread(&format!("gpu-pool-{i}")).unwrap();
+            assert!(seen.insert(ip), "gpu-pool-{i} got {ip} twice");
+        }
+        // Names without an index spread by their whole name; an index too long to be one too.
+        let mut a = HostAllocator::new(range);
+        let (x, y) = (a.allocate_spread("karpenter-abcde").unwrap(), a.allocate_spread("pool-12345678901").unwrap());
+        assert_ne!(x, y);
+        assert_eq!(spread_point("pool-7"), spread_point("pool-0") + 7);
+        assert_eq!(spread_point("pool-x7"), u128::from(fnv("pool-x7")));
+        assert_eq!(spread_point("-7"), u128::from(fnv("-7")));
     }
 
     #[test]
