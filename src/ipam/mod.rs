@@ -87,12 +87,16 @@ impl HostAllocator {
     /// Like [`HostAllocator::allocate`], probing from a point chosen by the key itself, so that
     /// processes that each see every holder, but allocate for different keys, rarely pick the
     /// same address (sharded simulators).
-    /// A name ending in `-<index>` (a pool's child) starts at its stem's point plus the index,
-    /// so the nodes of one pool take consecutive addresses and never clash with each other even
-    /// when two processes pick them at the same moment without seeing each other's picks.
+    /// A name ending in `-<index>` (a pool's child) takes its stem's point plus the index when
+    /// that is free, so the nodes of one pool take consecutive addresses and never clash with
+    /// each other even when two processes pick them at the same moment without seeing each
+    /// other's picks; when it is taken (another pool's block), the probe starts from the whole
+    /// name's point instead of walking along the other block.
     pub fn allocate_spread(&mut self, key: &str) -> Option<IpAddr> {
         let (first, last) = host_range(&self.net);
-        let start = first + spread_point(key) % (last - first + 1);
+        let size = last - first + 1;
+        let indexed = first + spread_point(key) % size;
+        let start = if self.used.contains(&indexed) { first + u128::from(fnv(key)) % size } else { indexed };
         let cursor = self.cursor;
         let ip = self.allocate_from(key, start);
         self.cursor = cursor;
@@ -214,6 +218,20 @@ mod tests {
         let (x, y) = (a.allocate_spread("karpenter-abcde").unwrap(), a.allocate_spread("pool-12345678901").unwrap());
         assert_ne!(x, y);
         assert_eq!(spread_point("pool-7"), spread_point("pool-0") + 7);
+        // A pool whose block lands on another's does not walk along it: its nodes start afresh
+        // from their own names' points.
+        let mut b = HostAllocator::new(net("10.0.0.0/16"));
+        let base = (spread_point("blue-0") % 65534) as usize;
+        for i in 0..1000 {
+            b.allocate_spread(&format!("blue-{i}")).unwrap();
+        }
+        let stem = (0..).map(|k| format!("red{k}")).find(|s| {
+            let p = (u128::from(fnv(s)) % 65534) as usize;
+            p > base + 10 && p < base + 500
+        });
+        let red = b.allocate_spread(&format!("{}-0", stem.unwrap())).unwrap();
+        let blue_end = b.get("blue-999").unwrap();
+        assert_ne!(to_u128(red), to_u128(blue_end) + 1, "red-0 walked to the end of blue's block");
         assert_eq!(spread_point("pool-x7"), u128::from(fnv("pool-x7")));
         assert_eq!(spread_point("-7"), u128::from(fnv("-7")));
     }
