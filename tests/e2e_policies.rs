@@ -359,15 +359,7 @@ async fn bad_policies_are_refused_with_their_field_and_ties_are_reported() {
 
 #[test]
 fn kwoks_stage_sets_import_with_every_field_mapped_or_reported() {
-    let out = Command::new("go")
-        .args(["mod", "download", "-json", "sigs.k8s.io/kwok@v0.8.0"])
-        .env("GOFLAGS", "-mod=mod")
-        .env("GOTOOLCHAIN", "local")
-        .current_dir(std::env::temp_dir())
-        .output()
-        .expect("go");
-    let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("go mod download -json");
-    let stages = std::path::PathBuf::from(info["Dir"].as_str().unwrap()).join("kustomize/stage");
+    let stages = kwok_pools_test_support::kwok_stages();
     // (set, exit code without --allow-partial: 1 when some field is reported not mapped)
     let sets = [
         ("fast", 0),

@@ -15,19 +15,6 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(180);
 
-/// kwok's stage files, from the Go module cache (`go mod download`).
-fn kwok_stages() -> std::path::PathBuf {
-    let out = Command::new("go")
-        .args(["mod", "download", "-json", "sigs.k8s.io/kwok@v0.8.0"])
-        .env("GOFLAGS", "-mod=mod")
-        .env("GOTOOLCHAIN", "local")
-        .current_dir(std::env::temp_dir())
-        .output()
-        .expect("go");
-    let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("go mod download -json");
-    std::path::PathBuf::from(info["Dir"].as_str().unwrap()).join("kustomize/stage")
-}
-
 /// Kills kwok when dropped.
 struct Kwok(std::process::Child);
 

@@ -518,6 +518,20 @@ pub fn delete_quietly(kind: &str, name: &str) {
     let _ = kubectl(&["delete", kind, name, "--wait=false", "--ignore-not-found"]);
 }
 
+/// kwok v0.8.0's stage sets (`kustomize/stage/`), from the Go module cache (`go mod download`,
+/// which `make kwok` has filled).
+pub fn kwok_stages() -> PathBuf {
+    let out = Command::new("go")
+        .args(["mod", "download", "-json", "sigs.k8s.io/kwok@v0.8.0"])
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("go");
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("go mod download -json");
+    PathBuf::from(info["Dir"].as_str().expect("the module's directory")).join("kustomize/stage")
+}
+
 /// Reads a file of the repository.
 pub fn read_repo_file(path: &str) -> String {
     std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("reading {path}: {e}"))
