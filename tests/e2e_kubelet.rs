@@ -1,6 +1,6 @@
 //! The simulated kubelets' API on the local cluster, through the real API server, the real
 //! metrics-server and the real HPA controller: `kubectl logs` (tail, follow, previous),
-//! `kubectl exec` (echo, reply, stdin), `kubectl port-forward`, node proxy paths, `kubectl top`,
+//! `kubectl exec` (the default shell, echo, reply, stdin), `kubectl port-forward`, node proxy paths, `kubectl top`,
 //! an HPA driven up and down by a usage shape, and callers without identity or right refused.
 //!
 //! Needs the cluster of `make e2e` (`cluster create --metrics-server`).
@@ -147,6 +147,75 @@ async fn logs_exec_and_port_forward_answer_for_a_pod_on_a_simulated_node() {
     let _ = pf.wait();
     let mut rest = String::new();
     let _ = pf.stderr.take().unwrap().read_to_string(&mut rest);
+    op.stop();
+}
+
+#[tokio::test]
+async fn exec_answers_from_a_minimal_shell_by_default() {
+    let client = client().await;
+    let scope = unique("kl-shell");
+    let ns = TestNamespace::new(&client, "kl-shell").await;
+    let mut op = Operator::start(&scope, &[]);
+    op.wait_ready().await;
+    apply(&nodepool_yaml(&scope, &scope, 1, ""));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    apply(&format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
+  containers:
+  - name: c
+    image: nginx
+    env:
+    - {{name: GREETING, value: hello}}
+    - {{name: MY_NODE, valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}}}
+",
+        ns = ns.name
+    ));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod = wait_for("pod web Running", T, || async {
+        let p = pods.get("web").await.map_err(|e| e.to_string())?;
+        if pod_ready(&p) { Ok(p) } else { Err(format!("{:?}", p.status.and_then(|s| s.phase))) }
+    })
+    .await;
+    let node = pod.spec.unwrap().node_name.unwrap();
+
+    let (ok, stdout, stderr) = out(&["exec", "-n", &ns.name, "web", "--", "echo", "hello", "world"]);
+    assert!(ok && stdout == "hello world\n", "{stdout}{stderr}");
+    let (ok, stdout, _) = out(&["exec", "-n", &ns.name, "web", "--", "sh", "-c", "echo $GREETING from $(hostname)"]);
+    assert!(ok, "{stdout}");
+    // `$(...)` is not substituted by the simulated shell: it is text after `$`.
+    assert!(stdout.starts_with("hello from "), "{stdout}");
+    let (ok, stdout, _) = out(&["exec", "-n", &ns.name, "web", "--", "printenv", "MY_NODE", "HOSTNAME"]);
+    assert!(ok && stdout == format!("{node}\nweb\n"), "{stdout}");
+    let (ok, stdout, _) = out(&["exec", "-n", &ns.name, "web", "--", "cat", "/etc/hostname"]);
+    assert!(ok && stdout == "web\n", "{stdout}");
+
+    // An unknown command: not found, exit 127, as a container without that binary answers.
+    let o = kubectl(&["exec", "-n", &ns.name, "web", "--", "nginx", "-t"]);
+    assert_eq!(o.status.code(), Some(127), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("executable file not found"));
+    let o = kubectl(&["exec", "-n", &ns.name, "web", "--", "sh", "-c", "false || exit 9"]);
+    assert_eq!(o.status.code(), Some(9));
+
+    // An interactive shell fed on stdin: each line runs, `exit` ends it with its code.
+    let o = kubectl_stdin(
+        &["exec", "-i", "-n", &ns.name, "web", "--", "sh"],
+        Some("echo first\nprintenv GREETING\ncurl localhost\nexit 5\necho never\n"),
+    );
+    assert_eq!(o.status.code(), Some(5), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "first\nhello\n");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("sh: curl: not found"));
+    // `cat` with no file reads stdin.
+    let o = kubectl_stdin(&["exec", "-i", "-n", &ns.name, "web", "--", "cat"], Some("typed in\n"));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "typed in\n");
+    // `sleep` lasts.
+    let t0 = Instant::now();
+    assert!(out(&["exec", "-n", &ns.name, "web", "--", "sleep", "2"]).0);
+    assert!(t0.elapsed() >= Duration::from_secs(2), "sleep 2 returned after {:?}", t0.elapsed());
     op.stop();
 }
 
@@ -514,7 +583,7 @@ async fn exec_and_port_forward_speak_websocket_to_direct_callers() {
             _ => {}
         }
     }
-    assert_eq!(String::from_utf8_lossy(&stdout), "cat -n\nhello\n");
+    assert_eq!(String::from_utf8_lossy(&stdout), "hello\n", "the default shell's cat copies stdin");
     assert_eq!(status.unwrap()["status"], "Success");
     // Port-forward: each channel opens with its port; data is answered on the data channel.
     let mut socket = ws(format!("/portForward/{}/web?port=9090", ns.name), "v4.channel.k8s.io").await;

@@ -294,7 +294,11 @@ async fn every_command_on_the_front_page_runs() {
             c if c.starts_with("kubectl scale") => &["scaled"],
             c if c.starts_with("kubectl get pools") => &["nodepool-sample", "podpool-sample"],
             c if c.starts_with("kubectl logs") => &["podpool-sample-0"],
-            c if c.starts_with("kubectl exec") => &["echo hello"],
+            c if c.starts_with("kubectl exec") => {
+                // The container's shell answers: `hello`, not the command's words.
+                assert!(said.lines().any(|l| l.trim() == "hello"), "{command}: {said}");
+                &["hello"]
+            }
             c if c.starts_with("kubectl top nodes") => &["nodepool-sample-"],
             c if c.starts_with("kwok-pools status") => &["nodepool-sample", "podpool-sample"],
             _ => &[],

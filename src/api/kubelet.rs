@@ -311,8 +311,12 @@ pub struct Logs {
 /// What `kubectl exec` (and attach) get: nothing runs on the operator's machine, ever.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ExecMode {
-    /// The command's words on stdout, exit 0 (the default).
+    /// A minimal shell (the default): `echo`, `true`, `false`, `env`, `printenv`, `hostname`,
+    /// `cat` of the kubelet-managed files, `sleep`, `exit`, `sh -c` scripts and an interactive
+    /// `sh`; any other command is not found (exit 127).
     #[default]
+    Shell,
+    /// The command's words on stdout, exit 0, and stdin echoed.
     Echo,
     /// `output` on stdout and `exitCode`, whatever the command.
     Reply,

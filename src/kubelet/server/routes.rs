@@ -229,12 +229,32 @@ fn exec_settings(api: &KubeletApi, node: &Node, pod: &SlimPod) -> Option<crate::
     pool.pods()?.exec.clone()
 }
 
+/// What the container's shell sees (read from the API server: the store keeps no env), when
+/// its exec knob is the shell.
+async fn environment(
+    api: &KubeletApi,
+    settings: Option<&crate::api::kubelet::Exec>,
+    pod: &SlimPod,
+    container: &str,
+) -> super::exec::shell::Container {
+    if settings.is_some_and(|s| s.mode != crate::api::kubelet::ExecMode::Shell) {
+        return Default::default();
+    }
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    match kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(api.client.clone(), ns).get_opt(pod.name()).await {
+        Ok(Some(full)) => super::exec::environment::container(&full, container),
+        _ => Default::default(),
+    }
+}
+
 async fn run(api: &KubeletApi, node: &Node, pod: &SlimPod, t: &Target, req: Request) -> Response {
     if !container_known(pod, &t.container) {
         return not_a_container(pod, &t.container);
     }
     let command = answer::command(&query(&req));
-    let a = answer::answer(exec_settings(api, node, pod).as_ref(), &command, pod.name(), &t.container);
+    let settings = exec_settings(api, node, pod);
+    let env = environment(api, settings.as_ref(), pod, &t.container).await;
+    let a = answer::answer(settings.as_ref(), &command, pod.name(), &t.container, &env);
     text(StatusCode::OK, format!("{}{}", a.stdout, a.stderr))
 }
 
@@ -252,6 +272,7 @@ async fn streaming(
     let q = query(&req);
     let asked = spdy::Asked::from_query(&q);
     let settings = exec_settings(api, node, pod);
+    let env = if attach { Default::default() } else { environment(api, settings.as_ref(), pod, &t.container).await };
     let (pod_name, container) = (pod.name().to_string(), t.container.clone());
     let script = if attach { Some(logs::script(api, node, pod, &container).await) } else { None };
     let started = logs::started(pod);
@@ -263,9 +284,8 @@ async fn streaming(
                 0
             }
             None => {
-                let echo = settings.as_ref().is_none_or(|s| s.mode == crate::api::kubelet::ExecMode::Echo);
-                let a = answer::answer(settings.as_ref(), &command, &pod_name, &container);
-                super::exec::exec(&a, echo && asked.stdin, &mut streams).await
+                let a = answer::answer(settings.as_ref(), &command, &pod_name, &container, &env);
+                super::exec::exec(&a, asked.stdin, &mut streams).await
             }
         }
     };

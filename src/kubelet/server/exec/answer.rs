@@ -1,7 +1,20 @@
 //! What `kubectl exec` (and `/run`) get from a simulated container: decided by the pod
 //! lifecycle's `exec` knob, never by running anything. Pure.
 
+use super::shell::{self, Container, Invocation};
 use crate::api::kubelet::{Exec, ExecMode};
+use std::time::Duration;
+
+/// What a session does with the client's stdin after the answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stdin {
+    /// Nothing: the session ends.
+    Ignored,
+    /// Copied to stdout until it ends (`Echo`, or the shell's `cat`).
+    Echoed,
+    /// Each line run by the shell, until `exit` or the end of input (an interactive `sh`).
+    Shell(Box<Container>),
+}
 
 /// The answer to one command.
 #[derive(Clone, Debug, PartialEq)]
@@ -9,26 +22,49 @@ pub struct Answer {
     pub stdout: String,
     pub stderr: String,
     pub exit_code: i32,
+    /// How long the command lasts before it ends (the shell's `sleep`).
+    pub lasts: Duration,
+    pub stdin: Stdin,
 }
 
-/// The answer to `command` in `container` of `pod` under `settings` (the default: echo).
-pub fn answer(settings: Option<&Exec>, command: &[String], pod: &str, container: &str) -> Answer {
+impl Answer {
+    fn printed(stdout: String, stderr: String, exit_code: i32) -> Self {
+        Answer { stdout, stderr, exit_code, lasts: Duration::ZERO, stdin: Stdin::Ignored }
+    }
+}
+
+/// The answer to `command` in `container` of `pod` under `settings` (the default: the
+/// minimal shell, over the container's environment `env`).
+pub fn answer(settings: Option<&Exec>, command: &[String], pod: &str, container: &str, env: &Container) -> Answer {
     let s = settings.cloned().unwrap_or_default();
     match s.mode {
-        ExecMode::Echo => Answer { stdout: format!("{}\n", command.join(" ")), stderr: String::new(), exit_code: 0 },
-        ExecMode::Reply => Answer {
-            stdout: s.output.clone().unwrap_or_default(),
-            stderr: String::new(),
-            exit_code: s.exit_code.unwrap_or(0).clamp(0, 255),
-        },
-        ExecMode::Refuse => Answer {
-            stdout: String::new(),
-            stderr: format!(
+        ExecMode::Shell => {
+            let (outcome, interactive) = match shell::invocation(command) {
+                Invocation::Script(script) => (shell::run_script(script, env, 0), false),
+                Invocation::Command(words) => (shell::run_command(words, env), false),
+                Invocation::Interactive => (shell::Outcome::default(), true),
+            };
+            let stdin = match (interactive, outcome.reads_stdin) {
+                (true, _) => Stdin::Shell(Box::new(env.clone())),
+                (false, true) => Stdin::Echoed,
+                (false, false) => Stdin::Ignored,
+            };
+            Answer { lasts: outcome.sleep, stdin, ..Answer::printed(outcome.stdout, outcome.stderr, outcome.exit_code) }
+        }
+        ExecMode::Echo => {
+            Answer { stdin: Stdin::Echoed, ..Answer::printed(format!("{}\n", command.join(" ")), String::new(), 0) }
+        }
+        ExecMode::Reply => {
+            Answer::printed(s.output.clone().unwrap_or_default(), String::new(), s.exit_code.unwrap_or(0).clamp(0, 255))
+        }
+        ExecMode::Refuse => Answer::printed(
+            String::new(),
+            format!(
                 "kwok-pools: container {container} of pod {pod} is simulated and runs no commands \
-                 (spec.lifecycle.pods.exec.mode is Refuse; set it to Echo or Reply to answer)\n"
+                 (spec.lifecycle.pods.exec.mode is Refuse; set it to Shell, Echo or Reply to answer)\n"
             ),
-            exit_code: s.exit_code.filter(|c| *c != 0).unwrap_or(126).clamp(1, 255),
-        },
+            s.exit_code.filter(|c| *c != 0).unwrap_or(126).clamp(1, 255),
+        ),
     }
 }
 
@@ -46,14 +82,22 @@ mod tests {
     }
 
     #[test]
-    fn echo_reply_and_refuse() {
-        let a = answer(None, &words(&["ls", "-l", "/"]), "p", "c");
-        assert_eq!((a.stdout.as_str(), a.exit_code), ("ls -l /\n", 0));
+    fn shell_echo_reply_and_refuse() {
+        let env = Container::default();
+        let a = answer(None, &words(&["echo", "hello"]), "p", "c", &env);
+        assert_eq!((a.stdout.as_str(), a.exit_code, &a.stdin), ("hello\n", 0, &Stdin::Ignored));
+        let a = answer(None, &words(&["ls", "-l", "/"]), "p", "c", &env);
+        assert_eq!(a.exit_code, 127);
+        assert_eq!(answer(None, &words(&["cat"]), "p", "c", &env).stdin, Stdin::Echoed);
+        assert!(matches!(answer(None, &words(&["sh"]), "p", "c", &env).stdin, Stdin::Shell(_)));
+        let echo = Exec { mode: ExecMode::Echo, ..Default::default() };
+        let a = answer(Some(&echo), &words(&["ls", "-l", "/"]), "p", "c", &env);
+        assert_eq!((a.stdout.as_str(), a.exit_code, &a.stdin), ("ls -l /\n", 0, &Stdin::Echoed));
         let reply = Exec { mode: ExecMode::Reply, output: Some("ok\n".into()), exit_code: Some(3) };
-        let a = answer(Some(&reply), &words(&["anything"]), "p", "c");
+        let a = answer(Some(&reply), &words(&["anything"]), "p", "c", &env);
         assert_eq!((a.stdout.as_str(), a.exit_code), ("ok\n", 3));
         let refuse = Exec { mode: ExecMode::Refuse, ..Default::default() };
-        let a = answer(Some(&refuse), &words(&["sh"]), "web-0", "app");
+        let a = answer(Some(&refuse), &words(&["sh"]), "web-0", "app", &env);
         assert_eq!(a.exit_code, 126);
         assert!(a.stderr.contains("spec.lifecycle.pods.exec.mode") && a.stderr.contains("web-0"), "{}", a.stderr);
     }

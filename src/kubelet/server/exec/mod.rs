@@ -1,12 +1,15 @@
 //! What happens on an exec or attach connection, whatever carries it (SPDY from the API
 //! server, WebSocket from a direct caller): the typed answer of the pod's `exec` knob, stdin
 //! echoed where the knob echoes, an attached container's new log lines. Nothing runs. The
-//! answer itself is pure ([`answer`]).
+//! answer itself is pure ([`answer`], over the minimal [`shell`] and the container's
+//! [`environment`]).
 
 pub mod answer;
+pub mod environment;
+pub mod shell;
 
 use crate::kubelet::server::logs::script::Script;
-use answer::Answer;
+use answer::{Answer, Stdin};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -68,14 +71,67 @@ impl Streams {
     }
 }
 
-/// Runs an exec: the answer, then (echoing) stdin until it ends. The exit code.
-pub async fn exec(answer: &Answer, echo_stdin: bool, streams: &mut Streams) -> i32 {
+/// Runs an exec: the answer, the time the command lasts, then what it does with stdin. The
+/// exit code.
+pub async fn exec(answer: &Answer, stdin_open: bool, streams: &mut Streams) -> i32 {
     streams.out(answer.stdout.as_bytes()).await;
     streams.err(answer.stderr.as_bytes()).await;
-    if echo_stdin {
-        streams.echo().await;
+    if !answer.lasts.is_zero() {
+        let closed = streams.closed.clone();
+        tokio::select! {
+            () = tokio::time::sleep(answer.lasts) => {}
+            () = closed.cancelled() => return answer.exit_code,
+        }
+    }
+    match &answer.stdin {
+        Stdin::Echoed if stdin_open => streams.echo().await,
+        Stdin::Shell(container) if stdin_open => return streams.shell(container).await,
+        _ => {}
     }
     answer.exit_code
+}
+
+impl Streams {
+    /// An interactive shell: each line of stdin run as a script, a prompt on a terminal, until
+    /// `exit`, the end of input or the time is up. The last command's exit code.
+    async fn shell(&mut self, container: &shell::Container) -> i32 {
+        let Some(mut stdin) = self.stdin.take() else { return 0 };
+        let mut status = 0;
+        let mut pending: Vec<u8> = Vec::new();
+        let prompt = |tty: bool| if tty { "# " } else { "" };
+        self.out(prompt(self.tty).as_bytes()).await;
+        let deadline = tokio::time::Instant::now() + MOST;
+        loop {
+            let chunk = tokio::select! {
+                c = stdin.recv() => c,
+                () = tokio::time::sleep_until(deadline) => None,
+            };
+            let Some(chunk) = chunk else { return status };
+            if self.tty {
+                // A terminal echoes what is typed; carriage returns end lines.
+                self.out(&chunk).await;
+            }
+            pending.extend(chunk.iter().map(|b| if *b == b'\r' { b'\n' } else { *b }));
+            if pending.len() > ECHO_LIMIT {
+                self.err(b"kwok-pools: input line too long for the simulated shell\n").await;
+                return 2;
+            }
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let o = shell::run_script(&String::from_utf8_lossy(&line), container, status);
+                self.out(o.stdout.as_bytes()).await;
+                self.err(o.stderr.as_bytes()).await;
+                status = o.exit_code;
+                if !o.sleep.is_zero() {
+                    tokio::time::sleep(o.sleep).await;
+                }
+                if o.exited {
+                    return status;
+                }
+                self.out(prompt(self.tty).as_bytes()).await;
+            }
+        }
+    }
 }
 
 /// Runs an attach: a line that says what this is, the container's log lines as they come, and
@@ -157,7 +213,13 @@ mod tests {
             Streams { stdin: Some(rx), stdout: Some(out), stderr: None, tty: true, closed: CancellationToken::new() };
         tx.send(b"typed\n".to_vec()).await.unwrap();
         drop(tx);
-        let a = Answer { stdout: "cat\n".into(), stderr: "warn\n".into(), exit_code: 0 };
+        let a = Answer {
+            stdout: "cat\n".into(),
+            stderr: "warn\n".into(),
+            exit_code: 0,
+            lasts: Duration::ZERO,
+            stdin: Stdin::Echoed,
+        };
         assert_eq!(exec(&a, true, &mut s).await, 0);
         assert_eq!(String::from_utf8(got.lock().unwrap().clone()).unwrap(), "cat\nwarn\ntyped\n");
     }
@@ -197,6 +259,20 @@ mod tests {
         session.await.unwrap();
         let echoed = drain.await.unwrap();
         assert!(echoed <= ECHO_LIMIT + 256, "at most the limit is echoed: {echoed}");
+    }
+
+    #[tokio::test]
+    async fn an_interactive_shell_runs_each_line_until_exit() {
+        let (out, got) = collect();
+        let (tx, rx) = mpsc::channel(4);
+        let mut s =
+            Streams { stdin: Some(rx), stdout: Some(out), stderr: None, tty: false, closed: CancellationToken::new() };
+        tx.send(b"echo one; fal".to_vec()).await.unwrap();
+        tx.send(b"se\necho $?\nexit 4\necho never\n".to_vec()).await.unwrap();
+        let env = shell::Container::default();
+        let a = answer::answer(None, &["sh".to_string()], "p", "c", &env);
+        assert_eq!(exec(&a, true, &mut s).await, 4);
+        assert_eq!(String::from_utf8(got.lock().unwrap().clone()).unwrap(), "one\n1\n");
     }
 
     #[test]
