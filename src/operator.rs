@@ -214,7 +214,10 @@ pub async fn run(config: OperatorConfig) -> anyhow::Result<()> {
     let bound = server::serve(config.metrics_addr, health).await?;
     tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
 
-    let shared = shared(&config, &client, informers)?;
+    let mut shared = shared(&config, &client, informers)?;
+    if shared.kubelet.defaults.kubelet_version.is_empty() {
+        shared.kubelet.defaults.kubelet_version = server_version(&client).await;
+    }
     let mut tasks = JoinSet::new();
     let mut cleanup: Vec<Cleanup> = Vec::new();
     filter_pods(&config, &shared.informers, &mut tasks);
@@ -326,6 +329,24 @@ fn health(
     let cached: server::Cached =
         Arc::new(move || watched.watched().iter().map(|w| (w.watched(), w.cached())).collect());
     Health { metrics: metrics.clone(), ready: ready.clone(), problems, dead, cached }
+}
+
+/// The version nodes report as their kubelet's when their template and `--node-kubelet-version`
+/// say nothing: the API server's (a kubelet of the same release), else the release this build
+/// speaks.
+async fn server_version(client: &Client) -> String {
+    match tokio::time::timeout(std::time::Duration::from_secs(10), client.apiserver_version()).await {
+        Ok(Ok(v)) if !v.git_version.is_empty() => v.git_version,
+        failed => {
+            let why = match failed {
+                Ok(Err(e)) => e.to_string(),
+                _ => "no answer in 10s".to_string(),
+            };
+            let fallback = crate::kubelet::status::node::BUILT_FOR.to_string();
+            tracing::warn!(%why, %fallback, "cannot read the API server's version; nodes report {fallback} as their kubelet's (set --node-kubelet-version to choose)");
+            fallback
+        }
+    }
 }
 
 /// What every kind's environment is built from, the simulated kubelet among it.

@@ -432,14 +432,29 @@ async fn a_pool_without_a_template_gets_kwoks_default_node() {
         "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: NodePool\nmetadata:\n  name: {pool}\n  labels: {{{SCOPE_LABEL}: {scope}}}\nspec:\n  nodeCount: 2\n"
     ));
     let nodes = wait_ready_nodes(&client, &pool, 2, T).await;
+    let server = client.apiserver_version().await.unwrap().git_version;
     for node in &nodes {
         let status = node.status.as_ref().unwrap();
         let capacity = status.capacity.as_ref().unwrap();
         let allocatable = status.allocatable.as_ref().unwrap();
         for (resource, value) in [("cpu", "32"), ("memory", "256Gi"), ("pods", "110"), ("ephemeral-storage", "100Gi")] {
             assert_eq!(capacity[resource].0, value, "{resource}");
-            assert_eq!(allocatable[resource].0, value, "{resource}");
         }
+        // Allocatable is capacity less the kubelet's default hard eviction thresholds
+        // (memory.available<100Mi, nodefs.available<10%).
+        assert_eq!((allocatable["cpu"].0.as_str(), allocatable["pods"].0.as_str()), ("32", "110"));
+        // (The API server writes each quantity in its canonical form.)
+        let bytes = |q: &str| {
+            let (n, unit) = q.split_at(q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len()));
+            let shift = ["", "Ki", "Mi", "Gi"].iter().position(|u| *u == unit).unwrap() * 10;
+            n.parse::<u64>().unwrap() << shift
+        };
+        assert_eq!(bytes(&allocatable["memory"].0), (256u64 << 30) - (100 << 20));
+        assert_eq!(bytes(&allocatable["ephemeral-storage"].0), (100u64 << 30) / 10 * 9);
+        // A kubelet of the API server's release; kwok's providerID form.
+        let name = node.metadata.name.clone().unwrap();
+        assert_eq!(status.node_info.as_ref().unwrap().kubelet_version, server);
+        assert_eq!(node.spec.as_ref().unwrap().provider_id.as_deref(), Some(format!("kwok://{name}").as_str()));
         let info = status.node_info.as_ref().unwrap();
         assert_eq!((info.architecture.as_str(), info.operating_system.as_str()), ("amd64", "linux"));
         // The platform labels a kubelet sets, so `nodeSelector: {kubernetes.io/os: linux}` lands.
@@ -449,7 +464,7 @@ async fn a_pool_without_a_template_gets_kwoks_default_node() {
         assert!(!info.kubelet_version.is_empty() && !info.boot_id.is_empty() && !info.machine_id.is_empty());
     }
     let out = kubectl_ok(&["get", "nodes", "-l", &format!("pools.kwok.x-k8s.io/pool={pool}"), "-o", "wide"]);
-    assert!(out.contains(" Ready "), "{out}");
+    assert!(out.contains(" Ready ") && out.contains(&format!(" {server} ")), "VERSION is {server}: {out}");
     delete_quietly("nodepool", &pool);
 }
 

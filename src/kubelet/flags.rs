@@ -27,8 +27,9 @@ pub struct KubeletFlags {
     /// the shared address space, is many clouds' pod network).
     #[arg(long, default_value = "198.18.0.0/15")]
     pub node_ip_range: IpNet,
-    /// nodeInfo.kubeletVersion for nodes whose template sets none.
-    #[arg(long, default_value = "fake")]
+    /// nodeInfo.kubeletVersion for nodes whose template sets none (default: the API server's
+    /// own version, read at start, as a kubelet of the same release reports).
+    #[arg(long, default_value = "")]
     pub node_kubelet_version: String,
     /// How long a deleted pod takes to exit, for pods whose pools say nothing
     /// (`spec.lifecycle.pods.exitDelay`); never longer than its grace period. Default 1s, as a

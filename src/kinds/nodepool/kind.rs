@@ -182,6 +182,10 @@ impl PoolKind for NodePool {
             taints.push(fake_taint());
         }
         spec.taints = Some(taints);
+        if spec.provider_id.as_deref().is_none_or(str::is_empty) {
+            // Cloud-aware tools (autoscalers, node-lifecycle tooling) key nodes by it: kwok's form.
+            spec.provider_id = Some(format!("kwok://{name}"));
+        }
         if let Some(range) = &self.spec.pod_cidr {
             let net = pool_net(&range.cidr, "spec.podCIDR.cidr")?;
             let subnet = nth_subnet(&net, range.mask_size, index).ok_or_else(|| Problem {

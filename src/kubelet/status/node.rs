@@ -15,15 +15,20 @@ pub use super::endpoint::Endpoint;
 
 pub const KUBELET_PORT: i32 = 10250;
 
+/// The Kubernetes release this build speaks (its k8s-openapi feature): what nodes report as
+/// their kubelet's version when the API server's cannot be read.
+pub const BUILT_FOR: &str = "v1.37.0";
+
 /// Settings for what the template leaves unset.
 #[derive(Clone, Debug)]
 pub struct NodeDefaults {
+    /// `nodeInfo.kubeletVersion` (empty: the API server's, filled at start).
     pub kubelet_version: String,
 }
 
 impl Default for NodeDefaults {
     fn default() -> Self {
-        Self { kubelet_version: "fake".into() }
+        Self { kubelet_version: BUILT_FOR.into() }
     }
 }
 
@@ -235,8 +240,9 @@ pub fn simulated(
     let mut info: NodeSystemInfo = s.node_info.take().unwrap_or_default();
     fill(&mut info.architecture, "amd64");
     fill(&mut info.operating_system, "linux");
-    fill(&mut info.kubelet_version, defaults.kubelet_version.clone());
-    fill(&mut info.kernel_version, "fake");
+    let version = if defaults.kubelet_version.is_empty() { BUILT_FOR } else { defaults.kubelet_version.as_str() };
+    fill(&mut info.kubelet_version, version);
+    fill(&mut info.kernel_version, "6.12.0-kwok-pools");
     fill(&mut info.os_image, "kwok-pools fake node");
     fill(&mut info.container_runtime_version, "fake://1.0.0");
     fill(&mut info.machine_id, pseudo_uuid(name, "machine").replace('-', ""));
@@ -244,7 +250,7 @@ pub fn simulated(
     fill(&mut info.boot_id, pseudo_uuid(name, "boot"));
     s.node_info = Some(info);
 
-    fill_resources(&mut s);
+    fill_resources(&mut s, true);
     if s.phase.as_deref().unwrap_or("").is_empty() {
         s.phase = Some("Running".into());
     }
@@ -260,20 +266,55 @@ pub fn template_defaults(base: Option<&NodeStatus>) -> NodeStatus {
     fill(&mut info.architecture, "amd64");
     fill(&mut info.operating_system, "linux");
     s.node_info = Some(info);
-    fill_resources(&mut s);
+    fill_resources(&mut s, false);
     s
 }
 
-fn fill_resources(s: &mut NodeStatus) {
-    match (s.capacity.as_ref().filter(|m| !m.is_empty()), s.allocatable.as_ref().filter(|m| !m.is_empty())) {
+/// Fills the resources a template leaves out: kwokctl's default node when it gives none, else
+/// the `pods` and `ephemeral-storage` a kubelet always reports; allocatable (when the template
+/// gives none) is capacity less the kubelet's default hard eviction thresholds when `reserve`
+/// (our kubelet), else mirrored (another simulator's node, as kwok reports it).
+fn fill_resources(s: &mut NodeStatus, reserve: bool) {
+    let given = |m: &Option<BTreeMap<String, Quantity>>| m.as_ref().filter(|m| !m.is_empty()).cloned();
+    match (given(&s.capacity), given(&s.allocatable)) {
         (None, None) => {
-            s.capacity = Some(default_resources());
-            s.allocatable = Some(default_resources());
+            let capacity = default_resources();
+            s.allocatable = Some(if reserve { allocatable(&capacity) } else { capacity.clone() });
+            s.capacity = Some(capacity);
         }
-        (Some(c), None) => s.allocatable = Some(c.clone()),
-        (None, Some(a)) => s.capacity = Some(a.clone()),
+        (Some(mut capacity), None) => {
+            for (key, value) in default_resources() {
+                if key == "pods" || key == "ephemeral-storage" {
+                    capacity.entry(key).or_insert(value);
+                }
+            }
+            s.allocatable = Some(if reserve { allocatable(&capacity) } else { capacity.clone() });
+            s.capacity = Some(capacity);
+        }
+        (None, Some(a)) => s.capacity = Some(a),
         (Some(_), Some(_)) => {}
     }
+}
+
+/// The kubelet's default hard eviction thresholds: what it keeps free of a node's capacity
+/// (`memory.available<100Mi`, `nodefs.available<10%`); no kube or system reservation.
+pub const EVICTION_HARD_MEMORY: f64 = 100.0 * 1024.0 * 1024.0;
+pub const EVICTION_HARD_NODEFS_SHARE: f64 = 0.10;
+
+/// What pods may use of `capacity`: capacity less the default hard eviction thresholds, as a
+/// kubelet with its defaults reports it (memory in Ki, storage in bytes).
+pub fn allocatable(capacity: &BTreeMap<String, Quantity>) -> BTreeMap<String, Quantity> {
+    let mut out = capacity.clone();
+    let bytes = |q: &Quantity| crate::api::kubelet::quantity(&q.0);
+    if let Some(m) = capacity.get("memory").and_then(bytes) {
+        let left = (m - EVICTION_HARD_MEMORY).max(0.0);
+        out.insert("memory".into(), Quantity(format!("{}Ki", (left / 1024.0).floor() as u64)));
+    }
+    if let Some(d) = capacity.get("ephemeral-storage").and_then(bytes) {
+        let left = d * (1.0 - EVICTION_HARD_NODEFS_SHARE);
+        out.insert("ephemeral-storage".into(), Quantity(format!("{}", left.floor() as u64)));
+    }
+    out
 }
 
 /// The InternalIP addresses a node reports.
@@ -374,7 +415,7 @@ mod tests {
         assert!(!needs_write(&node, None, &[], None));
         assert_eq!(internal_ips(&node), vec![ip]);
         assert_eq!(s.allocatable.unwrap()["pods"], Quantity("110".into()));
-        assert_eq!(s.node_info.unwrap().kubelet_version, "fake");
+        assert_eq!(s.node_info.unwrap().kubelet_version, BUILT_FOR);
         let hostnames: Vec<_> = s.addresses.unwrap().into_iter().filter(|a| a.type_ == "Hostname").collect();
         assert_eq!(hostnames[0].address, "n-0");
     }
@@ -389,6 +430,38 @@ mod tests {
         let s = simulated("n", Some(&base), &[], None, &now(), &NodeDefaults::default());
         assert_eq!(s.allocatable.unwrap()["cpu"], Quantity("8".into()));
         assert_eq!(s.node_info.unwrap().kubelet_version, "v9");
+        // What a kubelet always reports is added to a template's capacity.
+        let cap = s.capacity.unwrap();
+        assert_eq!((cap["pods"].0.as_str(), cap["ephemeral-storage"].0.as_str()), ("110", "100Gi"));
+    }
+
+    #[test]
+    fn allocatable_is_capacity_less_the_default_eviction_thresholds() {
+        let s = simulated("n", None, &[], None, &now(), &NodeDefaults::default());
+        let (cap, alloc) = (s.capacity.unwrap(), s.allocatable.unwrap());
+        assert_eq!(cap["memory"].0, "256Gi");
+        // 256Gi - 100Mi, in Ki.
+        assert_eq!(alloc["memory"].0, format!("{}Ki", 256 * 1024 * 1024 - 100 * 1024));
+        // 100Gi less 10 %.
+        assert_eq!(alloc["ephemeral-storage"].0, format!("{}", 100u64 * 1024 * 1024 * 1024 * 9 / 10));
+        assert_eq!((alloc["cpu"].0.as_str(), alloc["pods"].0.as_str()), ("32", "110"));
+        // A template that gives allocatable keeps it.
+        let base = NodeStatus {
+            capacity: Some([("memory".to_string(), Quantity("8Gi".into()))].into()),
+            allocatable: Some([("memory".to_string(), Quantity("7Gi".into()))].into()),
+            ..Default::default()
+        };
+        let s = simulated("n", Some(&base), &[], None, &now(), &NodeDefaults::default());
+        assert_eq!(s.allocatable.unwrap()["memory"].0, "7Gi");
+        // Less memory than the threshold: nothing allocatable, never negative.
+        assert_eq!(allocatable(&[("memory".to_string(), Quantity("64Mi".into()))].into())["memory"].0, "0Ki");
+    }
+
+    #[test]
+    fn the_fallback_version_is_the_release_this_build_speaks() {
+        let manifest = include_str!("../../../Cargo.toml");
+        let feature = BUILT_FOR.trim_start_matches('v').rsplit_once('.').unwrap().0.replace('.', "_");
+        assert!(manifest.contains(&format!("\"v{feature}\"")), "k8s-openapi's feature is v{feature}");
     }
 
     #[test]
