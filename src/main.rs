@@ -80,8 +80,15 @@ fn exit_with_parent_if_asked() {
     }
 }
 
-async fn run(args: kwok_pools::cli::run::RunArgs, controllers: bool, kinds: KindFlags) -> anyhow::Result<()> {
+async fn run(mut args: kwok_pools::cli::run::RunArgs, controllers: bool, kinds: KindFlags) -> anyhow::Result<()> {
     kwok_pools::telemetry::init_tracing(args.log_json);
+    // The kubeconfig the client will read: $KUBECONFIG's first file, else ~/.kube/config.
+    let kubeconfig = std::env::var_os("KUBECONFIG")
+        .and_then(|v| std::env::split_paths(&v).find(|p| !p.as_os_str().is_empty()))
+        .or_else(|| dirs::home_dir().map(|h| h.join(".kube/config")));
+    if let Some(said) = args.with_local_cluster_pki(kubeconfig.as_deref()) {
+        tracing::info!("{said}");
+    }
     let config = args.config(controllers, kinds).map_err(|e| anyhow::anyhow!(e))?;
     kwok_pools::operator::run(config).await
 }

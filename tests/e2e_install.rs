@@ -455,3 +455,99 @@ async fn every_install_path_can_make_the_webhook_answer_only_the_api_server() {
     assert!(args.contains(&"--webhook-cert-secret=kwok-pools-webhook-tls"), "the patch keeps the args: {args:?}");
     dry_run(&patched);
 }
+
+/// The kubelets' serving CA as each install path wires it: a volume from the Secret holding
+/// it, mounted, and `--kubelet-serving-ca-cert/-key` (flags, or their environment variables)
+/// naming its files.
+fn assert_serving_ca_wired(manifests: &str, secret: &str, what: &str) {
+    let (pod, c) = operator_container(manifests);
+    let volume = pod["volumes"]
+        .as_sequence()
+        .and_then(|v| v.iter().find(|v| v["secret"]["secretName"] == secret))
+        .unwrap_or_else(|| panic!("{what}: no volume from the Secret {secret}: {pod:?}"));
+    let mount = c["volumeMounts"]
+        .as_sequence()
+        .and_then(|m| m.iter().find(|m| m["name"] == volume["name"]))
+        .unwrap_or_else(|| panic!("{what}: the serving CA is not mounted"));
+    let dir = mount["mountPath"].as_str().unwrap();
+    for (flag, env, file) in [
+        ("--kubelet-serving-ca-cert", "KWOK_POOLS_KUBELET_SERVING_CA_CERT", "tls.crt"),
+        ("--kubelet-serving-ca-key", "KWOK_POOLS_KUBELET_SERVING_CA_KEY", "tls.key"),
+    ] {
+        let path = format!("{dir}/{file}");
+        let by_flag =
+            c["args"].as_sequence().is_some_and(|a| a.iter().any(|a| a.as_str() == Some(&format!("{flag}={path}"))));
+        let by_env = c["env"]
+            .as_sequence()
+            .is_some_and(|e| e.iter().any(|e| e["name"] == env && e["value"].as_str() == Some(path.as_str())));
+        assert!(by_flag || by_env, "{what}: {flag} does not name {path}: {c:?}");
+    }
+}
+
+#[tokio::test]
+async fn every_install_path_can_give_metrics_server_a_serving_ca_to_trust() {
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "serving-ca").await;
+    let dir = tempfile::tempdir().unwrap();
+    // The flags read their environment variables (what the kustomize and dist patch set).
+    let help = Command::new(kwok_pools_bin()).args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for env in ["KWOK_POOLS_KUBELET_SERVING_CA_CERT", "KWOK_POOLS_KUBELET_SERVING_CA_KEY"] {
+        assert!(help.contains(&format!("[env: {env}=")), "run --help names {env}");
+    }
+
+    // Helm: kubeletApi.servingCASecret.
+    let chart = repo().join("charts/kwok-pools");
+    let rendered = helm(&[
+        "template",
+        "kwok-pools",
+        chart.to_str().unwrap(),
+        "--namespace",
+        &ns.name,
+        "--set",
+        "kubeletApi.servingCASecret=my-kubelet-ca",
+    ]);
+    assert_serving_ca_wired(&rendered, "my-kubelet-ca", "helm");
+    dry_run(&rendered);
+
+    // kustomize: an overlay of config/ with the component.
+    let overlay = dir.path().join("overlay");
+    std::fs::create_dir_all(&overlay).unwrap();
+    let up = "../".repeat(overlay.canonicalize().unwrap().components().count() - 1);
+    let repo_rel = format!("{up}{}", repo().canonicalize().unwrap().display().to_string().trim_start_matches('/'));
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!("resources: [{repo_rel}/config]\ncomponents: [{repo_rel}/config/components/kubelet-serving-ca]\n"),
+    )
+    .unwrap();
+    let out = kubectl(&["kustomize", overlay.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let kustomized = String::from_utf8(out.stdout).unwrap();
+    assert_serving_ca_wired(&kustomized, "kwok-pools-kubelet-serving-ca", "kustomize");
+    kubectl_ok(&["apply", "-f", repo().join("config/namespace.yaml").to_str().unwrap()]);
+    dry_run(&kustomized);
+
+    // dist/install.yaml: its Deployment patched with the component's patch.
+    let deployment: String = docs(&read_repo_file("dist/install.yaml"))
+        .into_iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .map(|d| serde_yaml::to_string(&d).unwrap())
+        .collect();
+    let file = dir.path().join("deployment.yaml");
+    std::fs::write(&file, deployment).unwrap();
+    let patch = repo().join("config/components/kubelet-serving-ca/deployment-patch.yaml");
+    let out = kubectl(&[
+        "patch",
+        "--local",
+        "-f",
+        file.to_str().unwrap(),
+        "--patch-file",
+        patch.to_str().unwrap(),
+        "-o",
+        "yaml",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let patched = String::from_utf8(out.stdout).unwrap();
+    assert_serving_ca_wired(&patched, "kwok-pools-kubelet-serving-ca", "dist");
+    dry_run(&patched);
+}

@@ -373,6 +373,27 @@ fn top(args: &[&str]) -> Result<Vec<(String, u64, u64)>, String> {
 }
 
 #[tokio::test]
+async fn kwok_pools_run_by_hand_against_a_local_cluster_gets_a_working_kubectl_top() {
+    // The README's Install path: `kwok-pools run` with no CA flag. It finds the local
+    // cluster's PKI from the kubeconfig, so metrics-server verifies its kubelets.
+    let client = client().await;
+    let scope = unique("kl-pki");
+    let mut op = Operator::start(&scope, &["--harness-no-pki"]);
+    op.wait_ready().await;
+    let said = op.log_text();
+    assert!(said.contains("using local cluster") && said.contains("the kubelet serving CA"), "{said}");
+    apply(&nodepool_yaml(&scope, &scope, 1, ""));
+    let node = wait_ready_nodes(&client, &scope, 1, T).await.remove(0).metadata.name.unwrap();
+    let rows = wait_for("kubectl top node (metrics-server scrapes every 15 s)", Duration::from_secs(120), || async {
+        let rows = top(&["top", "nodes", &node])?;
+        if rows.len() == 1 { Ok(rows) } else { Err(format!("{rows:?}")) }
+    })
+    .await;
+    assert_eq!(rows[0].0, node);
+    op.stop();
+}
+
+#[tokio::test]
 async fn kubectl_top_shows_the_configured_usage_within_its_distribution() {
     let client = client().await;
     let scope = unique("kl-top");

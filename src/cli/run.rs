@@ -142,6 +142,40 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// Against a local cluster (`kwok-pools cluster create`; the kubeconfig in use is its own),
+    /// the CAs its components trust, where no flag chooses: the kubelets' serving certificates
+    /// from the cluster CA (metrics-server verifies them), the kubelet API's client CA and the
+    /// webhook's. What was taken, to say so.
+    pub fn with_local_cluster_pki(&mut self, kubeconfig: Option<&std::path::Path>) -> Option<String> {
+        let pki = crate::cluster::layout::local_pki(kubeconfig?)?;
+        let mut taken = Vec::new();
+        let server = &mut self.kubelet.server;
+        if server.kubelet_serving_ca_cert.is_none() {
+            server.kubelet_serving_ca_cert = Some(pki.ca_cert.clone());
+            server.kubelet_serving_ca_key = Some(pki.ca_key.clone());
+            taken.push("the kubelet serving CA");
+        }
+        if server.kubelet_client_ca.is_none() {
+            server.kubelet_client_ca = Some(pki.ca_cert.clone());
+            taken.push("the kubelet client CA");
+        }
+        if self.webhook_client_ca.is_none()
+            && self.webhook_cert_dir.is_none()
+            && let Some(ca) = pki.webhook_client_ca
+        {
+            self.webhook_client_ca = Some(ca);
+            taken.push("the webhook client CA");
+        }
+        (!taken.is_empty()).then(|| {
+            format!(
+                "using local cluster {:?}'s PKI ({}) for {} (flags override it)",
+                pki.cluster,
+                pki.ca_cert.parent().map(|p| p.display().to_string()).unwrap_or_default(),
+                taken.join(", ")
+            )
+        })
+    }
+
     fn webhook(&self) -> Result<Option<WebhookConfig>, String> {
         if self.no_webhook {
             return Ok(None);

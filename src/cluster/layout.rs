@@ -160,6 +160,40 @@ impl Layout {
     }
 }
 
+/// The PKI of a local cluster, found from the kubeconfig a process uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalPki {
+    /// The cluster's name (its directory's).
+    pub cluster: String,
+    /// The cluster CA (certificate and key): it signs the kubelet client certificate the API
+    /// server presents, and metrics-server trusts it for kubelets.
+    pub ca_cert: PathBuf,
+    pub ca_key: PathBuf,
+    /// The CA of the API server's webhook client certificate, when the cluster has one.
+    pub webhook_client_ca: Option<PathBuf>,
+}
+
+/// The local cluster whose kubeconfig is `kubeconfig` (`<home>/clusters/<name>/kubeconfig`,
+/// beside its `cluster.json` and `pki/`), if it is one.
+pub fn local_pki(kubeconfig: &Path) -> Option<LocalPki> {
+    let dir = kubeconfig.parent()?;
+    if kubeconfig.file_name()? != "kubeconfig" || !dir.join("cluster.json").is_file() {
+        return None;
+    }
+    let pki = dir.join("pki");
+    let (ca_cert, ca_key) = (pki.join("ca.crt"), pki.join("ca.key"));
+    if !ca_cert.is_file() || !ca_key.is_file() {
+        return None;
+    }
+    let webhook = pki.join(format!("{WEBHOOK_CLIENT_CA}.crt"));
+    Some(LocalPki {
+        cluster: dir.file_name()?.to_string_lossy().into_owned(),
+        ca_cert,
+        ca_key,
+        webhook_client_ca: webhook.is_file().then_some(webhook),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +212,26 @@ mod tests {
         let l = Layout::new(cluster_dir(Path::new("/h"), "c1"));
         assert_eq!(l.kubeconfig(), Path::new("/h/clusters/c1/kubeconfig"));
         assert_eq!(l.pid("etcd"), Path::new("/h/clusters/c1/run/etcd.pid"));
+    }
+
+    #[test]
+    fn a_local_clusters_pki_is_found_from_its_kubeconfig() {
+        let home = std::env::temp_dir().join(format!("kwok-pools-pki-{}", std::process::id()));
+        let dir = cluster_dir(&home, "demo");
+        std::fs::create_dir_all(dir.join("pki")).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        assert_eq!(local_pki(&kubeconfig), None, "no cluster.json: not a local cluster");
+        std::fs::write(dir.join("cluster.json"), "{}").unwrap();
+        assert_eq!(local_pki(&kubeconfig), None, "no CA: nothing to use");
+        for f in ["ca.crt", "ca.key"] {
+            std::fs::write(dir.join("pki").join(f), "x").unwrap();
+        }
+        let found = local_pki(&kubeconfig).unwrap();
+        assert_eq!((found.cluster.as_str(), found.webhook_client_ca.is_none()), ("demo", true));
+        assert_eq!(found.ca_key, dir.join("pki/ca.key"));
+        std::fs::write(dir.join("pki/webhook-client-ca.crt"), "x").unwrap();
+        assert!(local_pki(&kubeconfig).unwrap().webhook_client_ca.is_some());
+        assert_eq!(local_pki(&home.join("elsewhere/kubeconfig")), None);
+        let _ = std::fs::remove_dir_all(&home);
     }
 }

@@ -50,10 +50,11 @@ pub struct ServerFlags {
     pub kubelet_address: Option<String>,
     /// The CA that issues the kubelets' serving certificates (PEM certificate; with
     /// --kubelet-serving-ca-key). A local cluster passes its cluster CA, so metrics-server
-    /// verifies kubelets as it verifies the API server. Default: a CA made at start.
-    #[arg(long, requires = "kubelet_serving_ca_key")]
+    /// verifies kubelets as it verifies the API server (`kwok-pools run` against a local
+    /// cluster takes it without this flag). Default: a CA made at start.
+    #[arg(long, requires = "kubelet_serving_ca_key", env = "KWOK_POOLS_KUBELET_SERVING_CA_CERT")]
     pub kubelet_serving_ca_cert: Option<PathBuf>,
-    #[arg(long, requires = "kubelet_serving_ca_cert")]
+    #[arg(long, requires = "kubelet_serving_ca_cert", env = "KWOK_POOLS_KUBELET_SERVING_CA_KEY")]
     pub kubelet_serving_ca_key: Option<PathBuf>,
     /// The CA of the client certificates the kubelet API accepts (the API server's
     /// --kubelet-client-certificate is signed by it). Default: the API server's client CA, from

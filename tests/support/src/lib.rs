@@ -318,9 +318,11 @@ impl Operator {
             args.push("--manage-nodes-with-label-selector".into());
             args.push(selector);
         }
+        // `--harness-no-pki`: no CA flag, as a user runs `kwok-pools run` by hand.
+        let no_pki = self.extra.iter().any(|a| a == "--harness-no-pki");
         // Reviews only from the API server's webhook client identity, as users run it.
         let client_ca = self.kubeconfig.parent().map(|d| d.join("pki/webhook-client-ca.crt"));
-        if let Some(ca) = client_ca.filter(|ca| ca.exists())
+        if let Some(ca) = client_ca.filter(|ca| ca.exists() && !no_pki)
             && !self.extra.iter().any(|a| a == "--webhook-client-ca" || a == "--no-webhook")
         {
             args.push("--webhook-client-ca".into());
@@ -333,7 +335,7 @@ impl Operator {
             args.push("--kubelet-port".into());
             args.push(self.kubelet_port.to_string());
         }
-        let pki = self.kubeconfig.parent().map(|d| d.join("pki")).filter(|p| p.join("ca.key").exists());
+        let pki = self.kubeconfig.parent().map(|d| d.join("pki")).filter(|p| p.join("ca.key").exists() && !no_pki);
         if let Some(pki) = pki
             && !self.extra.iter().any(|a| a.starts_with("--kubelet-serving-ca") || a == "--kubelet-client-ca")
         {
@@ -346,7 +348,7 @@ impl Operator {
                 args.push(pki.join(file).display().to_string());
             }
         }
-        let harness_only = ["--simulate-only", "--no-pool-selector", "--default-manage"];
+        let harness_only = ["--simulate-only", "--no-pool-selector", "--default-manage", "--harness-no-pki"];
         args.extend(self.extra.iter().filter(|a| !harness_only.contains(&a.as_str())).cloned());
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         let mut cmd = match &self.clock_offset {
@@ -470,6 +472,11 @@ impl Operator {
             .filter(|l| seen.insert(l.split_once(' ').map_or(*l, |(_, rest)| rest)))
             .collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// The whole log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     pub fn log_tail(&self) -> String {
