@@ -572,3 +572,112 @@ async fn a_pod_past_its_active_deadline_fails_with_deadline_exceeded() {
     assert_eq!(phase(&get("unbounded").await), "Running", "a pod without a deadline keeps running");
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+/// A minimal CRD (`<plural>.<group>`, kind `kind`) that keeps whatever it is given.
+fn owner_crd(group: &str, kind: &str, plural: &str) -> String {
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: {plural}.{group}}}
+spec:
+  group: {group}
+  names: {{kind: {kind}, plural: {plural}, singular: {singular}}}
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
+",
+        singular = kind.to_ascii_lowercase()
+    )
+}
+
+/// A pod of `owner` (apiVersion, kind, name, uid), `Never` restarted, on the scope's nodes.
+fn owned_pod(name: &str, ns: &str, scope: &str, owner: (&str, &str, &str, &str)) -> String {
+    let (api_version, kind, owner_name, uid) = owner;
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {ns}
+  ownerReferences: [{{apiVersion: {api_version}, kind: {kind}, name: {owner_name}, uid: {uid}, controller: true}}]
+spec:
+  restartPolicy: Never
+  nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
+  containers: [{{name: main, image: busybox}}]
+"
+    )
+}
+
+#[tokio::test]
+async fn batch_pods_of_any_framework_finish_and_long_running_ones_keep_running() {
+    let client = client().await;
+    let scope = unique("frameworks");
+    let ns = TestNamespace::new(&client, "frameworks").await;
+    let _op = Operator::start(&scope, &[]);
+    // A Volcano-like Job (a `Job` kind of another group) and an Argo-like Workflow.
+    apply(&owner_crd("batch.volcano.e2e.example", "Job", "jobs"));
+    apply(&owner_crd("argoproj.e2e.example", "Workflow", "workflows"));
+    let established = |name: &'static str| async move {
+        let out =
+            kubectl_ok(&["get", "crd", name, "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}"]);
+        if out == "True" { Ok(()) } else { Err(out) }
+    };
+    wait_for("the test CRDs to be served", T, || established("jobs.batch.volcano.e2e.example")).await;
+    wait_for("the test CRDs to be served", T, || established("workflows.argoproj.e2e.example")).await;
+    // The pool finishes Workflow pods after 3s; a Deployment on it must keep running.
+    let knobs = "  lifecycle:\n    pods:\n      runTime: {fixed: 3s}\n      runTimeOwners: [{apiGroup: argoproj.e2e.example, kind: Workflow}]\n";
+    apply(&scoped_nodepool(&scope, &scope, 1, "10.219.0.0/16", 24, 110, knobs));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+
+    let n = &ns.name;
+    apply(&format!(
+        "apiVersion: batch.volcano.e2e.example/v1alpha1\nkind: Job\nmetadata: {{name: vc, namespace: {n}}}\n"
+    ));
+    apply(&format!(
+        "apiVersion: argoproj.e2e.example/v1alpha1\nkind: Workflow\nmetadata: {{name: wf, namespace: {n}}}\n"
+    ));
+    let uid = |kind: &str, name: &str| kubectl_ok(&["get", kind, name, "-n", n, "-o", "jsonpath={.metadata.uid}"]);
+    let (vc, wf) = (uid("jobs.batch.volcano.e2e.example", "vc"), uid("workflows.argoproj.e2e.example", "wf"));
+    apply(&owned_pod("vc-task-0", n, &scope, ("batch.volcano.e2e.example/v1alpha1", "Job", "vc", &vc)));
+    apply(&owned_pod("wf-step-0", n, &scope, ("argoproj.e2e.example/v1alpha1", "Workflow", "wf", &wf)));
+    // Another controller's `Never` child (as a VMI's launcher pod is): no knob meant for
+    // plain pods reaches it.
+    apply(&format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: holder, namespace: {n}}}\n"));
+    let holder = uid("configmap", "holder");
+    apply(&owned_pod("held-0", n, &scope, ("v1", "ConfigMap", "holder", &holder)));
+    let mut d: serde_yaml::Value = serde_yaml::from_str(&read_repo_file("samples/deployment.yaml")).unwrap();
+    d["metadata"]["namespace"] = n.clone().into();
+    d["spec"]["replicas"] = 2.into();
+    d["spec"]["template"]["spec"]["nodeSelector"] =
+        serde_yaml::from_str(&format!("{{{SCOPE_LABEL}: {scope}}}")).unwrap();
+    apply(&serde_yaml::to_string(&d).unwrap());
+
+    let api: Api<Pod> = Api::namespaced(client.clone(), n);
+    for name in ["vc-task-0", "wf-step-0"] {
+        let done = wait_for(&format!("{name} Succeeded"), T, || async {
+            let p = api.get(name).await.map_err(|e| e.to_string())?;
+            if phase(&p) == "Succeeded" { Ok(p) } else { Err(phase(&p)) }
+        })
+        .await;
+        let exit = done.status.unwrap().container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
+        assert_eq!((exit.exit_code, exit.reason.as_deref()), (0, Some("Completed")), "{name}");
+    }
+    // The Deployment's pods and the held pod (other controllers' children) never take the
+    // pool's runTime.
+    let mut running = wait_running(&client, n, "app=fake-pod", 2, T).await;
+    running.push(api.get("held-0").await.unwrap());
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    for p in running {
+        let name = p.metadata.name.unwrap();
+        let now = api.get(&name).await.unwrap();
+        assert_eq!(phase(&now), "Running", "{name} keeps running past the pool's 3s runTime");
+    }
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+    for crd in ["jobs.batch.volcano.e2e.example", "workflows.argoproj.e2e.example"] {
+        kubectl_ok(&["delete", "crd", crd, "--wait=false"]);
+    }
+}

@@ -85,16 +85,22 @@ pub struct PodLifecycle {
     /// How long a crash-looping container runs before it crashes (default 5s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crash_after: Option<Delay>,
-    /// How long a pod owned by a Job runs before it completes (default: `runTime`, else the
-    /// operator's `--job-run-time`).
+    /// How long a pod owned by a `Job` of any API group (batch's, Volcano's; kwok's rule) runs
+    /// before it completes (default: `runTime`, else the operator's `--job-run-time`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_run_time: Option<Delay>,
-    /// How long any pod with `restartPolicy: Never` or `OnFailure` runs before its containers
-    /// exit 0 and it is Succeeded, whoever owns it (a bare pod, Argo, Tekton, Volcano). Without
-    /// it only a Job's pods finish; a pod's `pod-complete.stage.kwok.x-k8s.io/delay`
-    /// annotation says it for that pod.
+    /// How long a pod with `restartPolicy: Never` or `OnFailure` runs before its containers
+    /// exit 0 and it is Succeeded: pods without a controller owner (bare pods, Kueue's plain
+    /// pods) and those whose controller owner `runTimeOwners` lists (Argo's Workflow, Tekton's
+    /// TaskRun…); never another controller's children (a VMI's launcher pod). A pod's
+    /// `pod-complete.stage.kwok.x-k8s.io/delay` annotation says it for that pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_time: Option<Delay>,
+    /// The controller owners whose pods `runTime` finishes too, each by kind and (unless it is
+    /// left out: any group) API group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub run_time_owners: Option<Vec<OwnerKind>>,
     /// The exit code failing and crash-looping containers exit with (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "exit_code_schema")]
@@ -135,6 +141,26 @@ pub struct PodLifecycle {
     /// What `kubectl exec` gets (default: the command echoed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<super::kubelet::Exec>,
+}
+
+/// A kind of controller owner: `kind` in `apiGroup` (any group when unset; `""` is the core
+/// group).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerKind {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub api_group: Option<String>,
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+}
+
+impl OwnerKind {
+    /// Whether an owner reference (its `apiVersion` and `kind`) is of this kind.
+    pub fn matches(&self, api_version: &str, kind: &str) -> bool {
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        self.kind == kind && self.api_group.as_deref().is_none_or(|g| g == group)
+    }
 }
 
 impl PodLifecycle {
@@ -522,6 +548,24 @@ fn pod_problems(p: &PodLifecycle) -> Vec<String> {
     if let Some(code) = p.exit_code.filter(|c| !(1..=255).contains(c)) {
         out.push(format!(".pods.exitCode: {code} is not an exit code from 1 to 255 (a failure exits non-zero)"));
     }
+    for (i, o) in p.run_time_owners.iter().flatten().enumerate() {
+        let kind_ok = o.kind.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            && o.kind.chars().all(|c| c.is_ascii_alphanumeric())
+            && o.kind.len() <= 63;
+        if !kind_ok {
+            out.push(format!(
+                ".pods.runTimeOwners[{i}].kind: {:?} is not a kind (CamelCase letters and digits, such as Workflow)",
+                o.kind
+            ));
+        }
+        if let Some(g) = o.api_group.as_deref().filter(|g| !g.is_empty())
+            && super::names::qualified_name_problem(&format!("{g}/x")).is_some()
+        {
+            out.push(format!(
+                ".pods.runTimeOwners[{i}].apiGroup: {g:?} is not an API group (a DNS subdomain such as argoproj.io; \"\" for the core group)"
+            ));
+        }
+    }
     if let Some(r) = &p.readiness {
         out.extend(percent("pods.readiness.flapPercent", r.flap_percent));
         out.extend(window_rule(
@@ -715,6 +759,18 @@ mod tests {
             ..Default::default()
         };
         assert!(two.distribution().unwrap_err().contains("exactly one"), "one fallback at most");
+    }
+
+    #[test]
+    fn run_time_owners_name_kinds_and_groups() {
+        let l: Lifecycle = serde_yaml::from_str(
+            "pods: {runTimeOwners: [{kind: workflow}, {apiGroup: Argo_Proj, kind: Workflow}, {apiGroup: '', kind: Pod}, {kind: TaskRun, apiGroup: tekton.dev}]}",
+        )
+        .unwrap();
+        let p = problems(&l);
+        assert!(p.iter().any(|m| m.starts_with(".pods.runTimeOwners[0].kind: \"workflow\" is not a kind")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with(".pods.runTimeOwners[1].apiGroup: \"Argo_Proj\"")), "{p:?}");
+        assert_eq!(p.len(), 2, "the core group and tekton.dev are fine: {p:?}");
     }
 
     #[test]

@@ -169,9 +169,18 @@ fn drawn(d: Option<&Delay>, pod: &SlimPod, seed: i64, key: &[&str], salt: &str) 
     sample(d, seed, key, salt)
 }
 
-/// Whether a Job owns the pod.
+/// Whether a `Job` of any API group owns the pod (batch's, Volcano's: kwok's `pod-complete`
+/// rule).
 fn owned_by_job(pod: &SlimPod) -> bool {
-    pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Job" && o.api_version.starts_with("batch/"))
+    pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Job")
+}
+
+/// Whether the pool's `runTime` finishes the pod: it has no controller owner, or its controller
+/// owner is of a kind `runTimeOwners` lists. Another controller's children (a VMI's launcher
+/// pod, a ReplicaSet's pods) never take it.
+fn takes_run_time(s: &PodLifecycle, pod: &SlimPod) -> bool {
+    let controller = pod.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true));
+    controller.is_none_or(|o| s.run_time_owners.iter().flatten().any(|k| k.matches(&o.api_version, &o.kind)))
 }
 
 /// Decides a pod's plan from the pod lifecycle that governs it and the pod's own
@@ -242,8 +251,10 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
         pool_run(s.job_run_time.as_ref(), "job")
             .or_else(|| pool_run(s.run_time.as_ref(), "run"))
             .or(Some(defaults.job_run_time))
-    } else {
+    } else if takes_run_time(s, pod) {
         pool_run(s.run_time.as_ref(), "run")
+    } else {
+        None
     };
 
     let start_delay = match (chaos.filter(|c| c.init), own.and_then(|o| o.start)) {
@@ -559,6 +570,48 @@ mod tests {
         assert_eq!((plan.start_delay, plan.exit_delay), (Duration::from_secs(4), Some(Duration::from_secs(2))));
         let Fate::CrashLoops { after, exit } = plan.fate else { panic!("{:?}", plan.fate) };
         assert_eq!((after, exit.code, exit.container.as_deref()), (Duration::from_secs(2), 42, Some("app")));
+    }
+
+    fn owned(mut p: SlimPod, api_version: &str, kind: &str) -> SlimPod {
+        p.restart_policy = Some("Never".into());
+        p.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: "o".into(),
+            uid: "o1".into(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        p
+    }
+
+    #[test]
+    fn a_job_of_any_group_finishes_by_default_and_run_time_only_reaches_the_owners_it_names() {
+        let run = |s: Option<&PodLifecycle>, p: &SlimPod| plan_pod(s, None, p, &defaults()).run_time;
+        // kwok's rule: any `Job` kind finishes by default (Volcano's batch.volcano.sh/v1alpha1).
+        let volcano = owned(pod("d", "v", "u"), "batch.volcano.sh/v1alpha1", "Job");
+        assert_eq!(run(None, &volcano), Some(Duration::from_secs(5)));
+        // A pool's runTime: bare pods, never another controller's children.
+        let s = settings("{runTime: {fixed: 30s}}");
+        let workflow = owned(pod("d", "w", "u"), "argoproj.io/v1alpha1", "Workflow");
+        let launcher = owned(pod("d", "virt-launcher-x", "u"), "kubevirt.io/v1", "VirtualMachineInstance");
+        assert_eq!(run(Some(&s), &workflow), None, "an Argo pod is not a plain pod");
+        assert_eq!(run(Some(&s), &launcher), None, "a launcher pod never takes runTime");
+        let mut bare = pod("d", "b", "u");
+        bare.restart_policy = Some("Never".into());
+        assert_eq!(run(Some(&s), &bare), Some(Duration::from_secs(30)));
+        // runTimeOwners reaches the kinds it names (a group left out: any group).
+        let s = settings("{runTime: {fixed: 30s}, runTimeOwners: [{apiGroup: argoproj.io, kind: Workflow}]}");
+        assert_eq!(run(Some(&s), &workflow), Some(Duration::from_secs(30)));
+        assert_eq!(run(Some(&s), &launcher), None);
+        assert_eq!(run(Some(&s), &bare), Some(Duration::from_secs(30)), "plain pods still finish");
+        let other_group = owned(pod("d", "w2", "u"), "example.com/v1", "Workflow");
+        assert_eq!(run(Some(&s), &other_group), None, "the group must match when given");
+        let s = settings("{runTime: {fixed: 30s}, runTimeOwners: [{kind: Workflow}]}");
+        assert_eq!(run(Some(&s), &other_group), Some(Duration::from_secs(30)), "no group: any group");
+        let core = settings("{runTime: {fixed: 30s}, runTimeOwners: [{apiGroup: \"\", kind: ReplicationController}]}");
+        let rc = owned(pod("d", "r", "u"), "v1", "ReplicationController");
+        assert_eq!(run(Some(&core), &rc), Some(Duration::from_secs(30)), "\"\" is the core group");
     }
 
     #[test]
