@@ -681,3 +681,87 @@ async fn batch_pods_of_any_framework_finish_and_long_running_ones_keep_running()
         kubectl_ok(&["delete", "crd", crd, "--wait=false"]);
     }
 }
+
+#[tokio::test]
+async fn a_pod_bound_past_what_its_node_has_is_rejected_as_the_kubelet_rejects_it() {
+    let client = client().await;
+    let scope = unique("admit");
+    let ns = TestNamespace::new(&client, "admit").await;
+    let _op = Operator::start(&scope, &[]);
+    // One node with 2 CPUs and a NoExecute taint (the pods below tolerate it).
+    let pool = NodePoolYaml::new(&scope, &scope)
+        .count(1)
+        .pod_cidr("10.221.0.0/16", 24)
+        .capacity(Some("{cpu: 2, memory: 8Gi, pods: 110}"))
+        .yaml();
+    let mut pool: serde_yaml::Value = serde_yaml::from_str(&pool).unwrap();
+    pool["spec"]["nodeTemplate"]["spec"] =
+        serde_yaml::from_str("{taints: [{key: maintenance, value: soon, effect: NoExecute}]}").unwrap();
+    apply(&serde_yaml::to_string(&pool).unwrap());
+    let node = wait_ready_nodes(&client, &scope, 1, T).await.remove(0).metadata.name.unwrap();
+    let n = &ns.name;
+    // Bound by hand (spec.nodeName): the scheduler never weighs them; the kubelet does.
+    let bound = |name: &str, cpu: &str, extra: &str| {
+        format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {n}}}
+spec:
+  nodeName: {node}
+  tolerations: [{{key: maintenance, operator: Exists}}]
+{extra}  containers: [{{name: app, image: busybox, resources: {{requests: {{cpu: '{cpu}'}}}}}}]
+"
+        )
+    };
+    let api: Api<Pod> = Api::namespaced(client.clone(), n);
+    let status_of = |name: &'static str| {
+        let api = api.clone();
+        async move {
+            let p = api.get(name).await.map_err(|e| e.to_string())?;
+            let s = p.status.clone().unwrap_or_default();
+            match s.phase.as_deref() {
+                Some("Running" | "Failed") => Ok(s),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    };
+    apply(&bound("big", "1500m", ""));
+    let big = wait_for("big Running", T, || status_of("big")).await;
+    assert_eq!(big.phase.as_deref(), Some("Running"));
+
+    apply(&bound("extra", "1", ""));
+    let extra = wait_for("extra decided", T, || status_of("extra")).await;
+    assert_eq!((extra.phase.as_deref(), extra.reason.as_deref()), (Some("Failed"), Some("OutOfcpu")));
+    assert_eq!(
+        extra.message.as_deref(),
+        Some("Pod was rejected: Node didn't have enough resource: cpu, requested: 1000, used: 1500, capacity: 2000")
+    );
+    // The kubelet's event, as `kubectl describe pod` shows it.
+    let events = wait_for("the OutOfcpu event", T, || async {
+        let out = kubectl_ok(&[
+            "get",
+            "events",
+            "-n",
+            n,
+            "--field-selector",
+            "involvedObject.name=extra",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ]);
+        if out.contains("OutOfcpu") { Ok(out) } else { Err(out) }
+    })
+    .await;
+    assert!(events.contains("OutOfcpu"));
+
+    // A node selector the node does not match. (An untolerated NoExecute taint is refused the
+    // same way — unit-tested — but here the controller manager's taint eviction deletes such a
+    // pod first, as it does beside a real kubelet.)
+    apply(&bound("elsewhere", "100m", "  nodeSelector: {zone: nowhere}\n"));
+    let s = wait_for("elsewhere decided", T, || status_of("elsewhere")).await;
+    assert_eq!((s.phase.as_deref(), s.reason.as_deref()), (Some("Failed"), Some("NodeAffinity")));
+    // Room left for a pod that fits: admitted and Running.
+    apply(&bound("small", "400m", ""));
+    let s = wait_for("small decided", T, || status_of("small")).await;
+    assert_eq!(s.phase.as_deref(), Some("Running"), "{s:?}");
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

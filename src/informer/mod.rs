@@ -8,6 +8,7 @@
 pub mod fixtures;
 pub mod health;
 pub mod owners;
+pub mod placement;
 pub mod pod;
 pub mod registry;
 pub mod shared;

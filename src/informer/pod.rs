@@ -258,8 +258,14 @@ pub struct SlimPod {
     /// `status.observedGeneration` the kubelet last reported.
     pub generation: i64,
     pub observed_generation: i64,
-    /// Its ephemeral containers (rare: boxed, nothing for most pods).
-    pub ephemeral: Option<Box<[SlimEphemeral]>>,
+    /// Its ephemeral containers (rare: boxed behind a thin pointer, nothing for most pods).
+    #[allow(clippy::box_collection)] // a thin pointer: 8 bytes in every stored pod, not 16
+    pub ephemeral: Option<Box<Vec<SlimEphemeral>>>,
+    /// What the kubelet's admission reads of its spec besides requests (node selector, required
+    /// node affinity, NoExecute tolerations, host ports), as JSON shared by every pod asking
+    /// the same; `None` when it says none of it.
+    #[allow(clippy::rc_buffer)] // a thin pointer: 8 bytes in every stored pod, not 16
+    pub placement: Option<std::sync::Arc<String>>,
 }
 
 impl Resource for SlimPod {
@@ -294,10 +300,11 @@ impl From<Pod> for SlimPod {
 }
 
 /// A pod's ephemeral containers, with when each started running (none: `None`).
+#[allow(clippy::box_collection)] // the stored pod's thin pointer
 fn ephemeral_of(
     spec: &k8s_openapi::api::core::v1::PodSpec,
     status: &k8s_openapi::api::core::v1::PodStatus,
-) -> Option<Box<[SlimEphemeral]>> {
+) -> Option<Box<Vec<SlimEphemeral>>> {
     let started = |name: &str| {
         let s = status.ephemeral_container_statuses.iter().flatten().find(|s| s.name == name)?;
         s.state.as_ref()?.running.as_ref()?.started_at.as_ref().map(|t| t.0)
@@ -315,7 +322,20 @@ fn ephemeral_of(
             started_at: started(&c.name),
         })
         .collect();
-    (!list.is_empty()).then(|| list.into_boxed_slice())
+    (!list.is_empty()).then(|| Box::new(list))
+}
+
+/// When a pod's containers last started running (the latest `state.running.startedAt`).
+fn running_since(status: &k8s_openapi::api::core::v1::PodStatus) -> Option<Timestamp> {
+    let statuses = status.container_statuses.iter().flatten();
+    statuses.filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref().map(|t| t.0)).max()
+}
+
+/// Whether a container of the pod waits in CrashLoopBackOff.
+fn crash_looping(status: &k8s_openapi::api::core::v1::PodStatus) -> bool {
+    status.container_statuses.iter().flatten().any(|c| {
+        c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref()) == Some("CrashLoopBackOff")
+    })
 }
 
 /// A pod's addresses (`podIPs`, else `podIP`).
@@ -353,6 +373,9 @@ impl SlimPod {
         let overrides =
             crate::api::annotations::PodOverrides::from_meta(m.labels.as_ref(), m.annotations.as_ref()).map(Box::new);
         let spec = pod.spec.unwrap_or_default();
+        let placement = super::placement::Placement::of(&spec)
+            .and_then(|p| serde_json::to_string(&p).ok())
+            .map(super::placement::interned);
         let slim = |c: &k8s_openapi::api::core::v1::Container| SlimContainer {
             name: c.name.clone(),
             image: c.image.clone().unwrap_or_default(),
@@ -362,6 +385,7 @@ impl SlimPod {
         let status = pod.status.unwrap_or_default();
         let ephemeral = ephemeral_of(&spec, &status);
         let pod_ips = ips_of(&status);
+        let (running, looping) = (running_since(&status), crash_looping(&status));
         let labels = m.labels.map_or_else(Default::default, |all| {
             read_labels.iter().filter_map(|k| all.get(*k).map(|v| (*k, v.as_str().into()))).collect()
         });
@@ -399,21 +423,14 @@ impl SlimPod {
             restart_policy: spec.restart_policy.map(Word::from),
             restart_count: status.container_statuses.iter().flatten().map(|c| c.restart_count).max().unwrap_or(0),
             active_deadline_seconds: spec.active_deadline_seconds.map(|d| d.clamp(0, i64::from(u32::MAX)) as u32),
-            running_since: status
-                .container_statuses
-                .iter()
-                .flatten()
-                .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref().map(|t| t.0))
-                .max(),
+            running_since: running,
             usage,
             overrides,
             ephemeral,
+            placement,
             generation: m.generation.unwrap_or(1),
             observed_generation: status.observed_generation.unwrap_or(0),
-            crash_looping: status.container_statuses.iter().flatten().any(|c| {
-                c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref())
-                    == Some("CrashLoopBackOff")
-            }),
+            crash_looping: looping,
         };
         out.shrink();
         out

@@ -6,6 +6,7 @@
 //! unit-tested here and under tokio's paused clock in the worker's tests.
 
 use super::super::Prepare;
+use super::super::status::admission::Rejection;
 use super::super::status::fate::{self, Fate, PodPlan};
 use super::super::status::patches as pod_status;
 use super::super::status::pod::Exit;
@@ -82,6 +83,8 @@ pub struct Tracked {
     pub seen: Instant,
     /// `down` and `restarts` were read from the pod (first sight).
     pub known: bool,
+    /// The kubelet's admission let it in (its requests count against its node's).
+    pub admitted: bool,
     /// We wrote the pod acknowledged (Pending, ContainerCreating) during its start delay.
     pub acknowledged: bool,
     /// Its containers are down (crashed, in back-off), as last written or seen.
@@ -110,6 +113,7 @@ impl Tracked {
             started: false,
             seen,
             known: false,
+            admitted: false,
             acknowledged: false,
             down: false,
             restarts: 0,
@@ -151,7 +155,7 @@ pub enum Effect {
     /// Disarm one of its timers.
     Cancel(TimerKind),
     /// A Warning event on the pod.
-    Warn { reason: &'static str, action: &'static str, note: String },
+    Warn { reason: std::borrow::Cow<'static, str>, action: &'static str, note: String },
     /// Count a fault a knob injected.
     Injected(&'static str),
     /// Count a transition that was not written.
@@ -179,6 +183,8 @@ pub struct Input<'a> {
     pub prepare: Prepare,
     /// How saturated the simulator's writes are (0 to 1).
     pub pressure: f64,
+    /// The kubelet's admission refused it (read only for a pod not started yet).
+    pub rejection: Option<&'a Rejection>,
 }
 
 /// What a decision reads of the pod's node and its knobs.
@@ -247,7 +253,7 @@ pub fn step(i: &Input, t: &mut Tracked) -> Vec<Effect> {
     {
         out.t.annotations_reported = true;
         let note = format!("{} (fix the annotation on the pod or its template)", o.problems.join("; "));
-        out.effects.push(Effect::Warn { reason: "BadAnnotation", action: "ReadAnnotations", note });
+        out.effects.push(Effect::Warn { reason: "BadAnnotation".into(), action: "ReadAnnotations", note });
     }
     if pod.metadata.deletion_timestamp.is_some() {
         schedule_removal(i, facts, &mut out);
@@ -313,6 +319,13 @@ fn schedule_removal(i: &Input, facts: &NodeFacts, out: &mut Out) {
 /// Failed, as its fate says.
 fn start(i: &Input, facts: &NodeFacts, out: &mut Out) {
     let pod = i.pod;
+    if let Some(r) = i.rejection.filter(|_| !out.t.started && pod.start_time.is_none()) {
+        // The kubelet's admission refused it: Failed at once, with its reason and an event.
+        out.t.started = true;
+        out.effects.push(Effect::Warn { reason: r.reason.clone().into(), action: "Admit", note: r.message.clone() });
+        out.status(pod_status::rejected_patch(r), "reject");
+        return;
+    }
     if pod.claims && !out.t.started && !prepared(i, facts, out) {
         return;
     }
@@ -403,7 +416,11 @@ fn prepared(i: &Input, facts: &NodeFacts, out: &mut Out) -> bool {
     }
     acknowledge(i, facts.host_ips, out);
     out.effects.push(Effect::Injected("prepare_fail"));
-    out.effects.push(Effect::Warn { reason: "FailedPrepareDynamicResources", action: "PrepareDynamicResources", note });
+    out.effects.push(Effect::Warn {
+        reason: "FailedPrepareDynamicResources".into(),
+        action: "PrepareDynamicResources",
+        note,
+    });
     false
 }
 
@@ -650,6 +667,7 @@ mod tests {
             pod_ips: Some(&pod_ips),
             prepare: Prepare::Ready,
             pressure: 0.0,
+            rejection: None,
         };
         let effects = step(&i, &mut t);
         let Some(Effect::Status { patch, transition: "run", .. }) =
@@ -677,9 +695,39 @@ mod tests {
             pod_ips: Some(&pod_ips),
             prepare: Prepare::Ready,
             pressure: 0.0,
+            rejection: None,
         };
         let effects = step(&i, &mut t);
         assert!(!effects.iter().any(|e| matches!(e, Effect::Status { .. })), "{effects:?}");
+    }
+
+    #[test]
+    fn a_rejected_pod_fails_at_once_with_the_kubelets_reason_and_an_event() {
+        let pod = Pod::test("p").on("n").annotate("pod-ready.stage.kwok.x-k8s.io/delay", "5s").slim();
+        let (p, ips, t0) = (plan(&pod), ["10.1.0.1".parse().unwrap()], Instant::now());
+        let facts = Some(NodeFacts { plan: &p, away: None, host_ips: &ips });
+        let r = Rejection { reason: "OutOfcpu".into(), message: "Node didn't have enough resource: cpu".into() };
+        let i = Input {
+            pod: &pod,
+            now: now(t0),
+            node: facts,
+            pod_ips: None,
+            prepare: Prepare::Ready,
+            pressure: 0.0,
+            rejection: Some(&r),
+        };
+        let mut t = Tracked::new(t0);
+        let effects = step(&i, &mut t);
+        let Some(Effect::Status { patch, transition: "reject" }) =
+            effects.iter().find(|e| matches!(e, Effect::Status { .. }))
+        else {
+            panic!("rejected before its start delay: {effects:?}")
+        };
+        assert_eq!(patch["status"]["phase"], "Failed");
+        assert_eq!(patch["status"]["reason"], "OutOfcpu");
+        assert_eq!(patch["status"]["message"], "Pod was rejected: Node didn't have enough resource: cpu");
+        assert!(effects.iter().any(|e| matches!(e, Effect::Warn { reason, .. } if reason == "OutOfcpu")));
+        assert!(t.started && !effects.iter().any(|e| matches!(e, Effect::Arm(..))), "{effects:?}");
     }
 
     #[test]
@@ -688,7 +736,15 @@ mod tests {
         let (p, ips, t0) = (plan(&pod), ["10.1.0.1".parse().unwrap()], Instant::now());
         let facts = || Some(NodeFacts { plan: &p, away: None, host_ips: &ips });
         let mut t = Tracked::new(t0);
-        let i = Input { pod: &pod, now: now(t0), node: facts(), pod_ips: None, prepare: Prepare::Ready, pressure: 0.0 };
+        let i = Input {
+            pod: &pod,
+            now: now(t0),
+            node: facts(),
+            pod_ips: None,
+            prepare: Prepare::Ready,
+            pressure: 0.0,
+            rejection: None,
+        };
         let effects = step(&i, &mut t);
         assert_eq!(effects[0], Effect::Arm(TimerKind::Start, Duration::from_secs(5)));
         assert!(matches!(&effects[1], Effect::Status { transition: "acknowledge", .. }));
@@ -719,6 +775,7 @@ mod tests {
             pod_ips: None,
             prepare: Prepare::Ready,
             pressure: 0.0,
+            rejection: None,
         };
         assert_eq!(fire(TimerKind::Complete, &i, &mut t), [Effect::Arm(TimerKind::Complete, BUSY)]);
     }
@@ -734,6 +791,7 @@ mod tests {
             pod_ips: None,
             prepare: Prepare::Ready,
             pressure: 1.0,
+            rejection: None,
         };
         assert_eq!(fire(TimerKind::Remove, &i, &mut t), [Effect::Skipped("terminal-status-skipped"), Effect::Remove]);
         let mut t = Tracked::new(Instant::now());

@@ -9,6 +9,7 @@ use crate::informer::Change;
 use crate::informer::pod::SlimPod;
 use crate::ipam::pods::PodIpam;
 use crate::kubelet::Prepare;
+use crate::kubelet::status::admission;
 use crate::kubelet::status::fate::{self, PodPlan};
 use crate::kubelet::status::node as node_status;
 use crate::kubelet::status::patches as pod_status;
@@ -43,6 +44,8 @@ pub(super) struct Loop {
     pub(super) tracked: HashMap<String, Tracked>,
     /// Pods waiting for their node to get a podCIDR or a free address, by node.
     pub(super) waiting: HashMap<String, HashSet<ObjectRef<SlimPod>>>,
+    /// The tracked pods of each node (what the kubelet's admission weighs a new pod against).
+    pub(super) on_node: HashMap<String, HashSet<ObjectRef<SlimPod>>>,
     pub(super) timers: Timers<Timer>,
     writes: Writes<Done>,
     pub(super) recorder: Recorder,
@@ -78,6 +81,7 @@ pub(super) async fn run(
         ipam: PodIpam::default(),
         tracked: HashMap::new(),
         waiting: HashMap::new(),
+        on_node: HashMap::new(),
         timers: Timers::default(),
         writes,
         recorder,
@@ -179,7 +183,9 @@ impl Loop {
     /// The plan of `pod` on `node`: the knobs of the pool that governs it, else the flags.
     fn plan(&self, pod: &SlimPod, node: &Node) -> PodPlan {
         let pool = self.sim.config.lifecycles.pod_knobs(pod, node);
-        fate::pod_plan(pool.as_deref(), pod, &self.sim.config.defaults)
+        let lifecycles = &self.sim.config.lifecycles;
+        let pools_own = lifecycles.governing(pod.owner_references(), pod.metadata.namespace.as_deref()).is_some();
+        fate::pod_plan(pool.as_deref(), pod, &self.sim.config.defaults, pools_own)
     }
 
     /// When the node's NotReady window (of a flapping pool) ends, if it is in one.
@@ -201,6 +207,12 @@ impl Loop {
     fn untrack(&mut self, pod: &SlimPod, uid: &str) {
         if let Some(t) = self.tracked.remove(uid) {
             let key = ObjectRef::from_obj(pod);
+            if let Some(set) = self.on_node.get_mut(&t.node) {
+                set.remove(&key);
+                if set.is_empty() {
+                    self.on_node.remove(&t.node);
+                }
+            }
             for kind in t.armed() {
                 self.timers.cancel(&Timer::Pod(key.clone(), uid.to_string(), kind));
             }
@@ -263,6 +275,34 @@ impl Loop {
         }
     }
 
+    /// The kubelet's admission of a pod it has not started: weighed against the node's pods
+    /// admitted before it (in the order the worker saw them), once; `None` admits it.
+    fn admission(&mut self, pod: &SlimPod, node: &Node, uid: &str) -> Option<admission::Rejection> {
+        let t = self.tracked.get(uid)?;
+        let undecided = !t.admitted
+            && !t.started
+            && pod.start_time.is_none()
+            && pod.metadata.deletion_timestamp.is_none()
+            && !pod_status::is_terminal(pod);
+        if !undecided {
+            return None;
+        }
+        let admitted: Vec<Arc<SlimPod>> = self
+            .on_node
+            .get(&t.node)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.sim.pods.get(key))
+            .filter(|p| p.uid() != uid && !pod_status::is_terminal(p))
+            .filter(|p| p.start_time.is_some() || self.tracked.get(p.uid()).is_some_and(|o| o.admitted || o.started))
+            .collect();
+        let verdict = admission::admit(pod, node, admitted.iter().map(|p| p.as_ref()));
+        if let Some(t) = self.tracked.get_mut(uid) {
+            t.admitted = verdict.is_none();
+        }
+        verdict
+    }
+
     /// One pod seen (or looked at again): [`step::step`] decides, this applies.
     pub(super) fn on_pod(&mut self, pod: &Arc<SlimPod>) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -272,16 +312,22 @@ impl Loop {
         };
         let now = self.now();
         let t = self.tracked.entry(uid.clone()).or_insert_with(|| Tracked::new(now.at));
-        t.node = node.name_any();
+        if t.node.is_empty() {
+            t.node = node.name_any();
+            self.on_node.entry(t.node.clone()).or_default().insert(ObjectRef::from_obj(pod.as_ref()));
+        }
         if t.write.in_flight {
             return;
         }
+        let rejection = self.admission(pod, &node, &uid);
+        let Some(t) = self.tracked.get(&uid) else { return };
         let started = t.started;
         let (plan, host_ips) = (self.plan(pod, &node), node_status::internal_ips(&node));
         let prepare = if pod.claims && !started { self.sim.devices.prepare(&node, pod) } else { Prepare::Ready };
         let facts = NodeFacts { plan: &plan, away: self.away_until(&node, &now), host_ips: &host_ips };
         let pressure = self.sim.writes.pressure();
-        let input = Input { pod, now, node: Some(facts), pod_ips: None, prepare, pressure };
+        let rejection = rejection.as_ref();
+        let input = Input { pod, now, node: Some(facts), pod_ips: None, prepare, pressure, rejection };
         let Some(t) = self.tracked.get_mut(&uid) else { return };
         let effects = step::step(&input, t);
         let needs_addresses = effects.contains(&Effect::NeedAddresses);
@@ -329,6 +375,7 @@ impl Loop {
             pod_ips: None,
             prepare: Prepare::Ready,
             pressure: self.sim.writes.pressure(),
+            rejection: None,
         };
         let Some(t) = self.tracked.get_mut(uid) else { return };
         let effects = step::fire(kind, &input, t);
@@ -374,7 +421,7 @@ impl Loop {
             Effect::Remove => self.spawn_remove(pod.clone()),
             Effect::Arm(kind, after) => self.timers.set(Timer::Pod(key.clone(), uid.to_string(), kind), after),
             Effect::Cancel(kind) => self.timers.cancel(&Timer::Pod(key.clone(), uid.to_string(), kind)),
-            Effect::Warn { reason, action, note } => self.warn(pod, reason, action, note),
+            Effect::Warn { reason, action, note } => self.warn(pod, &reason, action, note),
             Effect::Injected(what) => self.sim.metrics.injected(what),
             Effect::Skipped(what) => {
                 self.sim.metrics.pod_transitions.get_or_create(&ResultLabels { result: what.into() }).inc();

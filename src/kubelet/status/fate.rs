@@ -175,17 +175,30 @@ fn owned_by_job(pod: &SlimPod) -> bool {
     pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Job")
 }
 
-/// Whether the pool's `runTime` finishes the pod: it has no controller owner, or its controller
-/// owner is of a kind `runTimeOwners` lists. Another controller's children (a VMI's launcher
-/// pod, a ReplicaSet's pods) never take it.
-fn takes_run_time(s: &PodLifecycle, pod: &SlimPod) -> bool {
+/// Whether the pool's `runTime` finishes the pod: it has no controller owner, the pool that
+/// governs it is its controller (`pools_own`: a PodPool's pods), or its controller owner is of
+/// a kind `runTimeOwners` lists. Another controller's children (a VMI's launcher pod, a
+/// ReplicaSet's pods) never take it.
+fn takes_run_time(s: &PodLifecycle, pod: &SlimPod, pools_own: bool) -> bool {
     let controller = pod.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true));
-    controller.is_none_or(|o| s.run_time_owners.iter().flatten().any(|k| k.matches(&o.api_version, &o.kind)))
+    pools_own
+        || controller.is_none_or(|o| s.run_time_owners.iter().flatten().any(|k| k.matches(&o.api_version, &o.kind)))
 }
 
 /// Decides a pod's plan from the pod lifecycle that governs it and the pod's own
-/// annotations, which win.
+/// annotations, which win (a pod its pool does not own).
 pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPod, defaults: &Defaults) -> PodPlan {
+    plan_owned_pod(settings, seed, pod, defaults, false)
+}
+
+/// [`plan_pod`] for a pod whose governing pool is (`pools_own`) or is not its controller.
+pub fn plan_owned_pod(
+    settings: Option<&PodLifecycle>,
+    seed: Option<i64>,
+    pod: &SlimPod,
+    defaults: &Defaults,
+    pools_own: bool,
+) -> PodPlan {
     let none = PodLifecycle::default();
     let s = settings.unwrap_or(&none);
     let own = pod.overrides.as_deref();
@@ -251,7 +264,7 @@ pub fn plan_pod(settings: Option<&PodLifecycle>, seed: Option<i64>, pod: &SlimPo
         pool_run(s.job_run_time.as_ref(), "job")
             .or_else(|| pool_run(s.run_time.as_ref(), "run"))
             .or(Some(defaults.job_run_time))
-    } else if takes_run_time(s, pod) {
+    } else if takes_run_time(s, pod, pools_own) {
         pool_run(s.run_time.as_ref(), "run")
     } else {
         None
@@ -376,9 +389,10 @@ pub fn bad_at(plans: &[ConditionPlan], now: Duration) -> (Vec<BadCondition>, Opt
     (bad, next)
 }
 
-/// The plan of `pod` under the pool that governs it (`None`: the flags alone).
-pub fn pod_plan(pool: Option<&dyn Knobs>, pod: &SlimPod, defaults: &Defaults) -> PodPlan {
-    plan_pod(pool.and_then(Knobs::pods), pool.and_then(Knobs::seed), pod, defaults)
+/// The plan of `pod` under the pool that governs it (`None`: the flags alone); `pools_own`: that
+/// pool is the pod's controller.
+pub fn pod_plan(pool: Option<&dyn Knobs>, pod: &SlimPod, defaults: &Defaults, pools_own: bool) -> PodPlan {
+    plan_owned_pod(pool.and_then(Knobs::pods), pool.and_then(Knobs::seed), pod, defaults, pools_own)
 }
 
 /// The flapping schedule of `node` under its pool, if its pool makes it flap.
@@ -609,6 +623,9 @@ mod tests {
         assert_eq!(run(Some(&s), &other_group), None, "the group must match when given");
         let s = settings("{runTime: {fixed: 30s}, runTimeOwners: [{kind: Workflow}]}");
         assert_eq!(run(Some(&s), &other_group), Some(Duration::from_secs(30)), "no group: any group");
+        // A pool's own pods (a PodPool's) take its runTime.
+        let pools = owned(pod("d", "pp-0", "u"), "pools.kwok.x-k8s.io/v1alpha1", "PodPool");
+        assert_eq!(plan_owned_pod(Some(&s), None, &pools, &defaults(), true).run_time, Some(Duration::from_secs(30)));
         let core = settings("{runTime: {fixed: 30s}, runTimeOwners: [{apiGroup: \"\", kind: ReplicationController}]}");
         let rc = owned(pod("d", "r", "u"), "v1", "ReplicationController");
         assert_eq!(run(Some(&core), &rc), Some(Duration::from_secs(30)), "\"\" is the core group");

@@ -266,6 +266,12 @@ pub fn failed_patch(pod: &SlimPod, host_ips: &[IpAddr], exit: &Exit, now: &Value
     json!({ "status": status })
 }
 
+/// The status patch of a pod the kubelet's admission refused: Failed, with the check's reason
+/// and "Pod was rejected: " before its message, as the kubelet's `rejectPod` writes it.
+pub fn rejected_patch(r: &super::admission::Rejection) -> Value {
+    json!({"status": {"phase": "Failed", "reason": r.reason, "message": format!("Pod was rejected: {}", r.message)}})
+}
+
 /// The status patch of a pod whose images do not pull: Pending, its containers waiting in
 /// `ErrImagePull` (first) or `ImagePullBackOff` (after), as a kubelet shows a wrong image.
 pub fn image_pull_patch(
