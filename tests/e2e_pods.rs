@@ -765,3 +765,64 @@ spec:
     assert_eq!(s.phase.as_deref(), Some("Running"), "{s:?}");
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+#[tokio::test]
+async fn a_rollout_waits_for_each_pods_readiness_probe_and_min_ready_seconds() {
+    let client = client().await;
+    let scope = unique("probes");
+    let ns = TestNamespace::new(&client, "probes").await;
+    let _op = Operator::start(&scope, &[]);
+    apply(&nodes_yaml(&scope, &scope, 1, 110, "10.222.0.0/16", 24));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let n = &ns.name;
+    let deployment = |image: &str| {
+        format!(
+            "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {n}}}
+spec:
+  replicas: 2
+  minReadySeconds: 5
+  strategy: {{rollingUpdate: {{maxSurge: 1, maxUnavailable: 0}}}}
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      nodeSelector: {{{SCOPE_LABEL}: {scope}}}
+      tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: app
+        image: {image}
+        readinessProbe: {{httpGet: {{path: /, port: 80}}, initialDelaySeconds: 10, periodSeconds: 5}}
+"
+        )
+    };
+    let rollout = || {
+        kubectl_ok(&["rollout", "status", "deployment/web", "-n", n, "--timeout=180s"]);
+    };
+    let t0 = Instant::now();
+    apply(&deployment("nginx:1"));
+    rollout();
+    let first = t0.elapsed();
+    // Both pods start at once; each is Ready 10s after its container starts, available 5s later.
+    assert!(first >= Duration::from_secs(14), "the first rollout took {first:?}, under 10s + 5s");
+
+    // A rolling update of two batches (one new pod at a time): at least 15s each.
+    let t1 = Instant::now();
+    apply(&deployment("nginx:2"));
+    rollout();
+    let second = t1.elapsed();
+    eprintln!("  first rollout {first:?}, rolling update of 2 batches {second:?}");
+    assert!(second >= Duration::from_secs(29), "two batches of 10s + 5s took {second:?}");
+    // Each pod was Ready no sooner than 10s after its container started.
+    for p in list_pods(&client, n, "app=web").await {
+        let status = p.status.unwrap();
+        let started = status.container_statuses.unwrap()[0].state.clone().unwrap().running.unwrap().started_at.unwrap();
+        let ready = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(ready.status, "True");
+        let waited = (ready.last_transition_time.unwrap().0 - started.0).total(k8s_openapi::jiff::Unit::Second).unwrap();
+        assert!(waited >= 9.5, "Ready {waited:.1}s after its container started");
+    }
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

@@ -8,9 +8,9 @@
 pub mod fixtures;
 pub mod health;
 pub mod owners;
-pub mod placement;
 pub mod pod;
 pub mod registry;
+pub mod shape;
 pub mod shared;
 
 pub use registry::Informers;

@@ -261,11 +261,9 @@ pub struct SlimPod {
     /// Its ephemeral containers (rare: boxed behind a thin pointer, nothing for most pods).
     #[allow(clippy::box_collection)] // a thin pointer: 8 bytes in every stored pod, not 16
     pub ephemeral: Option<Box<Vec<SlimEphemeral>>>,
-    /// What the kubelet's admission reads of its spec besides requests (node selector, required
-    /// node affinity, NoExecute tolerations, host ports), as JSON shared by every pod asking
-    /// the same; `None` when it says none of it.
-    #[allow(clippy::rc_buffer)] // a thin pointer: 8 bytes in every stored pod, not 16
-    pub placement: Option<std::sync::Arc<String>>,
+    /// What the kubelet reads of its spec now and then (where it may run, how its probes time
+    /// it), shared by every pod shaped alike; `None` when it says none of it.
+    pub shape: Option<std::sync::Arc<super::shape::Shape>>,
 }
 
 impl Resource for SlimPod {
@@ -373,9 +371,7 @@ impl SlimPod {
         let overrides =
             crate::api::annotations::PodOverrides::from_meta(m.labels.as_ref(), m.annotations.as_ref()).map(Box::new);
         let spec = pod.spec.unwrap_or_default();
-        let placement = super::placement::Placement::of(&spec)
-            .and_then(|p| serde_json::to_string(&p).ok())
-            .map(super::placement::interned);
+        let shape = super::shape::Shape::of(&spec).map(super::shape::interned);
         let slim = |c: &k8s_openapi::api::core::v1::Container| SlimContainer {
             name: c.name.clone(),
             image: c.image.clone().unwrap_or_default(),
@@ -427,7 +423,7 @@ impl SlimPod {
             usage,
             overrides,
             ephemeral,
-            placement,
+            shape,
             generation: m.generation.unwrap_or(1),
             observed_generation: status.observed_generation.unwrap_or(0),
             crash_looping: looping,

@@ -370,8 +370,9 @@ fn start(i: &Input, facts: &NodeFacts, out: &mut Out) {
                     out.arm(TimerKind::InitRetry, fate::crash_back_off(1));
                     (pod_status::init_failed_patch(pod, (host_ips, pod_ips), exit, 0, &now), "init-fail")
                 }
-                _ if facts.plan.never_ready => {
-                    // Running, its probe failing from the first moment: never Ready, not even once.
+                _ if facts.plan.never_ready || !warm_up(pod).is_zero() => {
+                    // Running, its probe failing from the first moment (never Ready, or not until
+                    // its probes' first success).
                     let running = pod_status::running_patch(pod, host_ips, pod_ips, &now);
                     (pod_status::with(running, pod_status::probe_patch(pod, false, &now)), "run")
                 }
@@ -476,23 +477,39 @@ fn keep_running(i: &Input, facts: &NodeFacts, out: &mut Out) {
     }
 }
 
-/// A running pod whose readiness flaps: writes the probe's verdict when it differs from what
-/// the pod shows, and looks again when the verdict changes. `true` when it wrote.
+/// How long after its containers start the pod's probes keep it from being Ready.
+fn warm_up(pod: &SlimPod) -> Duration {
+    pod.shape.as_deref().map_or(Duration::ZERO, |s| s.probes.ready_after)
+}
+
+/// A running pod's readiness probe: failing until its probes' first success after the
+/// containers (re)started, then flapping if its knobs say so. Writes the verdict when it
+/// differs from what the pod shows, and looks again when it changes. `true` when it wrote.
 fn probe(i: &Input, plan: &PodPlan, out: &mut Out) -> bool {
+    // A moment past a change, so it has surely happened when the pod is looked at.
+    let nudge = Duration::from_millis(100);
+    let warm = warm_up(i.pod);
+    let ran = i.pod.running_since.map_or(0.0, |t| i.now.since(t).clamp(0.0, 1e9));
+    let warming = warm.saturating_sub(Duration::from_secs_f64(ran));
     let passing = if plan.never_ready {
         false
-    } else {
-        let Some(flap) = &plan.readiness else { return false };
+    } else if !warming.is_zero() {
+        out.arm(TimerKind::Probe, warming + nudge);
+        false
+    } else if let Some(flap) = &plan.readiness {
         let now = i.now.epoch();
-        // A moment past the change, so the window has surely turned when the pod is looked at.
-        out.arm(TimerKind::Probe, flap.next_change(now).saturating_sub(now) + Duration::from_millis(100));
+        out.arm(TimerKind::Probe, flap.next_change(now).saturating_sub(now) + nudge);
         flap.away_until(now).is_none()
+    } else if warm.is_zero() {
+        return false; // no probe timing, no flapping: Ready as written at the start
+    } else {
+        true
     };
     let shown = i.pod.condition("ContainersReady") != Some("False");
     if passing == shown {
         return false;
     }
-    if !passing {
+    if !passing && warming.is_zero() {
         out.effects.push(Effect::Injected("unready"));
     }
     let transition = if passing { "probe-pass" } else { "probe-fail" };
@@ -699,6 +716,73 @@ mod tests {
         };
         let effects = step(&i, &mut t);
         assert!(!effects.iter().any(|e| matches!(e, Effect::Status { .. })), "{effects:?}");
+    }
+
+    /// A pod on `n` whose one container has `probes` (YAML), Running since the epoch when
+    /// `running`.
+    fn probed(probes: &str, running: bool) -> SlimPod {
+        let mut p = Pod::test("p").on("n");
+        let mut c: serde_json::Value = serde_yaml::from_str(&format!("{{name: app, {probes}}}")).unwrap();
+        c["image"] = "app:1".into();
+        p.spec.as_mut().unwrap().containers = vec![serde_json::from_value(c).unwrap()];
+        if running {
+            p.status = Some(serde_json::from_value(serde_json::json!({
+                "phase": "Running",
+                "startTime": "1970-01-01T00:00:00Z",
+                "podIPs": [{"ip": "10.2.0.1"}],
+                "conditions": [{"type": "Initialized", "status": "True"}, {"type": "ContainersReady", "status": "False"},
+                    {"type": "Ready", "status": "False"}],
+                "containerStatuses": [{"name": "app", "image": "app:1", "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"running": {"startedAt": "1970-01-01T00:00:00Z"}}}]
+            })).unwrap());
+        }
+        p.slim()
+    }
+
+    #[test]
+    fn a_readiness_probe_holds_a_running_pod_unready_until_its_first_success() {
+        let t0 = Instant::now();
+        let ips = ["10.1.0.1".parse().unwrap()];
+        let pod_ips = ["10.2.0.1".parse().unwrap()];
+        let starting = probed("readinessProbe: {initialDelaySeconds: 10, periodSeconds: 5}", false);
+        let p = plan(&starting);
+        let input = |pod, secs: u64| Input {
+            pod,
+            now: Now { at: t0 + Duration::from_secs(secs), wall: Timestamp::from_second(secs as i64).unwrap() },
+            node: Some(NodeFacts { plan: &p, away: None, host_ips: &ips }),
+            pod_ips: Some(&pod_ips),
+            prepare: Prepare::Ready,
+            pressure: 0.0,
+            rejection: None,
+        };
+        let effects = step(&input(&starting, 0), &mut Tracked::new(t0));
+        let Some(Effect::Status { patch, transition: "run" }) =
+            effects.iter().find(|e| matches!(e, Effect::Status { .. }))
+        else {
+            panic!("{effects:?}")
+        };
+        let ready = patch["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+        assert_eq!((patch["status"]["phase"].as_str(), ready["status"].as_str()), (Some("Running"), Some("False")));
+
+        // Running since the epoch: 4s in, no write, a look again when the delay is over.
+        let running = probed("readinessProbe: {initialDelaySeconds: 10, periodSeconds: 5}", true);
+        let mut t = Tracked::new(t0);
+        t.started = true;
+        let effects = step(&input(&running, 4), &mut t);
+        assert!(!effects.iter().any(|e| matches!(e, Effect::Status { .. })), "{effects:?}");
+        assert!(effects.contains(&Effect::Arm(TimerKind::Probe, Duration::from_millis(6100))), "{effects:?}");
+        // 10s in: Ready.
+        let mut t = Tracked::new(t0);
+        t.started = true;
+        let effects = step(&input(&running, 10), &mut t);
+        let Some(Effect::Status { patch, transition: "probe-pass" }) =
+            effects.iter().find(|e| matches!(e, Effect::Status { .. }))
+        else {
+            panic!("{effects:?}")
+        };
+        let ready = patch["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+        assert_eq!(ready["status"], "True");
+        assert!(!effects.contains(&Effect::Injected("unready")));
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! `TaintToleration`) and the kubelet's message. Pure: the pod, its node and the pods the
 //! kubelet admitted before it.
 
-use crate::informer::placement::Placement;
 use crate::informer::pod::{SlimContainer, SlimPod};
+use crate::informer::shape::Placement;
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
 use std::collections::BTreeMap;
 
@@ -85,8 +85,9 @@ pub fn pod_requests(pod: &SlimPod) -> BTreeMap<String, i64> {
     total
 }
 
-fn placement(pod: &SlimPod) -> Placement {
-    pod.placement.as_deref().and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default()
+fn placement(pod: &SlimPod) -> &Placement {
+    static NONE: std::sync::LazyLock<Placement> = std::sync::LazyLock::new(Placement::default);
+    pod.shape.as_deref().map_or(&NONE, |s| &s.placement)
 }
 
 /// The kubelet's answer to `pod` on `node`, beside `admitted` (the node's pods it admitted
@@ -106,7 +107,7 @@ pub fn admit<'a>(pod: &SlimPod, node: &Node, admitted: impl IntoIterator<Item = 
         return Some(Rejection::predicate("NodeAffinity", "node(s) didn't match Pod's node affinity/selector"));
     }
     if !own.host_ports.is_empty() {
-        let taken: Vec<(i32, String, String)> = admitted.iter().flat_map(|p| placement(p).host_ports).collect();
+        let taken: Vec<&(i32, String, String)> = admitted.iter().flat_map(|p| &placement(p).host_ports).collect();
         let clash = own.host_ports.iter().any(|(port, proto, ip)| {
             taken.iter().any(|(p, pr, i)| {
                 p == port
