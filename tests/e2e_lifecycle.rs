@@ -154,7 +154,7 @@ async fn crash_loops_and_failures_show_as_a_kubelet_shows_them() {
     // fifth of these 30 crash-loop: every later check is then exact.
     let pool = "svc";
     let settings: PodLifecycle = serde_yaml::from_str("{crashLoopPercent: 20, crashAfter: {fixed: 2s}}").unwrap();
-    let defaults = Defaults { exit_delay: None, job_run_time: Duration::from_secs(5) };
+    let defaults = Defaults { exit_delay: None, job_run_time: Duration::from_secs(5), normal_events: false };
     let crash_looping = |seed: i64| -> BTreeSet<String> {
         (0..30)
             .map(|i| format!("{pool}-{i}"))

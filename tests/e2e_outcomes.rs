@@ -552,3 +552,63 @@ async fn a_container_over_its_memory_limit_is_oom_killed_and_restarted() {
     assert_eq!(statuses(&under)[0].restart_count, 0, "under its limit it runs on");
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+#[tokio::test]
+async fn kubectl_describe_shows_the_kubelets_events() {
+    let client = client().await;
+    let scope = unique("kevents");
+    let ns = TestNamespace::new(&client, "kevents").await;
+    let _op = Operator::start(&scope, &[]);
+    // One pool sends the kubelet's Normal events, the other only its Warnings (the default).
+    let (loud, quiet) = (format!("{scope}-loud"), format!("{scope}-quiet"));
+    apply(&scoped_nodepool(
+        &loud,
+        &scope,
+        1,
+        "10.223.0.0/16",
+        24,
+        110,
+        "  lifecycle:\n    pods: {normalEvents: true}\n",
+    ));
+    apply(&scoped_nodepool(&quiet, &scope, 1, "10.224.0.0/16", 24, 110, ""));
+    wait_ready_nodes(&client, &loud, 1, T).await;
+    wait_ready_nodes(&client, &quiet, 1, T).await;
+    let n = &ns.name;
+    let on = |node: &str| format!("  nodeName: {node}-0\n");
+    let crash = [
+        ("pod-container-failed.stage.kwok.x-k8s.io/name", "app"),
+        ("pod-container-failed.stage.kwok.x-k8s.io/exit-code", "2"),
+        ("pod-container-failed.stage.kwok.x-k8s.io/delay", "1s"),
+    ];
+    apply(&pod("calm", n, &scope, &[], "Always", &on(&loud)));
+    apply(&pod("crashing", n, &scope, &crash, "Always", &on(&loud)));
+    apply(&pod("quiet-calm", n, &scope, &[], "Always", &on(&quiet)));
+    apply(&pod("quiet-crashing", n, &scope, &crash, "Always", &on(&quiet)));
+    let describe = |name: &str| kubectl_ok(&["describe", "pod", name, "-n", n]);
+    let shows = |name: &'static str, wanted: &'static [&'static str]| {
+        let describe = &describe;
+        async move {
+            wait_for(&format!("kubectl describe pod {name} to show {wanted:?}"), T, || async {
+                let out = describe(name);
+                if wanted.iter().all(|w| out.contains(w)) {
+                    Ok(out)
+                } else {
+                    Err(out.lines().rev().take(6).collect::<Vec<_>>().join(" | "))
+                }
+            })
+            .await
+        }
+    };
+    let calm =
+        shows("calm", &["Pulled", "Created", "Started", "Container image \"nginx\" already present on machine"]).await;
+    assert!(!calm.contains("Warning"), "a calm pod has no Warning: {calm}");
+    let crashing =
+        shows("crashing", &["Started", "BackOff", "Back-off restarting failed container app in pod crashing_"]).await;
+    assert!(crashing.contains("Warning"), "{crashing}");
+    // Without normalEvents: the BackOff Warning, no Normal event.
+    let quiet = shows("quiet-crashing", &["BackOff"]).await;
+    assert!(!quiet.contains("Container started"), "no Normal events by default: {quiet}");
+    wait_pod(&client, n, "quiet-calm", "Running", |p| phase(p) == "Running").await;
+    let quiet_calm = describe("quiet-calm");
+    assert!(!quiet_calm.contains("already present") && !quiet_calm.contains("Container started"), "{quiet_calm}");
+}

@@ -821,7 +821,8 @@ spec:
         let started = status.container_statuses.unwrap()[0].state.clone().unwrap().running.unwrap().started_at.unwrap();
         let ready = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(ready.status, "True");
-        let waited = (ready.last_transition_time.unwrap().0 - started.0).total(k8s_openapi::jiff::Unit::Second).unwrap();
+        let waited =
+            (ready.last_transition_time.unwrap().0 - started.0).total(k8s_openapi::jiff::Unit::Second).unwrap();
         assert!(waited >= 9.5, "Ready {waited:.1}s after its container started");
     }
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);

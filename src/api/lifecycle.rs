@@ -138,9 +138,14 @@ pub struct PodLifecycle {
     /// What each container prints (`kubectl logs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logs: Option<super::kubelet::Logs>,
-    /// What `kubectl exec` gets (default: the command echoed).
+    /// What `kubectl exec` gets (default: a minimal shell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<super::kubelet::Exec>,
+    /// Send the kubelet's Normal events for these pods (Pulled, Created, Started, Killing: one
+    /// write each per container; default: the operator's `--pod-normal-events`, off). Warnings
+    /// (BackOff, Unhealthy, Failed…) are always sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normal_events: Option<bool>,
 }
 
 /// A kind of controller owner: `kind` in `apiGroup` (any group when unset; `""` is the core

@@ -41,6 +41,11 @@ pub struct KubeletFlags {
     /// pools say nothing (`spec.lifecycle.pods.jobRunTime`).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub job_run_time: Duration,
+    /// The kubelet's Normal pod events (Pulled, Created, Started, Killing) for pods whose pools
+    /// say nothing (`spec.lifecycle.pods.normalEvents`); Warnings (BackOff, Unhealthy,
+    /// Failed…) are always sent. Each Normal event is one more write per container start.
+    #[arg(long)]
+    pub pod_normal_events: bool,
     /// Pods on a node without a podCIDR (a cluster whose controller manager does not allocate
     /// node CIDRs) get addresses from a block of this range, one block per node, claimed
     /// cluster-wide by a Lease in kube-node-lease that the node owns. `none`: such pods wait
@@ -149,7 +154,11 @@ impl KubeletFlags {
 
     /// What pods whose pools say nothing get.
     pub fn pod_defaults(&self) -> Defaults {
-        Defaults { exit_delay: self.pod_termination_delay, job_run_time: self.job_run_time }
+        Defaults {
+            exit_delay: self.pod_termination_delay,
+            job_run_time: self.job_run_time,
+            normal_events: self.pod_normal_events,
+        }
     }
 }
 

@@ -156,6 +156,8 @@ pub enum Effect {
     Cancel(TimerKind),
     /// A Warning event on the pod.
     Warn { reason: std::borrow::Cow<'static, str>, action: &'static str, note: String },
+    /// A Normal event on the pod (only when its plan sends them).
+    Normal { reason: &'static str, action: &'static str, note: String },
     /// Count a fault a knob injected.
     Injected(&'static str),
     /// Count a transition that was not written.
@@ -203,6 +205,32 @@ struct Out<'t> {
 }
 
 impl Out<'_> {
+    fn warn(&mut self, reason: &'static str, action: &'static str, note: String) {
+        self.effects.push(Effect::Warn { reason: reason.into(), action, note });
+    }
+
+    fn normal(&mut self, plan: &PodPlan, reason: &'static str, action: &'static str, note: String) {
+        if plan.normal_events {
+            self.effects.push(Effect::Normal { reason, action, note });
+        }
+    }
+
+    /// The kubelet's events for containers that start: Pulled, Created, Started (Normal).
+    fn started_events(&mut self, plan: &PodPlan, pod: &SlimPod) {
+        for c in pod.init_containers.iter().chain(&pod.containers) {
+            self.normal(plan, "Pulled", "Pull", format!("Container image {:?} already present on machine", c.image));
+            self.normal(plan, "Created", "Create", "Container created".into());
+            self.normal(plan, "Started", "Start", "Container started".into());
+        }
+    }
+
+    /// The kubelet's BackOff Warning for a container that exited and waits to restart.
+    fn back_off(&mut self, pod: &SlimPod, container: Option<&str>) {
+        let c = container.or(pod.containers.first().map(|c| c.name.as_str())).unwrap_or_default();
+        let desc = format!("{}_{}({})", pod.name(), pod.metadata.namespace.as_deref().unwrap_or_default(), pod.uid());
+        self.warn("BackOff", "Restart", format!("Back-off restarting failed container {c} in pod {desc}"));
+    }
+
     fn arm(&mut self, kind: TimerKind, after: Duration) {
         self.t.armed |= kind.bit();
         self.effects.push(Effect::Arm(kind, after));
@@ -295,6 +323,11 @@ fn schedule_removal(i: &Input, facts: &NodeFacts, out: &mut Out) {
     let terminal = pod_status::is_terminal(pod) || out.t.terminal_written;
     let exit_delay = facts.plan.exit_delay;
     let wait = if terminal { Duration::ZERO } else { exit_delay.map_or(grace, |d| d.min(grace)) };
+    if !terminal && pod_status::is_running(pod) {
+        for c in &pod.containers {
+            out.normal(facts.plan, "Killing", "Kill", format!("Stopping container {}", c.name));
+        }
+    }
     if !terminal {
         out.t.ending = Some(if !pod_status::is_running(pod) {
             pod_status::Ending::NeverStarted
@@ -387,8 +420,42 @@ fn start(i: &Input, facts: &NodeFacts, out: &mut Out) {
     if transition != "run" {
         out.effects.push(Effect::Injected(transition));
     }
+    start_events(pod, facts.plan, transition, never_restarts, out);
     out.t.started = true;
     out.status(patch, transition);
+}
+
+/// The kubelet's events as a pod's containers first start (or fail to): Normal Pulled, Created,
+/// Started when they run (if its plan sends them); Warnings when its image does not pull or a
+/// container exits and waits to restart.
+fn start_events(pod: &SlimPod, plan: &PodPlan, transition: &str, never_restarts: bool, out: &mut Out) {
+    match transition {
+        "run" => out.started_events(plan, pod),
+        "crash" => {
+            out.started_events(plan, pod);
+            let exit = exit_of(plan);
+            out.back_off(pod, exit.container.as_deref());
+        }
+        "image-pull-fail" => {
+            for c in &pod.containers {
+                let note = format!(
+                    "Failed to pull image {:?}: simulated by kwok-pools (the pod's image-pull knob or annotation)",
+                    c.image
+                );
+                out.warn("Failed", "Pull", note);
+            }
+            out.warn("Failed", "Pull", "Error: ErrImagePull".into());
+        }
+        "init-fail" if !never_restarts => {
+            let exit = exit_of(plan);
+            let init = exit
+                .container
+                .clone()
+                .or_else(|| pod.init_containers.iter().find(|c| !c.sidecar).map(|c| c.name.clone()));
+            out.back_off(pod, init.as_deref());
+        }
+        _ => {}
+    }
 }
 
 /// As a kubelet does before it pulls images: startTime, host IPs, containers creating (once).
@@ -511,6 +578,8 @@ fn probe(i: &Input, plan: &PodPlan, out: &mut Out) -> bool {
     }
     if !passing && warming.is_zero() {
         out.effects.push(Effect::Injected("unready"));
+        let note = "Readiness probe failed: simulated by kwok-pools (the pod's readiness knob or annotation)".into();
+        out.warn("Unhealthy", "Probe", note);
     }
     let transition = if passing { "probe-pass" } else { "probe-fail" };
     out.status(pod_status::probe_patch(i.pod, passing, &i.now.value()), transition);
@@ -602,13 +671,18 @@ fn loop_round(kind: TimerKind, i: &Input, facts: &NodeFacts, out: &mut Out) {
         out.t.down = true;
         out.t.restarts = out.t.restarts.saturating_add(1);
         out.effects.push(Effect::Injected(if exit.reason == "OOMKilled" { "oom-kill" } else { "crash" }));
+        if !facts.plan.ends_failed(pod) {
+            out.back_off(pod, exit.container.as_deref());
+        }
         out.status(patch, "crash");
     } else if matches!(facts.plan.fate, Fate::FailsAtStart(_)) {
         out.t.restarts = out.t.restarts.saturating_add(1);
         out.effects.push(Effect::Injected("crash"));
+        out.back_off(pod, exit.container.as_deref());
         out.status(pod_status::crashed_patch(pod, out.t.restarts, &exit, &now), "crash");
     } else {
         out.t.down = false;
+        out.started_events(facts.plan, pod);
         out.status(pod_status::restarted_patch(pod, out.t.restarts, &exit, &now), "restart");
     }
 }
@@ -619,6 +693,11 @@ fn loop_round(kind: TimerKind, i: &Input, facts: &NodeFacts, out: &mut Out) {
 fn pending_round(kind: TimerKind, i: &Input, facts: &NodeFacts, out: &mut Out) {
     let now = i.now.value();
     if kind == TimerKind::PullBackOff {
+        for c in &i.pod.containers {
+            let note = format!("Back-off pulling image {:?}", c.image);
+            out.normal(facts.plan, "BackOff", "Pull", note);
+        }
+        out.warn("Failed", "Pull", "Error: ImagePullBackOff".into());
         out.status(pod_status::image_pull_patch(i.pod, &[], &[], true, &now), "image-pull-back-off");
         return;
     }
@@ -627,6 +706,9 @@ fn pending_round(kind: TimerKind, i: &Input, facts: &NodeFacts, out: &mut Out) {
     out.arm(TimerKind::InitRetry, fate::crash_back_off(restarts + 1));
     out.effects.push(Effect::Injected("init-fail"));
     let exit = exit_of(facts.plan);
+    let init =
+        exit.container.clone().or_else(|| i.pod.init_containers.iter().find(|c| !c.sidecar).map(|c| c.name.clone()));
+    out.back_off(i.pod, init.as_deref());
     out.status(pod_status::init_failed_patch(i.pod, (&[], &[]), &exit, restarts, &now), "init-fail");
 }
 
@@ -783,6 +865,36 @@ mod tests {
         let ready = patch["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
         assert_eq!(ready["status"], "True");
         assert!(!effects.contains(&Effect::Injected("unready")));
+    }
+
+    #[test]
+    fn a_starting_pod_gets_the_kubelets_normal_events_only_when_its_plan_sends_them() {
+        let pod = Pod::test("p").on("n").init_container("setup", false).slim();
+        let (ips, pod_ips, t0) = (["10.1.0.1".parse().unwrap()], ["10.2.0.1".parse().unwrap()], Instant::now());
+        let normal = |p: &PodPlan| {
+            let i = Input {
+                pod: &pod,
+                now: now(t0),
+                node: Some(NodeFacts { plan: p, away: None, host_ips: &ips }),
+                pod_ips: Some(&pod_ips),
+                prepare: Prepare::Ready,
+                pressure: 0.0,
+                rejection: None,
+            };
+            let effects = step(&i, &mut Tracked::new(t0));
+            effects
+                .into_iter()
+                .filter_map(|e| match e {
+                    Effect::Normal { reason, .. } => Some(reason),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut p = plan(&pod);
+        assert!(normal(&p).is_empty(), "off by default");
+        p.normal_events = true;
+        // Each container, the init container first: Pulled, Created, Started.
+        assert_eq!(normal(&p), ["Pulled", "Created", "Started", "Pulled", "Created", "Started"]);
     }
 
     #[test]

@@ -422,6 +422,7 @@ impl Loop {
             Effect::Arm(kind, after) => self.timers.set(Timer::Pod(key.clone(), uid.to_string(), kind), after),
             Effect::Cancel(kind) => self.timers.cancel(&Timer::Pod(key.clone(), uid.to_string(), kind)),
             Effect::Warn { reason, action, note } => self.warn(pod, &reason, action, note),
+            Effect::Normal { reason, action, note } => self.event(pod, EventType::Normal, reason, action, note),
             Effect::Injected(what) => self.sim.metrics.injected(what),
             Effect::Skipped(what) => {
                 self.sim.metrics.pod_transitions.get_or_create(&ResultLabels { result: what.into() }).inc();
@@ -440,11 +441,16 @@ impl Loop {
 
     /// A Warning event on the pod.
     pub(super) fn warn(&self, pod: &SlimPod, reason: &str, action: &str, note: String) {
+        self.event(pod, EventType::Warning, reason, action, note);
+    }
+
+    /// One of the kubelet's events on the pod (the recorder aggregates repeats into a series).
+    fn event(&self, pod: &SlimPod, type_: EventType, reason: &str, action: &str, note: String) {
         let recorder = self.recorder.clone();
         let reference = pod.object_ref(&());
         let (reason, action) = (reason.to_string(), action.to_string());
         tokio::spawn(async move {
-            let ev = Event { type_: EventType::Warning, reason, note: Some(note), action, secondary: None };
+            let ev = Event { type_, reason, note: Some(note), action, secondary: None };
             if let Err(e) = recorder.publish(&ev, &reference).await {
                 tracing::debug!(error = %e, "event not published");
             }

@@ -29,12 +29,14 @@ pub struct Defaults {
     pub exit_delay: Option<Duration>,
     /// `--job-run-time`.
     pub job_run_time: Duration,
+    /// `--pod-normal-events`.
+    pub normal_events: bool,
 }
 
 impl Default for Defaults {
     /// The flags' own defaults.
     fn default() -> Self {
-        Self { exit_delay: None, job_run_time: Duration::from_secs(5) }
+        Self { exit_delay: None, job_run_time: Duration::from_secs(5), normal_events: false }
     }
 }
 
@@ -78,6 +80,8 @@ pub struct PodPlan {
     pub never_ready: bool,
     /// Its failure ends it Failed whatever its restart policy (kwok's chaos stages).
     pub fails_for_good: bool,
+    /// The kubelet's Normal events are sent for it (Warnings always are).
+    pub normal_events: bool,
 }
 
 impl PodPlan {
@@ -285,7 +289,8 @@ pub fn plan_owned_pod(
 
     let (readiness, never_ready) = readiness_of(s, own, seed, &key);
     let fails_for_good = chaos.is_some();
-    PodPlan { start_delay, exit_delay, fate, run_time, readiness, never_ready, fails_for_good }
+    let normal_events = s.normal_events.unwrap_or(defaults.normal_events);
+    PodPlan { start_delay, exit_delay, fate, run_time, readiness, never_ready, fails_for_good, normal_events }
 }
 
 /// Whether and when the pod's readiness probe fails now and then, and whether it never passes.
@@ -437,7 +442,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn defaults() -> Defaults {
-        Defaults { exit_delay: None, job_run_time: Duration::from_secs(5) }
+        Defaults { exit_delay: None, job_run_time: Duration::from_secs(5), normal_events: false }
     }
 
     fn pod(ns: &str, name: &str, uid: &str) -> SlimPod {
@@ -547,10 +552,15 @@ mod tests {
                 readiness: None,
                 never_ready: false,
                 fails_for_good: false,
+                normal_events: false,
             }
         );
         assert_eq!(plan_pod(None, None, &job_pod("d", "a", "u"), &defaults()).run_time, Some(Duration::from_secs(5)));
-        let flags = Defaults { exit_delay: Some(Duration::from_secs(7)), job_run_time: Duration::from_secs(9) };
+        let flags = Defaults {
+            exit_delay: Some(Duration::from_secs(7)),
+            job_run_time: Duration::from_secs(9),
+            normal_events: true,
+        };
         let plan = plan_pod(Some(&settings("{startDelay: {fixed: 2s}}")), None, &job_pod("d", "a", "u"), &flags);
         assert_eq!((plan.exit_delay, plan.run_time), (Some(Duration::from_secs(7)), Some(Duration::from_secs(9))));
         assert_eq!(plan.start_delay, Duration::from_secs(2));
