@@ -36,6 +36,10 @@ pub struct Probes {
     pub started_after: Duration,
     /// Until the pod may be Ready (readiness probes, after the startup probes).
     pub ready_after: Duration,
+    /// How often each kind of probe runs, for the pods that have one (the first container's).
+    pub readiness_every: Option<Duration>,
+    pub liveness_every: Option<Duration>,
+    pub startup_every: Option<Duration>,
 }
 
 impl Probes {
@@ -51,10 +55,22 @@ impl Probes {
             (started, ready)
         };
         let sidecars = spec.init_containers.iter().flatten().filter(|c| c.restart_policy.as_deref() == Some("Always"));
-        spec.containers.iter().chain(sidecars).map(one).fold(Probes::default(), |acc, (started, ready)| Probes {
-            started_after: acc.started_after.max(started),
-            ready_after: acc.ready_after.max(ready),
-        })
+        let every = |probe: fn(&Container) -> Option<&Probe>| {
+            spec.containers.iter().find_map(probe).map(|p| secs(p.period_seconds, 10).max(Duration::from_secs(1)))
+        };
+        let folded = spec
+            .containers
+            .iter()
+            .chain(sidecars)
+            .map(one)
+            .fold((Duration::ZERO, Duration::ZERO), |acc, (s, r)| (acc.0.max(s), acc.1.max(r)));
+        Probes {
+            started_after: folded.0,
+            ready_after: folded.1,
+            readiness_every: every(|c| c.readiness_probe.as_ref()),
+            liveness_every: every(|c| c.liveness_probe.as_ref()),
+            startup_every: every(|c| c.startup_probe.as_ref()),
+        }
     }
 }
 

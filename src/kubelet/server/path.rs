@@ -8,6 +8,12 @@ pub enum Route {
     Pods,
     /// `/metrics/resource`.
     ResourceMetrics,
+    /// `/metrics/cadvisor`.
+    Cadvisor,
+    /// `/metrics`: the kubelet's own.
+    KubeletMetrics,
+    /// `/metrics/probes`.
+    ProbeMetrics,
     /// `/metrics/dcgm`: its GPUs in the DCGM exporter's names.
     Dcgm,
     /// `/stats/summary`.
@@ -67,10 +73,29 @@ pub fn parse(path: &str) -> Option<Parsed> {
         ["metrics", "nodes", node, "metrics", "dcgm"] => {
             Some(Parsed { route: Route::Dcgm, node: Some(node.to_string()) })
         }
+        ["metrics", "nodes", node, "metrics", "cadvisor"] => {
+            Some(Parsed { route: Route::Cadvisor, node: Some(node.to_string()) })
+        }
+        ["metrics", "nodes", node, "metrics", "probes"] => {
+            Some(Parsed { route: Route::ProbeMetrics, node: Some(node.to_string()) })
+        }
+        ["metrics", "nodes", node, "metrics"] => {
+            Some(Parsed { route: Route::KubeletMetrics, node: Some(node.to_string()) })
+        }
         ["nodes", node, rest @ ..] => {
             let inner = parse(&rest.join("/"))?;
-            matches!(inner.route, Route::Healthz | Route::Pods | Route::ResourceMetrics | Route::Dcgm | Route::Summary)
-                .then(|| Parsed { route: inner.route, node: Some(node.to_string()) })
+            let node_scoped = matches!(
+                inner.route,
+                Route::Healthz
+                    | Route::Pods
+                    | Route::ResourceMetrics
+                    | Route::Cadvisor
+                    | Route::KubeletMetrics
+                    | Route::ProbeMetrics
+                    | Route::Dcgm
+                    | Route::Summary
+            );
+            node_scoped.then(|| Parsed { route: inner.route, node: Some(node.to_string()) })
         }
         _ => parse_plain(&parts).map(|route| Parsed { route, node: None }),
     }
@@ -81,6 +106,9 @@ fn parse_plain(parts: &[&str]) -> Option<Route> {
         ["healthz"] => Route::Healthz,
         ["pods"] => Route::Pods,
         ["metrics", "resource"] => Route::ResourceMetrics,
+        ["metrics", "cadvisor"] => Route::Cadvisor,
+        ["metrics", "probes"] => Route::ProbeMetrics,
+        ["metrics"] => Route::KubeletMetrics,
         ["metrics", "dcgm"] => Route::Dcgm,
         ["stats", "summary"] => Route::Summary,
         ["containerLogs", ns, pod, container] => {
@@ -135,7 +163,11 @@ mod tests {
             p("/portForward/d/p"),
             Some((Route::PortForward { namespace: "d".into(), pod: "p".into(), uid: None }, None))
         );
-        for bad in ["/", "/exec/d/p", "/containerLogs/d//c", "/nope", "/metrics/nodes/n/metrics/cadvisor"] {
+        assert_eq!(p("/metrics/cadvisor"), Some((Route::Cadvisor, None)));
+        assert_eq!(p("/metrics"), Some((Route::KubeletMetrics, None)));
+        assert_eq!(p("/nodes/n-1/metrics/probes"), Some((Route::ProbeMetrics, Some("n-1".into()))));
+        assert_eq!(p("/metrics/nodes/n-1/metrics/cadvisor"), Some((Route::Cadvisor, Some("n-1".into()))));
+        for bad in ["/", "/exec/d/p", "/containerLogs/d//c", "/nope", "/metrics/nodes/n/metrics/other"] {
             assert_eq!(parse(bad), None, "{bad}");
         }
         assert_eq!(parse("/exec/d/p/c").unwrap().route.pod(), Some(("d", "p")));

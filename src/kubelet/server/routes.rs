@@ -188,6 +188,19 @@ async fn answer(api: &Arc<KubeletApi>, route: Route, at: Located, req: Request) 
                 .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
             r
         }
+        (route @ (Route::Cadvisor | Route::KubeletMetrics | Route::ProbeMetrics), Some(node), _) => {
+            let on = api.index.on(node.metadata.name.as_deref().unwrap_or_default());
+            let reading = readings::reading(&node, &on, &api.lifecycles, &api.counters, now);
+            let body = match route {
+                Route::Cadvisor => super::stats::cadvisor::render(&reading, (now * 1000.0) as i64),
+                Route::ProbeMetrics => super::stats::probes::render(&reading, now),
+                _ => super::stats::kubelet_metrics::render(&reading),
+            };
+            let mut r = text(StatusCode::OK, body);
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+            r
+        }
         (Route::Dcgm, Some(node), _) => {
             let mut r = text(StatusCode::OK, super::gpus::render(api, &node, now));
             r.headers_mut()

@@ -28,7 +28,8 @@ fn image_id(image: &str) -> String {
     format!("{repo}@sha256:{}", sha(&[image]))
 }
 
-fn container_id(pod_uid: &str, name: &str) -> String {
+/// The runtime ID a container reports (`containerd://<hash>`), the same every time it is asked.
+pub fn container_id(pod_uid: &str, name: &str) -> String {
     format!("containerd://{}", sha(&[pod_uid, name]))
 }
 

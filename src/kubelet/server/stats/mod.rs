@@ -3,8 +3,12 @@
 //! monotonic across pods that come and go. What `/metrics/resource` and `/stats/summary`
 //! render ([`resource_metrics`], [`summary`]).
 
+pub mod cadvisor;
+pub mod kubelet_metrics;
+pub mod probes;
 pub mod resource_metrics;
 pub mod summary;
+pub mod traffic;
 
 use crate::informer::pod::SlimPod;
 use crate::kubelet::status::usage::{self, Identity, Model, NodeCounter, Overrides};
@@ -57,6 +61,7 @@ pub fn reading<'a>(
     // Each governing pool's knobs parsed once per reading.
     let mut models: HashMap<usize, Model> = HashMap::new();
     let mut containers = Vec::new();
+    let mut pod_starts = Vec::new();
     for pod in pods.iter().filter(|p| p.phase() == "Running") {
         let pool = lifecycles.pod_knobs(pod, node);
         let key = pool.as_ref().map_or(0, |p| Arc::as_ptr(p) as *const () as usize);
@@ -68,6 +73,11 @@ pub fn reading<'a>(
         let overrides = pod.usage.as_deref().copied().unwrap_or(Overrides::default());
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let sidecars = pod.init_containers.iter().filter(|c| c.sidecar);
+        let probes = pod.shape.as_deref().map(|s| s.probes).unwrap_or_default();
+        let ready = pod.condition("Ready") == Some("True");
+        if let (Some(running), Some(taken)) = (pod.running_since.as_ref(), pod.start_time.as_ref()) {
+            pod_starts.push((secs(running) - secs(taken)).max(0.0));
+        }
         for c in pod.containers.iter().chain(sidecars) {
             let id = Identity { namespace: ns, pod: pod.name(), uid: pod.uid(), container: &c.name };
             let s = usage::container(model, &id, overrides, started, now);
@@ -80,6 +90,10 @@ pub fn reading<'a>(
                 cpu_seconds: s.cpu_seconds,
                 memory_bytes: s.memory,
                 started,
+                image: &c.image,
+                ready,
+                restarts: pod.restart_count,
+                probes,
             });
         }
     }
@@ -92,8 +106,16 @@ pub fn reading<'a>(
         cpu_seconds: counters.read(&node.name_any(), now, base_cpu, node_started, &containers),
         memory_capacity: memory_capacity(node).unwrap_or(256.0 * 1024.0 * 1024.0 * 1024.0),
         memory_bytes,
+        storage_capacity: storage_capacity(node).unwrap_or(100.0 * traffic::GIB),
         containers,
+        pod_starts,
     }
+}
+
+/// The ephemeral storage capacity a node reports (bytes), if it says.
+fn storage_capacity(node: &Node) -> Option<f64> {
+    let q = node.status.as_ref()?.capacity.as_ref()?.get("ephemeral-storage")?;
+    crate::api::kubelet::quantity(&q.0)
 }
 
 #[cfg(test)]

@@ -18,6 +18,13 @@ pub struct ContainerReading<'a> {
     pub memory_bytes: f64,
     /// When the container started (seconds since the epoch).
     pub started: f64,
+    pub image: &'a str,
+    /// Its pod is Ready (its readiness probe passes).
+    pub ready: bool,
+    /// Its pod's restarts (the highest of its containers').
+    pub restarts: i32,
+    /// How its pod's probes time it.
+    pub probes: crate::informer::shape::Probes,
 }
 
 /// One node's reading and the containers on it.
@@ -31,11 +38,37 @@ pub struct NodeReading<'a> {
     /// The node's memory capacity (bytes).
     pub memory_capacity: f64,
     pub memory_bytes: f64,
+    /// The node's ephemeral storage capacity (bytes).
+    pub storage_capacity: f64,
     pub containers: Vec<ContainerReading<'a>>,
+    /// How long each running pod took from the kubelet taking it to its containers running
+    /// (seconds).
+    pub pod_starts: Vec<f64>,
+}
+
+#[cfg(test)]
+impl ContainerReading<'static> {
+    /// A reading for tests: container `app` of pod `d/web-0`, idle.
+    pub fn test() -> Self {
+        ContainerReading {
+            namespace: "d",
+            pod: "web-0",
+            uid: "u",
+            container: "app",
+            cpu_cores: 0.0,
+            cpu_seconds: 0.0,
+            memory_bytes: 0.0,
+            started: 0.0,
+            image: "nginx:1",
+            ready: true,
+            restarts: 0,
+            probes: crate::informer::shape::Probes::default(),
+        }
+    }
 }
 
 /// A label value escaped as the exposition format wants it.
-fn escape(v: &str) -> std::borrow::Cow<'_, str> {
+pub fn escape(v: &str) -> std::borrow::Cow<'_, str> {
     if v.contains(['\\', '"', '\n']) {
         v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n").into()
     } else {
@@ -45,7 +78,7 @@ fn escape(v: &str) -> std::borrow::Cow<'_, str> {
 
 /// A float as Go's `strconv.FormatFloat(v, 'e', -1, 64)` would not insist on: any form
 /// Prometheus parses; integers stay short.
-fn num(v: f64) -> String {
+pub fn num(v: f64) -> String {
     if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 { format!("{}", v as i64) } else { format!("{v}") }
 }
 
@@ -160,6 +193,7 @@ mod tests {
                     cpu_seconds: 2.25,
                     memory_bytes: 1048576.0,
                     started: 1.7e9,
+                    ..ContainerReading::test()
                 },
                 ContainerReading {
                     namespace: "d",
@@ -170,6 +204,7 @@ mod tests {
                     cpu_seconds: 0.75,
                     memory_bytes: 10.0,
                     started: 1.7e9,
+                    ..ContainerReading::test()
                 },
             ],
             ..Default::default()
