@@ -264,6 +264,7 @@ pub fn failed_patch(pod: &SlimPod, host_ips: &[IpAddr], exit: &Exit, now: &Value
     // A pod that ran keeps the host addresses it has.
     addresses(&mut status, host_ips, &[]);
     acknowledged(pod, &mut status, now);
+    end_init_containers(pod, &mut status, now);
     json!({ "status": status })
 }
 
@@ -404,6 +405,26 @@ fn ran_since(mut state: Value, pod: &SlimPod, now: &Value) -> Value {
     state
 }
 
+/// The init containers of a pod that has ended: the plain ones Completed long ago, the sidecars
+/// stopped once the main containers exited (the kubelet ends them last), exit 0. Added to `status`
+/// when the pod has any.
+fn end_init_containers(pod: &SlimPod, status: &mut Value, now: &Value) {
+    if pod.init_containers.is_empty() {
+        return;
+    }
+    let uid = pod.uid();
+    let statuses: Vec<Value> = pod
+        .init_containers
+        .iter()
+        .map(|c| {
+            let state =
+                if c.sidecar { ran_since(terminated(uid, c, 0, now), pod, now) } else { terminated(uid, c, 0, now) };
+            container_status(uid, c, false, 0, state)
+        })
+        .collect();
+    status["initContainerStatuses"] = Value::Array(statuses);
+}
+
 /// The status patch of a pod whose containers all exited 0 (a finished Job pod).
 pub fn completed_patch(pod: &SlimPod, now: &Value) -> Value {
     let uid = pod.uid();
@@ -412,7 +433,7 @@ pub fn completed_patch(pod: &SlimPod, now: &Value) -> Value {
         .iter()
         .map(|c| container_status(uid, c, false, 0, ran_since(terminated(uid, c, 0, now), pod, now)))
         .collect();
-    json!({ "status": {
+    let mut status = json!({
         "phase": "Succeeded",
         "conditions": [
             cond("PodReadyToStartContainers", false, now, None),
@@ -420,7 +441,9 @@ pub fn completed_patch(pod: &SlimPod, now: &Value) -> Value {
             cond("Ready", false, now, Some("PodCompleted")),
         ],
         "containerStatuses": containers,
-    }})
+    });
+    end_init_containers(pod, &mut status, now);
+    json!({ "status": status })
 }
 
 /// How a deleted pod's containers ended, as its runtime reports them.
@@ -601,6 +624,19 @@ mod tests {
                 ..Default::default()
             }),
         })
+    }
+
+    #[test]
+    fn an_ended_pods_sidecars_are_stopped_not_running() {
+        let p = pod(&[], &[]);
+        for patch in [completed_patch(&p, &json!("t")), failed_patch(&p, &[], &Exit::error(1), &json!("t"))] {
+            let init = patch["status"]["initContainerStatuses"].as_array().unwrap();
+            assert_eq!(init.len(), 2, "{patch}");
+            for c in init {
+                assert!(c["state"].get("running").is_none(), "{c}");
+                assert_eq!(c["state"]["terminated"]["exitCode"], 0, "{c}");
+            }
+        }
     }
 
     #[test]
