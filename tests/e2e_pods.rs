@@ -827,3 +827,69 @@ spec:
     }
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+#[tokio::test]
+async fn memory_pressure_evicts_best_effort_pods_first_and_refuses_new_ones() {
+    let client = client().await;
+    let scope = unique("pressure");
+    let ns = TestNamespace::new(&client, "pressure").await;
+    let _op = Operator::start(&scope, &[]);
+    apply(&nodes_yaml(&scope, &scope, 1, 110, "10.226.0.0/16", 24));
+    let node = wait_ready_nodes(&client, &scope, 1, T).await.remove(0).metadata.name.unwrap();
+    let n = &ns.name;
+    let bound = |name: &str, resources: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {n}}}\nspec:\n  nodeName: {node}\n  containers: [{{name: app, image: busybox{resources}}}]\n"
+        )
+    };
+    let requests = ", resources: {requests: {cpu: 100m, memory: 64Mi}}";
+    for (name, resources) in [("be-a", ""), ("be-b", ""), ("burstable", requests)] {
+        apply(&bound(name, resources));
+    }
+    let api: Api<Pod> = Api::namespaced(client.clone(), n);
+    for name in ["be-a", "be-b", "burstable"] {
+        wait_for(&format!("{name} Running"), T, || async {
+            let p = api.get(name).await.map_err(|e| e.to_string())?;
+            if phase(&p) == "Running" { Ok(()) } else { Err(phase(&p)) }
+        })
+        .await;
+    }
+    // The node comes under memory pressure for good (a policy: its change applies at once).
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: LifecyclePolicy\nmetadata: {{name: {scope}}}\nspec:\n  nodes:\n    selector: {{matchLabels: {{{SCOPE_LABEL}: {scope}}}}}\n    lifecycle: {{conditions: [{{type: MemoryPressure, percent: 100}}]}}\n"
+    ));
+    let t0 = Instant::now();
+    // Its BestEffort pods are evicted, one per monitoring interval; the Burstable one stays.
+    for name in ["be-a", "be-b"] {
+        let p = wait_for(&format!("{name} evicted"), T, || async {
+            let p = api.get(name).await.map_err(|e| e.to_string())?;
+            if phase(&p) == "Failed" { Ok(p) } else { Err(phase(&p)) }
+        })
+        .await;
+        let s = p.status.unwrap();
+        assert_eq!(s.reason.as_deref(), Some("Evicted"));
+        assert!(s.message.unwrap().starts_with("The node was low on resource: memory."));
+    }
+    assert!(t0.elapsed() >= Duration::from_secs(9), "one eviction per 10 s interval: both in {:?}", t0.elapsed());
+    assert_eq!(phase(&api.get("burstable").await.unwrap()), "Running", "Burstable pods are not evicted");
+    // A new BestEffort pod is refused while the pressure lasts; a Burstable one runs.
+    apply(&bound("late", ""));
+    apply(&bound("late-burstable", requests));
+    let late = wait_for("late decided", T, || async {
+        let p = api.get("late").await.map_err(|e| e.to_string())?;
+        if phase(&p) == "Failed" { Ok(p) } else { Err(phase(&p)) }
+    })
+    .await;
+    let s = late.status.unwrap();
+    assert_eq!(
+        (s.reason.as_deref(), s.message.as_deref()),
+        (Some("Evicted"), Some("Pod was rejected: The node had condition: [MemoryPressure]. "))
+    );
+    wait_for("late-burstable Running", T, || async {
+        let p = api.get("late-burstable").await.map_err(|e| e.to_string())?;
+        if phase(&p) == "Running" { Ok(()) } else { Err(phase(&p)) }
+    })
+    .await;
+    kubectl_ok(&["delete", "lifecyclepolicy", &scope, "--wait=false"]);
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

@@ -96,11 +96,12 @@ pub struct PodLifecycle {
     /// `pod-complete.stage.kwok.x-k8s.io/delay` annotation says it for that pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_time: Option<Delay>,
-    /// The controller owners whose pods `runTime` finishes too, each by kind and (unless it is
-    /// left out: any group) API group.
+    /// The controller owners whose pods `runTime` finishes too, named as a policy's `owners`
+    /// are: `{apiGroup: argoproj.io, kind: Workflow}` (`apiGroup` omitted: the core group;
+    /// `'*'`: any group).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
-    pub run_time_owners: Option<Vec<OwnerKind>>,
+    pub run_time_owners: Option<Vec<super::owners::OwnerKind>>,
     /// The exit code failing and crash-looping containers exit with (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "exit_code_schema")]
@@ -146,26 +147,6 @@ pub struct PodLifecycle {
     /// (BackOff, Unhealthy, Failed…) are always sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub normal_events: Option<bool>,
-}
-
-/// A kind of controller owner: `kind` in `apiGroup` (any group when unset; `""` is the core
-/// group).
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct OwnerKind {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 253))]
-    pub api_group: Option<String>,
-    #[schemars(length(min = 1, max = 63))]
-    pub kind: String,
-}
-
-impl OwnerKind {
-    /// Whether an owner reference (its `apiVersion` and `kind`) is of this kind.
-    pub fn matches(&self, api_version: &str, kind: &str) -> bool {
-        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        self.kind == kind && self.api_group.as_deref().is_none_or(|g| g == group)
-    }
 }
 
 impl PodLifecycle {
@@ -563,11 +544,10 @@ fn pod_problems(p: &PodLifecycle) -> Vec<String> {
                 o.kind
             ));
         }
-        if let Some(g) = o.api_group.as_deref().filter(|g| !g.is_empty())
-            && super::names::qualified_name_problem(&format!("{g}/x")).is_some()
-        {
+        let g = o.api_group.as_str();
+        if !g.is_empty() && g != "*" && super::names::qualified_name_problem(&format!("{g}/x")).is_some() {
             out.push(format!(
-                ".pods.runTimeOwners[{i}].apiGroup: {g:?} is not an API group (a DNS subdomain such as argoproj.io; \"\" for the core group)"
+                ".pods.runTimeOwners[{i}].apiGroup: {g:?} is not an API group (a DNS subdomain such as argoproj.io; omit it for the core group, '*' for any)"
             ));
         }
     }
@@ -769,13 +749,13 @@ mod tests {
     #[test]
     fn run_time_owners_name_kinds_and_groups() {
         let l: Lifecycle = serde_yaml::from_str(
-            "pods: {runTimeOwners: [{kind: workflow}, {apiGroup: Argo_Proj, kind: Workflow}, {apiGroup: '', kind: Pod}, {kind: TaskRun, apiGroup: tekton.dev}]}",
+            "pods: {runTimeOwners: [{kind: workflow}, {apiGroup: Argo_Proj, kind: Workflow}, {apiGroup: '*', kind: Job}, {kind: TaskRun, apiGroup: tekton.dev}]}",
         )
         .unwrap();
         let p = problems(&l);
         assert!(p.iter().any(|m| m.starts_with(".pods.runTimeOwners[0].kind: \"workflow\" is not a kind")), "{p:?}");
         assert!(p.iter().any(|m| m.starts_with(".pods.runTimeOwners[1].apiGroup: \"Argo_Proj\"")), "{p:?}");
-        assert_eq!(p.len(), 2, "the core group and tekton.dev are fine: {p:?}");
+        assert_eq!(p.len(), 2, "any group and tekton.dev are fine: {p:?}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod editor_schema;
 pub mod kubelet;
 pub mod lifecycle;
 pub mod names;
+pub mod owners;
 pub mod ranges;
 pub mod schema;
 pub mod validation;

@@ -113,12 +113,16 @@ impl Placement {
         let p = Placement {
             node_selector: spec.node_selector.clone().unwrap_or_default(),
             required_terms,
-            // Only tolerations that can tolerate NoExecute matter to the kubelet.
+            // Only tolerations that can tolerate NoExecute matter to the kubelet (and the memory
+            // pressure taint's, which its eviction manager reads).
             tolerations: spec
                 .tolerations
                 .iter()
                 .flatten()
-                .filter(|t| t.effect.as_deref().is_none_or(|e| e.is_empty() || e == "NoExecute"))
+                .filter(|t| {
+                    t.effect.as_deref().is_none_or(|e| e.is_empty() || e == "NoExecute")
+                        || t.key.as_deref() == Some("node.kubernetes.io/memory-pressure")
+                })
                 .cloned()
                 .collect(),
             host_ports,

@@ -101,20 +101,7 @@ pub struct NodeRule {
     pub devices: Vec<crate::kinds::nodepool::devices::DeviceSet>,
 }
 
-/// The owner a selected object's controller reference names.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[serde(rename_all = "camelCase")]
-pub struct OwnerKind {
-    /// The owner's API group (`""` or omitted: the core group; `batch` for a Job; `*`: any
-    /// group, so `{apiGroup: '*', kind: Job}` is a batch Job, a Volcano Job, a Kubeflow one).
-    #[serde(default)]
-    #[schemars(length(max = 253))]
-    pub api_group: String,
-    /// The owner's kind (`Job`, `ReplicaSet`, `NodePool`, or `None` for objects with no
-    /// controller).
-    #[schemars(length(min = 1, max = 63))]
-    pub kind: String,
-}
+pub use crate::api::owners::OwnerKind;
 
 /// Which pods a policy picks: labels, annotations, namespace, owner and node, all of which
 /// must hold.

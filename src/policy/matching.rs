@@ -80,11 +80,7 @@ fn label_selector_holds(s: &LabelSelector, labels: &dyn Lookup) -> bool {
 }
 
 fn owner_holds(owners: &[OwnerKind], owner: Option<(&str, &str)>) -> bool {
-    owners.is_empty()
-        || owners.iter().any(|o| match owner {
-            Some((group, kind)) => o.kind == kind && (o.api_group == group || o.api_group == "*"),
-            None => o.kind == "None",
-        })
+    owners.is_empty() || owners.iter().any(|o| o.holds(owner))
 }
 
 /// Whether a pod selector picks what `seen` shows.

@@ -7,6 +7,7 @@
 
 use super::super::Prepare;
 use super::super::status::admission::Rejection;
+use super::super::status::eviction;
 use super::super::status::fate::{self, Fate, PodPlan};
 use super::super::status::patches as pod_status;
 use super::super::status::pod::Exit;
@@ -187,6 +188,8 @@ pub struct Input<'a> {
     pub pressure: f64,
     /// The kubelet's admission refused it (read only for a pod not started yet).
     pub rejection: Option<&'a Rejection>,
+    /// Its node's pressure conditions, when the eviction manager picked it to evict now.
+    pub evict: Option<&'a [&'static str]>,
 }
 
 /// What a decision reads of the pod's node and its knobs.
@@ -291,6 +294,12 @@ pub fn step(i: &Input, t: &mut Tracked) -> Vec<Effect> {
     } else if pod_status::is_terminal(pod) {
         // A finished pod is not live: its address goes back, and may fit a waiting pod.
         out.effects.push(Effect::Release);
+    } else if let Some(pressure) = i.evict.filter(|p| eviction::evictable(pod, p)) {
+        // The eviction manager picked it: Failed, Evicted, with the kubelet's message and event.
+        let (patch, note) = eviction::evicted(pod, pressure, &i.now.value());
+        out.cancel(TimerKind::Complete);
+        out.warn(eviction::REASON, "Evict", note);
+        out.status(patch, "evict");
     } else {
         watch_deadline(i, &mut out);
         if !pod_status::is_running(pod) {
@@ -767,6 +776,7 @@ mod tests {
             prepare: Prepare::Ready,
             pressure: 0.0,
             rejection: None,
+            evict: None,
         };
         let effects = step(&i, &mut t);
         let Some(Effect::Status { patch, transition: "run", .. }) =
@@ -795,6 +805,7 @@ mod tests {
             prepare: Prepare::Ready,
             pressure: 0.0,
             rejection: None,
+            evict: None,
         };
         let effects = step(&i, &mut t);
         assert!(!effects.iter().any(|e| matches!(e, Effect::Status { .. })), "{effects:?}");
@@ -836,6 +847,7 @@ mod tests {
             prepare: Prepare::Ready,
             pressure: 0.0,
             rejection: None,
+            evict: None,
         };
         let effects = step(&input(&starting, 0), &mut Tracked::new(t0));
         let Some(Effect::Status { patch, transition: "run" }) =
@@ -880,6 +892,7 @@ mod tests {
                 prepare: Prepare::Ready,
                 pressure: 0.0,
                 rejection: None,
+                evict: None,
             };
             let effects = step(&i, &mut Tracked::new(t0));
             effects
@@ -911,6 +924,7 @@ mod tests {
             prepare: Prepare::Ready,
             pressure: 0.0,
             rejection: Some(&r),
+            evict: None,
         };
         let mut t = Tracked::new(t0);
         let effects = step(&i, &mut t);
@@ -940,6 +954,7 @@ mod tests {
             prepare: Prepare::Ready,
             pressure: 0.0,
             rejection: None,
+            evict: None,
         };
         let effects = step(&i, &mut t);
         assert_eq!(effects[0], Effect::Arm(TimerKind::Start, Duration::from_secs(5)));
@@ -972,6 +987,7 @@ mod tests {
             prepare: Prepare::Ready,
             pressure: 0.0,
             rejection: None,
+            evict: None,
         };
         assert_eq!(fire(TimerKind::Complete, &i, &mut t), [Effect::Arm(TimerKind::Complete, BUSY)]);
     }
@@ -988,6 +1004,7 @@ mod tests {
             prepare: Prepare::Ready,
             pressure: 1.0,
             rejection: None,
+            evict: None,
         };
         assert_eq!(fire(TimerKind::Remove, &i, &mut t), [Effect::Skipped("terminal-status-skipped"), Effect::Remove]);
         let mut t = Tracked::new(Instant::now());

@@ -10,6 +10,7 @@ use crate::informer::pod::SlimPod;
 use crate::ipam::pods::PodIpam;
 use crate::kubelet::Prepare;
 use crate::kubelet::status::admission;
+use crate::kubelet::status::eviction;
 use crate::kubelet::status::fate::{self, PodPlan};
 use crate::kubelet::status::node as node_status;
 use crate::kubelet::status::patches as pod_status;
@@ -36,6 +37,8 @@ pub(super) enum Timer {
     Retry(ObjectRef<SlimPod>),
     /// The node (by name) may fall back to a block of the fallback range now.
     NodeRange(String),
+    /// The node's eviction manager looks again (by name).
+    Evict(String),
 }
 
 pub(super) struct Loop {
@@ -46,6 +49,10 @@ pub(super) struct Loop {
     pub(super) waiting: HashMap<String, HashSet<ObjectRef<SlimPod>>>,
     /// The tracked pods of each node (what the kubelet's admission weighs a new pod against).
     pub(super) on_node: HashMap<String, HashSet<ObjectRef<SlimPod>>>,
+    /// When each node's eviction manager last evicted a pod.
+    last_eviction: HashMap<String, Instant>,
+    /// The pod (by UID) the eviction manager evicts as it is stepped now, under this pressure.
+    evicting: Option<(String, Vec<&'static str>)>,
     pub(super) timers: Timers<Timer>,
     writes: Writes<Done>,
     pub(super) recorder: Recorder,
@@ -82,6 +89,8 @@ pub(super) async fn run(
         tracked: HashMap::new(),
         waiting: HashMap::new(),
         on_node: HashMap::new(),
+        last_eviction: HashMap::new(),
+        evicting: None,
         timers: Timers::default(),
         writes,
         recorder,
@@ -237,6 +246,47 @@ impl Loop {
         if !super::node_cidrs(node).is_empty() || !node_status::internal_ips(node).is_empty() {
             self.retry_waiting(&node.name_any());
         }
+        self.evict_on(node);
+    }
+
+    /// The node's eviction manager: under pressure, one running BestEffort pod evicted per
+    /// monitoring interval (the first by namespace and name), looking again after it.
+    fn evict_on(&mut self, node: &Node) {
+        let name = node.name_any();
+        if !self.sim.shard.owns(&name) || !self.sim.config.manage.manages(node) {
+            return;
+        }
+        let pressure = eviction::pressure(node);
+        if pressure.is_empty() {
+            self.last_eviction.remove(&name);
+            return;
+        }
+        let now = self.now().at;
+        if let Some(last) = self.last_eviction.get(&name) {
+            let since = now.saturating_duration_since(*last);
+            if since < eviction::MONITORING_INTERVAL {
+                self.timers.set(Timer::Evict(name), eviction::MONITORING_INTERVAL - since);
+                return;
+            }
+        }
+        let mut candidates: Vec<Arc<SlimPod>> = self
+            .on_node
+            .get(&name)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.sim.pods.get(key))
+            .filter(|p| eviction::evictable(p, &pressure))
+            .filter(|p| self.tracked.get(p.uid()).is_some_and(|t| !t.write.in_flight))
+            .collect();
+        candidates.sort_by(|a, b| {
+            (a.metadata.namespace.as_deref(), a.name()).cmp(&(b.metadata.namespace.as_deref(), b.name()))
+        });
+        let Some(victim) = candidates.first().cloned() else { return };
+        self.last_eviction.insert(name.clone(), now);
+        self.evicting = Some((victim.uid().to_string(), pressure));
+        self.on_pod(&victim);
+        self.evicting = None;
+        self.timers.set(Timer::Evict(name), eviction::MONITORING_INTERVAL);
     }
 
     fn on_node_deleted(&mut self, node: &Node) {
@@ -327,7 +377,10 @@ impl Loop {
         let facts = NodeFacts { plan: &plan, away: self.away_until(&node, &now), host_ips: &host_ips };
         let pressure = self.sim.writes.pressure();
         let rejection = rejection.as_ref();
-        let input = Input { pod, now, node: Some(facts), pod_ips: None, prepare, pressure, rejection };
+        let evicted: Option<Vec<&'static str>> =
+            self.evicting.as_ref().filter(|(victim, _)| *victim == uid).map(|(_, p)| p.clone());
+        let evict = evicted.as_deref();
+        let input = Input { pod, now, node: Some(facts), pod_ips: None, prepare, pressure, rejection, evict };
         let Some(t) = self.tracked.get_mut(&uid) else { return };
         let effects = step::step(&input, t);
         let needs_addresses = effects.contains(&Effect::NeedAddresses);
@@ -347,6 +400,11 @@ impl Loop {
         match timer {
             Timer::Retry(key) => self.look_again(&key),
             Timer::NodeRange(node) => self.retry_waiting(&node),
+            Timer::Evict(node) => {
+                if let Some(node) = self.sim.nodes.get(&ObjectRef::new(&node)) {
+                    self.evict_on(&node);
+                }
+            }
             Timer::Pod(key, uid, kind) => self.on_pod_timer(&key, &uid, kind),
         }
     }
@@ -376,6 +434,7 @@ impl Loop {
             prepare: Prepare::Ready,
             pressure: self.sim.writes.pressure(),
             rejection: None,
+            evict: None,
         };
         let Some(t) = self.tracked.get_mut(uid) else { return };
         let effects = step::fire(kind, &input, t);

@@ -93,6 +93,10 @@ fn placement(pod: &SlimPod) -> &Placement {
 /// The kubelet's answer to `pod` on `node`, beside `admitted` (the node's pods it admitted
 /// before, still holding resources): `None` admits it.
 pub fn admit<'a>(pod: &SlimPod, node: &Node, admitted: impl IntoIterator<Item = &'a SlimPod>) -> Option<Rejection> {
+    // The eviction manager's admit handler comes first: a node under pressure refuses pods.
+    if let Some(r) = super::eviction::admit(pod, &super::eviction::pressure(node)) {
+        return Some(r);
+    }
     let admitted: Vec<&SlimPod> = admitted.into_iter().collect();
     let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
     let own = placement(pod);

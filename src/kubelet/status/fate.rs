@@ -185,8 +185,8 @@ fn owned_by_job(pod: &SlimPod) -> bool {
 /// ReplicaSet's pods) never take it.
 fn takes_run_time(s: &PodLifecycle, pod: &SlimPod, pools_own: bool) -> bool {
     let controller = pod.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true));
-    pools_own
-        || controller.is_none_or(|o| s.run_time_owners.iter().flatten().any(|k| k.matches(&o.api_version, &o.kind)))
+    let owner = controller.map(|o| (crate::api::owners::OwnerKind::group_of(&o.api_version), o.kind.as_str()));
+    pools_own || owner.is_none() || s.run_time_owners.iter().flatten().any(|k| k.holds(owner))
 }
 
 /// Decides a pod's plan from the pod lifecycle that governs it and the pod's own
@@ -630,15 +630,15 @@ mod tests {
         assert_eq!(run(Some(&s), &launcher), None);
         assert_eq!(run(Some(&s), &bare), Some(Duration::from_secs(30)), "plain pods still finish");
         let other_group = owned(pod("d", "w2", "u"), "example.com/v1", "Workflow");
-        assert_eq!(run(Some(&s), &other_group), None, "the group must match when given");
-        let s = settings("{runTime: {fixed: 30s}, runTimeOwners: [{kind: Workflow}]}");
-        assert_eq!(run(Some(&s), &other_group), Some(Duration::from_secs(30)), "no group: any group");
+        assert_eq!(run(Some(&s), &other_group), None, "the group must match");
+        let s = settings("{runTime: {fixed: 30s}, runTimeOwners: [{apiGroup: '*', kind: Workflow}]}");
+        assert_eq!(run(Some(&s), &other_group), Some(Duration::from_secs(30)), "'*': any group");
         // A pool's own pods (a PodPool's) take its runTime.
         let pools = owned(pod("d", "pp-0", "u"), "pools.kwok.x-k8s.io/v1alpha1", "PodPool");
         assert_eq!(plan_owned_pod(Some(&s), None, &pools, &defaults(), true).run_time, Some(Duration::from_secs(30)));
-        let core = settings("{runTime: {fixed: 30s}, runTimeOwners: [{apiGroup: \"\", kind: ReplicationController}]}");
+        let core = settings("{runTime: {fixed: 30s}, runTimeOwners: [{kind: ReplicationController}]}");
         let rc = owned(pod("d", "r", "u"), "v1", "ReplicationController");
-        assert_eq!(run(Some(&core), &rc), Some(Duration::from_secs(30)), "\"\" is the core group");
+        assert_eq!(run(Some(&core), &rc), Some(Duration::from_secs(30)), "no group: the core group");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod endpoint;
+pub mod eviction;
 pub mod fate;
 pub mod node;
 pub mod patches;
