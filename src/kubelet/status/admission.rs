@@ -11,20 +11,7 @@ use crate::informer::shape::Placement;
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
 use std::collections::BTreeMap;
 
-/// Why the kubelet refused a pod.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rejection {
-    /// The pod's `status.reason` and the event's reason.
-    pub reason: String,
-    /// The event's message; the pod's `status.message` is it after "Pod was rejected: ".
-    pub message: String,
-}
-
-impl Rejection {
-    fn predicate(name: &str, description: &str) -> Self {
-        Rejection { reason: name.into(), message: format!("Predicate {name} failed: {description}") }
-    }
-}
+pub use super::rejection::Rejection;
 
 /// How the kubelet counts a resource: millicores for CPU, units for the rest.
 fn scale(resource: &str) -> f64 {

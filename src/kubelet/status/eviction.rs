@@ -7,7 +7,7 @@
 //! knob, not a reading, so eviction stops at the BestEffort pods: Burstable and Guaranteed pods
 //! stay. Pure.
 
-use super::admission::Rejection;
+use super::rejection::Rejection;
 use crate::informer::pod::SlimPod;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};

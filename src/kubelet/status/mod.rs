@@ -11,5 +11,6 @@ pub mod fate;
 pub mod node;
 pub mod patches;
 pub mod pod;
+pub mod rejection;
 pub mod resize;
 pub mod usage;
