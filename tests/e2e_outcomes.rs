@@ -612,3 +612,54 @@ async fn kubectl_describe_shows_the_kubelets_events() {
     let quiet_calm = describe("quiet-calm");
     assert!(!quiet_calm.contains("already present") && !quiet_calm.contains("Container started"), "{quiet_calm}");
 }
+
+#[tokio::test]
+async fn a_failing_liveness_probe_restarts_the_container_with_the_kubelets_events() {
+    let client = client().await;
+    let scope = unique("liveness");
+    let ns = TestNamespace::new(&client, "liveness").await;
+    let _op = Operator::start(&scope, &[]);
+    // Every probed pod's liveness probe fails a second after each start.
+    apply(&scoped_nodepool(
+        &scope,
+        &scope,
+        1,
+        "10.227.0.0/16",
+        24,
+        110,
+        "  lifecycle:\n    pods: {livenessFailPercent: 100, crashAfter: {fixed: 1s}}\n",
+    ));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let n = &ns.name;
+    let probe = "livenessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 2, failureThreshold: 2}";
+    apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: probed, namespace: {n}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  nodeSelector: {{{SCOPE_LABEL}: {scope}}}\n  tolerations: [{{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}}]\n  containers: [{{name: sidecar, image: envoy}}, {{name: web, image: nginx, {probe}}}]\n"
+    ));
+    apply(&pod("unprobed", n, &scope, &[], "Always", ""));
+    let t0 = std::time::Instant::now();
+    let p = wait_pod(&client, n, "probed", "its probed container restarted", |p| {
+        statuses(p).iter().any(|c| c.name == "web" && c.restart_count >= 1)
+    })
+    .await;
+    // Failing from 1s, killed after 2 failed probes 2s apart: not before about 4s.
+    assert!(t0.elapsed() >= Duration::from_secs(4), "killed after {:?}", t0.elapsed());
+    let web = statuses(&p).into_iter().find(|c| c.name == "web").unwrap();
+    let last = web.last_state.and_then(|s| s.terminated).expect("the killed container's last state");
+    assert_eq!((last.exit_code, last.reason.as_deref()), (143, Some("Error")));
+    let sidecar = statuses(&p).into_iter().find(|c| c.name == "sidecar").unwrap();
+    assert_eq!(sidecar.restart_count, 0, "only the probed container is killed");
+    let described = wait_for("kubectl describe pod probed to show the liveness events", T, || async {
+        let out = kubectl_ok(&["describe", "pod", "probed", "-n", n]);
+        let wanted = ["Liveness probe failed:", "Container web failed liveness probe, will be restarted"];
+        if wanted.iter().all(|w| out.contains(w)) {
+            Ok(out)
+        } else {
+            Err(out.lines().rev().take(6).collect::<Vec<_>>().join(" | "))
+        }
+    })
+    .await;
+    assert!(described.contains("Unhealthy") && described.contains("Killing"), "{described}");
+    let unprobed = get(&client, n, "unprobed").await;
+    assert_eq!((phase(&unprobed), statuses(&unprobed)[0].restart_count), ("Running".into(), 0), "no probe, no kill");
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

@@ -59,8 +59,8 @@ pub fn percent_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 /// PodPool governs (a Deployment's, a Job's, `kubectl run`'s).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("(has(self.failPercent) ? self.failPercent : 0) + (has(self.crashLoopPercent) ? self.crashLoopPercent : 0) + (has(self.oomKillPercent) ? self.oomKillPercent : 0) + (has(self.imagePullFailPercent) ? self.imagePullFailPercent : 0) + (has(self.initFailPercent) ? self.initFailPercent : 0) <= 100")
-    .message("failPercent, crashLoopPercent, oomKillPercent, imagePullFailPercent and initFailPercent add up to more than 100 (each pod has one fate)"))]
+#[x_kube(validation = Rule::new("(has(self.failPercent) ? self.failPercent : 0) + (has(self.crashLoopPercent) ? self.crashLoopPercent : 0) + (has(self.oomKillPercent) ? self.oomKillPercent : 0) + (has(self.imagePullFailPercent) ? self.imagePullFailPercent : 0) + (has(self.initFailPercent) ? self.initFailPercent : 0) + (has(self.livenessFailPercent) ? self.livenessFailPercent : 0) <= 100")
+    .message("failPercent, crashLoopPercent, oomKillPercent, imagePullFailPercent, initFailPercent and livenessFailPercent add up to more than 100 (each pod has one fate)"))]
 pub struct PodLifecycle {
     /// How long a bound pod takes to become Running (default: at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,6 +121,14 @@ pub struct PodLifecycle {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "percent_schema")]
     pub init_fail_percent: Option<u8>,
+    /// Percent of pods whose liveness probe starts failing `crashAfter` after each start: once
+    /// its `failureThreshold` periods have failed (never before its `initialDelaySeconds`) the
+    /// kubelet kills the container (`Unhealthy` and `Killing` events, exit 143, or 137 with
+    /// `ignoreSIGTERM`) and restarts it with back-off. Pods without a liveness probe are not
+    /// affected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "percent_schema")]
+    pub liveness_fail_percent: Option<u8>,
     /// Percent of running pods whose readiness probe never passes: Running but Ready=False for
     /// good, out of their Services' endpoints and never available to a rollout (what kwok
     /// users write a Stage that never sets Ready for). Pods annotated
@@ -522,12 +530,19 @@ fn pod_problems(p: &PodLifecycle) -> Vec<String> {
     out.extend(percent("pods.oomKillPercent", p.oom_kill_percent));
     out.extend(percent("pods.imagePullFailPercent", p.image_pull_fail_percent));
     out.extend(percent("pods.initFailPercent", p.init_fail_percent));
+    out.extend(percent("pods.livenessFailPercent", p.liveness_fail_percent));
     out.extend(percent("pods.notReadyPercent", p.not_ready_percent));
-    let fates =
-        [p.fail_percent, p.crash_loop_percent, p.oom_kill_percent, p.image_pull_fail_percent, p.init_fail_percent];
+    let fates = [
+        p.fail_percent,
+        p.crash_loop_percent,
+        p.oom_kill_percent,
+        p.image_pull_fail_percent,
+        p.init_fail_percent,
+        p.liveness_fail_percent,
+    ];
     if fates.iter().map(|v| u16::from(v.unwrap_or(0))).sum::<u16>() > 100 {
         out.push(
-            ".pods: failPercent, crashLoopPercent, oomKillPercent, imagePullFailPercent and initFailPercent add up to more than 100 (each pod has one fate)"
+            ".pods: failPercent, crashLoopPercent, oomKillPercent, imagePullFailPercent, initFailPercent and livenessFailPercent add up to more than 100 (each pod has one fate)"
                 .into(),
         );
     }

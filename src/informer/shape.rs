@@ -40,6 +40,29 @@ pub struct Probes {
     pub readiness_every: Option<Duration>,
     pub liveness_every: Option<Duration>,
     pub startup_every: Option<Duration>,
+    /// The first container with a liveness probe (its index among the pod's containers), and
+    /// how that probe kills it once it starts failing: not before its initial delay, then
+    /// `failureThreshold` periods of failures.
+    #[serde(default)]
+    pub liveness: Option<Liveness>,
+}
+
+/// How a container's liveness probe times a kill.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Liveness {
+    pub container: u16,
+    pub initial_delay: Duration,
+    /// `periodSeconds × failureThreshold`: from the first failure to the kill.
+    pub kill_after: Duration,
+    pub failure_threshold: u32,
+}
+
+impl Liveness {
+    /// When a container whose probe starts failing `failing_from` after it started is killed.
+    pub fn kill_at(&self, failing_from: Duration) -> Duration {
+        failing_from.max(self.initial_delay) + self.kill_after
+    }
 }
 
 impl Probes {
@@ -70,6 +93,16 @@ impl Probes {
             readiness_every: every(|c| c.readiness_probe.as_ref()),
             liveness_every: every(|c| c.liveness_probe.as_ref()),
             startup_every: every(|c| c.startup_probe.as_ref()),
+            liveness: spec.containers.iter().enumerate().find_map(|(i, c)| {
+                let p = c.liveness_probe.as_ref()?;
+                let failure_threshold = p.failure_threshold.unwrap_or(3).max(1) as u32;
+                Some(Liveness {
+                    container: u16::try_from(i).ok()?,
+                    initial_delay: secs(p.initial_delay_seconds, 0),
+                    kill_after: secs(p.period_seconds, 10).max(Duration::from_secs(1)) * failure_threshold,
+                    failure_threshold,
+                })
+            }),
         }
     }
 }
@@ -180,6 +213,20 @@ mod tests {
             "initContainers: [{name: s, restartPolicy: Always, readinessProbe: {initialDelaySeconds: 7}}]\ncontainers: [{name: a}]",
         );
         assert_eq!(Probes::of(&sidecar).ready_after, Duration::from_secs(7));
+    }
+
+    #[test]
+    fn a_liveness_probe_kills_after_its_initial_delay_and_failure_threshold_periods() {
+        let live = spec(
+            "containers: [{name: a}, {name: b, livenessProbe: {initialDelaySeconds: 15, periodSeconds: 5, failureThreshold: 2}}]",
+        );
+        let l = Probes::of(&live).liveness.unwrap();
+        assert_eq!((l.container, l.failure_threshold), (1, 2));
+        // Failing from 5s after start: not before the initial delay (15s), then 2 × 5s.
+        assert_eq!(l.kill_at(Duration::from_secs(5)), Duration::from_secs(25));
+        assert_eq!(l.kill_at(Duration::from_secs(60)), Duration::from_secs(70));
+        let defaults = Probes::of(&spec("containers: [{name: a, livenessProbe: {}}]")).liveness.unwrap();
+        assert_eq!(defaults.kill_at(Duration::ZERO), Duration::from_secs(30), "period 10s × threshold 3");
     }
 
     #[test]

@@ -679,7 +679,15 @@ fn loop_round(kind: TimerKind, i: &Input, facts: &NodeFacts, out: &mut Out) {
         };
         out.t.down = true;
         out.t.restarts = out.t.restarts.saturating_add(1);
-        out.effects.push(Effect::Injected(if exit.reason == "OOMKilled" { "oom-kill" } else { "crash" }));
+        if exit.liveness {
+            liveness_kill(&exit, out);
+        }
+        let injected = match () {
+            () if exit.liveness => "liveness-kill",
+            () if exit.reason == "OOMKilled" => "oom-kill",
+            () => "crash",
+        };
+        out.effects.push(Effect::Injected(injected));
         if !facts.plan.ends_failed(pod) {
             out.back_off(pod, exit.container.as_deref());
         }
@@ -694,6 +702,17 @@ fn loop_round(kind: TimerKind, i: &Input, facts: &NodeFacts, out: &mut Out) {
         out.started_events(facts.plan, pod);
         out.status(pod_status::restarted_patch(pod, out.t.restarts, &exit, &now), "restart");
     }
+}
+
+/// The prober's and the kubelet's events as a liveness probe kills a container: the Warning
+/// `Unhealthy` of the failed probe and the Normal `Killing` that says why the container
+/// restarts (sent whatever the plan says of Normal events: it is the one that explains).
+fn liveness_kill(exit: &Exit, out: &mut Out) {
+    let c = exit.container.as_deref().unwrap_or_default();
+    let note = "Liveness probe failed: simulated by kwok-pools (the pod's livenessFailPercent knob)".into();
+    out.warn("Unhealthy", "Probe", note);
+    let note = format!("Container {c} failed liveness probe, will be restarted");
+    out.effects.push(Effect::Normal { reason: "Killing", action: "Kill", note });
 }
 
 /// A pending pod's failure goes round: ErrImagePull becomes ImagePullBackOff (and stays so:
@@ -908,6 +927,48 @@ mod tests {
         p.normal_events = true;
         // Each container, the init container first: Pulled, Created, Started.
         assert_eq!(normal(&p), ["Pulled", "Created", "Started", "Pulled", "Created", "Started"]);
+    }
+
+    #[test]
+    fn a_liveness_kill_says_why_with_the_probers_and_the_kubelets_events() {
+        let pod = Pod::test("p").on("n").phase("Running").slim();
+        let container = pod.containers[0].name.clone();
+        let mut p = plan(&pod);
+        let exit = Exit::liveness_killed(container.clone(), false);
+        p.fate = Fate::CrashLoops { after: Duration::from_secs(30), exit };
+        let (ips, t0) = (["10.1.0.1".parse().unwrap()], Instant::now());
+        let i = Input {
+            pod: &pod,
+            now: now(t0),
+            node: Some(NodeFacts { plan: &p, away: None, host_ips: &ips }),
+            pod_ips: None,
+            prepare: Prepare::Ready,
+            pressure: 0.0,
+            rejection: None,
+            evict: None,
+        };
+        let effects = fire(TimerKind::Crash, &i, &mut Tracked::new(t0));
+        let events: Vec<(String, String)> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Warn { reason, note, .. } => Some((reason.to_string(), note.clone())),
+                Effect::Normal { reason, note, .. } => Some(((*reason).to_string(), note.clone())),
+                _ => None,
+            })
+            .collect();
+        assert!(events[0].0 == "Unhealthy" && events[0].1.starts_with("Liveness probe failed: "), "{events:?}");
+        // The Normal Killing goes out although this plan sends no Normal events: it says why.
+        assert_eq!(
+            events[1],
+            ("Killing".into(), format!("Container {container} failed liveness probe, will be restarted"))
+        );
+        assert_eq!(events[2].0, "BackOff");
+        assert!(effects.contains(&Effect::Injected("liveness-kill")));
+        let Some(Effect::Status { patch, .. }) = effects.iter().find(|e| matches!(e, Effect::Status { .. })) else {
+            panic!("{effects:?}")
+        };
+        let last = &patch["status"]["containerStatuses"][0]["lastState"]["terminated"];
+        assert_eq!((last["exitCode"].as_i64(), last["reason"].as_str()), (Some(143), Some("Error")), "{patch:#}");
     }
 
     #[test]

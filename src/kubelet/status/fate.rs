@@ -224,6 +224,7 @@ pub fn plan_owned_pod(
             reason: c.reason.clone(),
             message: Some(c.message.clone()),
             container: c.container.clone(),
+            liveness: false,
         };
         if c.init { Fate::InitFails(exit) } else { Fate::CrashLoops { after: c.after.sample(draw("chaos")), exit } }
     } else if let Some(f) = own.and_then(|o| o.init_failed.as_ref()).filter(|_| has_init) {
@@ -237,25 +238,7 @@ pub fn plan_owned_pod(
         Fate::CrashLoops { after: crash_after(), exit: Exit { container: Some(container), ..Exit::oom_killed() } }
     } else {
         let roll = unit(seed, &[&key[..], &["fate"]].concat()) * 100.0;
-        let shares =
-            [s.fail_percent, s.crash_loop_percent, s.oom_kill_percent, s.image_pull_fail_percent, s.init_fail_percent]
-                .map(|p| f64::from(p.unwrap_or(0).min(100)));
-        let mut edge = 0.0;
-        let slot = shares.iter().position(|share| {
-            edge += share;
-            roll < edge
-        });
-        match slot {
-            Some(0) => Fate::FailsAtStart(exit),
-            Some(1) => Fate::CrashLoops { after: crash_after(), exit },
-            Some(2) => Fate::CrashLoops { after: crash_after(), exit: Exit::oom_killed() },
-            Some(3) => Fate::ImagePullFails,
-            Some(4) if has_init => {
-                let first = pod.init_containers.iter().find(|c| !c.sidecar).map(|c| c.name.clone());
-                Fate::InitFails(Exit { container: first, ..exit })
-            }
-            _ => Fate::Runs,
-        }
+        knob_fate(s, pod, roll, exit, crash_after())
     };
 
     let finishes = matches!(pod.restart_policy.as_deref(), Some("Never" | "OnFailure"));
@@ -291,6 +274,46 @@ pub fn plan_owned_pod(
     let fails_for_good = chaos.is_some();
     let normal_events = s.normal_events.unwrap_or(defaults.normal_events);
     PodPlan { start_delay, exit_delay, fate, run_time, readiness, never_ready, fails_for_good, normal_events }
+}
+
+/// The fate the knobs' shares give a pod whose `roll` (0 to 100) is drawn: each share is a
+/// slice of the roll, in the order the knobs are listed; the rest runs.
+fn knob_fate(s: &PodLifecycle, pod: &SlimPod, roll: f64, exit: Exit, crash_after: Duration) -> Fate {
+    let shares = [
+        s.fail_percent,
+        s.crash_loop_percent,
+        s.oom_kill_percent,
+        s.image_pull_fail_percent,
+        s.init_fail_percent,
+        s.liveness_fail_percent,
+    ]
+    .map(|p| f64::from(p.unwrap_or(0).min(100)));
+    let mut edge = 0.0;
+    let slot = shares.iter().position(|share| {
+        edge += share;
+        roll < edge
+    });
+    match slot {
+        Some(0) => Fate::FailsAtStart(exit),
+        Some(1) => Fate::CrashLoops { after: crash_after, exit },
+        Some(2) => Fate::CrashLoops { after: crash_after, exit: Exit::oom_killed() },
+        Some(3) => Fate::ImagePullFails,
+        Some(4) => match pod.init_containers.iter().find(|c| !c.sidecar) {
+            Some(first) => Fate::InitFails(Exit { container: Some(first.name.clone()), ..exit }),
+            None => Fate::Runs,
+        },
+        Some(5) => liveness_failure(pod, s, crash_after),
+        _ => Fate::Runs,
+    }
+}
+
+/// A pod whose liveness probe fails `failing_from` after each start: its prober kills the
+/// probed container after the probe's failure threshold (a pod without one runs).
+fn liveness_failure(pod: &SlimPod, s: &PodLifecycle, failing_from: Duration) -> Fate {
+    let Some(l) = pod.shape.as_deref().and_then(|shape| shape.probes.liveness) else { return Fate::Runs };
+    let Some(c) = pod.containers.get(usize::from(l.container)) else { return Fate::Runs };
+    let exit = Exit::liveness_killed(c.name.clone(), s.ignore_sigterm == Some(true));
+    Fate::CrashLoops { after: l.kill_at(failing_from), exit }
 }
 
 /// Whether and when the pod's readiness probe fails now and then, and whether it never passes.
@@ -500,6 +523,36 @@ mod tests {
         let mut own = limited("64Mi");
         own.usage = Some(Box::new(crate::api::kubelet::Overrides::parse(None, Some("100Mi"))));
         assert!(matches!(plan_pod(None, None, &own, &defaults()).fate, Fate::CrashLoops { .. }));
+    }
+
+    #[test]
+    fn a_failing_liveness_probe_kills_the_probed_container_after_its_threshold() {
+        use crate::informer::shape::{Liveness, Probes, Shape, interned};
+        let mut probed = pod("d", "a", "u");
+        probed.containers = ["main", "agent"]
+            .map(|n| crate::informer::pod::SlimContainer { name: n.into(), ..Default::default() })
+            .to_vec();
+        let l = Liveness {
+            container: 1,
+            initial_delay: Duration::from_secs(20),
+            kill_after: Duration::from_secs(15),
+            failure_threshold: 3,
+        };
+        probed.shape =
+            Some(interned(Shape { probes: Probes { liveness: Some(l), ..Probes::default() }, ..Shape::default() }));
+        let all = settings("{livenessFailPercent: 100, crashAfter: {fixed: 5s}}");
+        let Fate::CrashLoops { after, exit } = plan_pod(Some(&all), None, &probed, &defaults()).fate else {
+            panic!("a probed pod's liveness fails")
+        };
+        // Failing from 5s, but not before the 20s initial delay; killed 3 × 5s later.
+        assert_eq!(after, Duration::from_secs(35));
+        assert_eq!((exit.code, exit.container.as_deref(), exit.liveness), (143, Some("agent"), true));
+        let stubborn = settings("{livenessFailPercent: 100, ignoreSIGTERM: true}");
+        let Fate::CrashLoops { exit, .. } = plan_pod(Some(&stubborn), None, &probed, &defaults()).fate else {
+            panic!()
+        };
+        assert_eq!(exit.code, 137, "SIGKILL at the end of the grace period");
+        assert_eq!(plan_pod(Some(&all), None, &pod("d", "b", "v"), &defaults()).fate, Fate::Runs, "no liveness probe");
     }
 
     #[test]

@@ -44,22 +44,37 @@ pub struct Exit {
     pub message: Option<String>,
     /// The container that fails (`None`: every one).
     pub container: Option<String>,
+    /// Its liveness probe failed and the kubelet killed it (`Unhealthy` and `Killing` events).
+    pub liveness: bool,
 }
 
 impl Exit {
     /// A plain failure: `code`, reason `Error`, every container.
     pub fn error(code: i32) -> Self {
-        Exit { code, reason: "Error".into(), message: None, container: None }
+        Exit { code, reason: "Error".into(), message: None, container: None, liveness: false }
     }
 
     /// The kernel's OOM kill: exit 137, reason `OOMKilled`.
     pub fn oom_killed() -> Self {
-        Exit { code: 137, reason: "OOMKilled".into(), message: None, container: None }
+        Exit { code: 137, reason: "OOMKilled".into(), message: None, container: None, liveness: false }
+    }
+
+    /// The kubelet killed `container` because its liveness probe failed: SIGTERM (exit 143),
+    /// or SIGKILL at the end of the grace period for a process that ignores it (137).
+    pub fn liveness_killed(container: String, ignores_sigterm: bool) -> Self {
+        let code = if ignores_sigterm { 137 } else { 143 };
+        Exit { container: Some(container), liveness: true, ..Exit::error(code) }
     }
 
     /// What a pod's annotation says.
     pub fn from_failure(f: &Failure) -> Self {
-        Exit { code: f.exit_code, reason: f.reason.clone(), message: f.message.clone(), container: f.container.clone() }
+        Exit {
+            code: f.exit_code,
+            reason: f.reason.clone(),
+            message: f.message.clone(),
+            container: f.container.clone(),
+            liveness: false,
+        }
     }
 
     /// Whether `container` is one that fails.
