@@ -562,3 +562,63 @@ async fn a_pool_whose_nodes_keep_changing_is_still_scaled_at_once() {
     wait_pool_status(&client, &pool, 70, T).await;
     delete_quietly("nodepool", &pool);
 }
+
+/// A pod bound to `node` with these images (the first an init container's).
+fn pod_with_images(name: &str, ns: &str, node: &str, init: &str, images: &[&str]) -> String {
+    let containers: Vec<String> =
+        images.iter().enumerate().map(|(i, im)| format!("{{name: c{i}, image: {im:?}}}")).collect();
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  nodeName: {node}\n  initContainers: [{{name: init, image: {init:?}}}]\n  containers: [{}]\n",
+        containers.join(", ")
+    )
+}
+
+/// The names each image of the node's `status.images` is listed under, largest image first.
+async fn images_of(client: &kube::Client, node: &str) -> Vec<(Vec<String>, i64)> {
+    let n = Api::<Node>::all(client.clone()).get(node).await.unwrap();
+    let images = n.status.and_then(|s| s.images).unwrap_or_default();
+    images.into_iter().map(|i| (i.names.unwrap_or_default(), i.size_bytes.unwrap_or_default())).collect()
+}
+
+#[tokio::test]
+async fn nodes_list_the_images_their_pods_pulled_as_the_kubelet_does() {
+    let client = client().await;
+    let (scope, quiet) = (unique("images"), unique("noimages"));
+    let ns = TestNamespace::new(&client, "images").await;
+    let _op = Operator::start(&scope, &[]);
+    let _quiet_op = Operator::start(&quiet, &["--node-status-max-images", "0"]);
+    apply(&nodepool_yaml(&scope, &scope, 2, ""));
+    apply(&nodepool_yaml(&quiet, &quiet, 1, ""));
+    let nodes = wait_ready_nodes(&client, &scope, 2, T).await;
+    let quiet_node = wait_ready_nodes(&client, &quiet, 1, T).await.remove(0).metadata.name.unwrap();
+    let (busy, idle) = (nodes[0].metadata.name.clone().unwrap(), nodes[1].metadata.name.clone().unwrap());
+    let n = &ns.name;
+    apply(&pod_with_images("web", n, &busy, "busybox:1.36", &["nginx", "registry.k8s.io/pause:3.10"]));
+    apply(&pod_with_images("again", n, &busy, "busybox:1.36", &["docker.io/library/nginx:latest"]));
+    apply(&pod_with_images("quiet", n, &quiet_node, "busybox:1.36", &["nginx"]));
+    let listed = wait_for(&format!("{busy} to list its pods' images"), T, || async {
+        let images = images_of(&client, &busy).await;
+        if images.len() >= 3 { Ok(images) } else { Err(format!("{images:?}")) }
+    })
+    .await;
+    // Three images (nginx under two spellings is one), each under its digest and its tag in
+    // containerd's full form, the largest first.
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    let tags: HashSet<&str> = listed.iter().map(|(names, _)| names[1].as_str()).collect();
+    let wanted = ["docker.io/library/nginx:latest", "registry.k8s.io/pause:3.10", "docker.io/library/busybox:1.36"];
+    assert_eq!(tags, wanted.into_iter().collect(), "{listed:?}");
+    assert!(listed.iter().all(|(names, size)| names[0].contains("@sha256:") && *size > 0), "{listed:?}");
+    assert!(listed.windows(2).all(|w| w[0].1 >= w[1].1), "largest first: {listed:?}");
+    assert!(images_of(&client, &idle).await.is_empty(), "a node without pods lists no image");
+    // (Its pod started with the others: a node that listed images would list them by now.)
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), n);
+    wait_for("pod quiet Running", T, || async {
+        let phase = pods.get("quiet").await.map_err(|e| e.to_string())?.status.and_then(|s| s.phase);
+        if phase.as_deref() == Some("Running") { Ok(()) } else { Err(format!("{phase:?}")) }
+    })
+    .await;
+    assert!(images_of(&client, &quiet_node).await.is_empty(), "--node-status-max-images 0 lists none");
+    for pool in [&scope, &quiet] {
+        kubectl_ok(&["delete", "nodepool", pool, "--wait=false"]);
+    }
+}

@@ -22,6 +22,11 @@ pub struct KubeletFlags {
     /// How often node conditions get a fresh heartbeat time (e.g. 60s, 5m).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub node_status_frequency: Duration,
+    /// How many images each node lists in `status.images` (the kubelet's
+    /// `nodeStatusMaxImages`): the largest of those its pods pulled; 0 lists none and saves
+    /// the node status write each node makes when its pods bring an image it lacks.
+    #[arg(long, default_value_t = crate::kubelet::status::images::DEFAULT_MAX_IMAGES)]
+    pub node_status_max_images: usize,
     /// The range InternalIPs come from for nodes whose pool sets no spec.internalIPs. The
     /// default is RFC 2544's benchmarking range, which no real network routes (100.64.0.0/10,
     /// the shared address space, is many clouds' pod network).

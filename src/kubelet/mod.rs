@@ -17,6 +17,7 @@
 #[cfg(test)]
 pub mod fixtures;
 pub mod flags;
+pub mod images;
 pub mod node;
 pub mod pods;
 pub mod server;

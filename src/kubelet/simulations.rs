@@ -71,6 +71,7 @@ pub fn simulations(kubelet: &Kubelet, sim: &SimContext, devices: Vec<Arc<dyn Dev
     let devices = AllDevices(devices);
     let (nodes, pods) = (shared::nodes(&sim.informers), shared::pods(&sim.informers));
     let (node_changes, node_changes_for_pods, pod_changes) = (nodes.subscribe(), nodes.subscribe(), pods.subscribe());
+    let (images, image_news) = crate::kubelet::images::NodeImages::listing(flags.node_status_max_images);
     let node_sim = NodeSimulator {
         client: sim.client.clone(),
         config: NodeSimConfig {
@@ -89,6 +90,8 @@ pub fn simulations(kubelet: &Kubelet, sim: &SimContext, devices: Vec<Arc<dyn Dev
         identity: sim.identity.clone(),
         kubelet: kubelet.server.as_ref().map(|k| k.endpoints.clone()),
         stretch: Stretch { fraction: flags.lease_stretch, reserve: sim.shard_takeover },
+        images: images.clone(),
+        image_news,
     };
     let pod_sim = PodSimulator {
         client: sim.client.clone(),
@@ -106,6 +109,7 @@ pub fn simulations(kubelet: &Kubelet, sim: &SimContext, devices: Vec<Arc<dyn Dev
         writes: sim.writes.clone(),
         shard: sim.shard.clone(),
         devices: devices.clone(),
+        images,
     };
     // Before anything renders or simulates a node: the default address allocator learns
     // the addresses the nodes have.

@@ -7,7 +7,9 @@
 pub mod lease;
 pub mod renewal;
 
+use crate::kubelet::images::NodeImages;
 use crate::kubelet::status::fate;
+use k8s_openapi::api::core::v1::ContainerImage;
 
 use crate::api::lifecycle::BadCondition;
 use crate::informer::Change;
@@ -65,6 +67,10 @@ pub struct NodeSimulator {
     pub kubelet: Option<Arc<Mutex<Endpoints>>>,
     /// How far lease renewals stretch while the write budget has a backlog.
     pub stretch: Stretch,
+    /// The images each node's pods pulled (`None`: `status.images` is not reported), and the
+    /// nodes that pulled one they lacked.
+    pub images: Option<Arc<NodeImages>>,
+    pub image_news: Option<UnboundedReceiver<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -73,6 +79,8 @@ enum Timer {
     Status(String),
     /// A bad condition of its knobs starts or ends.
     Conditions(String),
+    /// Its pods pulled an image it did not list: the status lists it at the next update.
+    Images(String),
 }
 
 struct Tracked {
@@ -165,7 +173,8 @@ impl NodeSimulator {
     }
 
     /// Runs until the change stream ends.
-    pub async fn run(self, mut changes: UnboundedReceiver<Change<Node>>) {
+    pub async fn run(mut self, mut changes: UnboundedReceiver<Change<Node>>) {
+        let mut image_news = self.image_news.take();
         let (done_tx, mut done_rx) = unbounded_channel::<Done>();
         let writes = self.writes.writes(Class::Other, done_tx.clone()).fenced_by(self.shard.clone());
         let lease_writes = self.writes.writes(Class::Heartbeat, done_tx).fenced_by(self.shard.clone());
@@ -190,6 +199,7 @@ impl NodeSimulator {
                     None => return,
                 },
                 Some(timer) = l.timers.next(), if !l.timers.is_empty() => l.on_timer(timer),
+                Some(name) = next_news(&mut image_news) => l.on_new_images(name),
                 Some(done) = done_rx.recv() => l.on_done(done),
             }
             l.sim.metrics.managed_nodes.set(l.tracked.len() as i64);
@@ -197,7 +207,33 @@ impl NodeSimulator {
     }
 }
 
+/// The next node with images it did not list (never, without a registry).
+async fn next_news(news: &mut Option<UnboundedReceiver<String>>) -> Option<String> {
+    match news.as_mut() {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How long after a new image the node lists it: the kubelet's status update period.
+const IMAGES_AFTER: Duration = Duration::from_secs(10);
+
 impl NodeLoop {
+    /// A node's pods pulled an image it does not list: its status says so within the
+    /// kubelet's status update period (one write for all the images pulled meanwhile).
+    fn on_new_images(&mut self, name: String) {
+        if self.tracked.contains_key(&name) {
+            self.timers.set_once(Timer::Images(name), jittered(IMAGES_AFTER, 0.5, 1.0));
+        }
+    }
+
+    /// What the node's `status.images` should become, when it shows something else.
+    fn images_update(&self, node: &Node, name: &str) -> Option<Vec<ContainerImage>> {
+        let wanted = self.sim.images.as_ref()?.report(name)?;
+        let shown = node.status.as_ref().and_then(|s| s.images.as_deref());
+        crate::kubelet::status::images::differs(shown, &wanted).then_some(wanted)
+    }
+
     /// The policies changed: every node this replica simulates is looked at again (its
     /// conditions, its heartbeat).
     fn on_knobs_changed(&mut self) {
@@ -364,6 +400,7 @@ impl NodeLoop {
         let wants_ip = node_status::internal_ips(node).is_empty() && !range_full;
         let endpoint = self.endpoint(node, &name);
         let bad = self.bad_now(node, &name);
+        let images = self.images_update(node, &name);
         let Some(t) = self.tracked.get_mut(&name) else { return };
         if (node_status::needs_write(node, endpoint.as_ref(), &bad.bad, bad.chaos.as_ref()) || wants_ip || clash)
             && t.status.begin()
@@ -371,13 +408,16 @@ impl NodeLoop {
             if clash {
                 tracing::warn!(node = %name, "InternalIP already held by another node; giving this one a new address");
             }
-            spawn_status(&self.writes, &self.sim, node.clone(), true, bad);
+            spawn_status(&self.writes, &self.sim, node.clone(), true, bad, images);
         }
     }
 
     fn on_deleted(&mut self, node: &Arc<Node>) {
         let name = node.name_any();
         self.untrack(&name);
+        if let Some(images) = &self.sim.images {
+            images.forget(&name);
+        }
         if let Some(k) = &self.sim.kubelet {
             crate::sync::lock(k).release(&name);
         }
@@ -402,9 +442,10 @@ impl NodeLoop {
                 if self.defer_report(&node, &name, &bad, every) {
                     return;
                 }
+                let images = self.images_update(&node, &name);
                 let Some(t) = self.tracked.get_mut(&name) else { return };
                 if t.status.begin() {
-                    spawn_status(&self.writes, &self.sim, node, false, bad);
+                    spawn_status(&self.writes, &self.sim, node, false, bad, images);
                 }
             }
             Timer::Conditions(name) => {
@@ -412,6 +453,24 @@ impl NodeLoop {
                     self.on_node(&node);
                 }
             }
+            Timer::Images(name) => self.on_images_timer(name),
+        }
+    }
+
+    /// The node lists the images its pods pulled (when a write of its status is in flight,
+    /// a moment later).
+    fn on_images_timer(&mut self, name: String) {
+        let Some(node) = self.sim.nodes.get(&ObjectRef::new(&name)) else { return };
+        let Some(images) = self.images_update(&node, &name) else { return };
+        let bad = self.bad_now(&node, &name);
+        let Some(t) = self.tracked.get_mut(&name) else { return };
+        if t.away {
+            return; // its status after the window lists them
+        }
+        if t.status.begin() {
+            spawn_status(&self.writes, &self.sim, node, false, bad, Some(images));
+        } else {
+            self.timers.set(Timer::Images(name), Duration::from_secs(1));
         }
     }
 
@@ -519,9 +578,12 @@ impl NodeLoop {
             tracing::info!(node = %name, "flapping node comes back");
             let endpoint = self.sim.kubelet.as_ref().and_then(|k| crate::sync::lock(k).get(&name));
             let bad = self.bad_now(&node, &name);
+            let images = self.images_update(&node, &name);
             let Some(t) = self.tracked.get_mut(&name) else { return };
-            if node_status::needs_write(&node, endpoint.as_ref(), &bad.bad, bad.chaos.as_ref()) && t.status.begin() {
-                spawn_status(&self.writes, &self.sim, node.clone(), true, bad);
+            if (node_status::needs_write(&node, endpoint.as_ref(), &bad.bad, bad.chaos.as_ref()) || images.is_some())
+                && t.status.begin()
+            {
+                spawn_status(&self.writes, &self.sim, node.clone(), true, bad, images);
             }
         }
         if self.defer_renewal(&node, &name) {
@@ -661,20 +723,33 @@ fn urgency(renewed_at: Option<Instant>, lease: Duration) -> Instant {
     renewed_at.map_or_else(Instant::now, |at| at + lease / 2)
 }
 
-/// A status write of `node` (`full`: the whole kubelet status, else a heartbeat), made once
-/// the budget has room.
-fn spawn_status(writes: &Writes<Done>, sim: &Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad: Report) {
+/// A status write of `node` (`full`: the whole kubelet status, else a heartbeat; `images`: the
+/// image list too), made once the budget has room.
+fn spawn_status(
+    writes: &Writes<Done>,
+    sim: &Arc<NodeSimulator>,
+    node: Arc<Node>,
+    full: bool,
+    bad: Report,
+    images: Option<Vec<ContainerImage>>,
+) {
     let sim = sim.clone();
     let name = node.name_any();
     let dropped = Done::Status { name: name.clone() };
     writes.spawn_for("", name, dropped, None, move || {
         let span = tracing::debug_span!("node_status", node = %node.name_any(), full);
-        status_write(sim, node, full, bad).instrument(span)
+        status_write(sim, node, full, bad, images).instrument(span)
     });
 }
 
 /// Writes the node's status; `bad`: the conditions its knobs make bad now.
-async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad: Report) -> Done {
+async fn status_write(
+    this: Arc<NodeSimulator>,
+    node: Arc<Node>,
+    full: bool,
+    bad: Report,
+    images: Option<Vec<ContainerImage>>,
+) -> Done {
     let name = node.name_any();
     let now = this.config.clock.now().time();
     let patch = if full {
@@ -716,6 +791,11 @@ async fn status_write(this: Arc<NodeSimulator>, node: Arc<Node>, full: bool, bad
         let conditions = node_status::reported_conditions(previous, &now, &bad.bad, bad.chaos.as_ref());
         serde_json::json!({ "status": { "conditions": conditions } })
     };
+    let mut patch = patch;
+    if let Some(images) = images {
+        // A list without a merge key: the patch replaces it whole, as the kubelet's does.
+        patch["status"]["images"] = serde_json::json!(images);
+    }
     let api: Api<Node> = Api::all(this.client.clone());
     // A strategic merge, as the kubelet writes: conditions merge by type, so the ones other
     // components own (node-problem-detector's, say) survive the heartbeat. Refused if the node

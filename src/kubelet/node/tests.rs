@@ -41,6 +41,8 @@ async fn running(writes: WriteBudget, shard: Shard) -> (World, Arc<Metrics>) {
         identity: None,
         kubelet: None,
         stretch: Stretch::default(),
+        images: None,
+        image_news: None,
     };
     tokio::spawn(sim.run(nodes));
     settle().await;

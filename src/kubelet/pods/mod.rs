@@ -55,6 +55,8 @@ pub struct PodSimulator {
     pub shard: Shard,
     /// What the kinds add to their nodes: the prepare step of pods with claims.
     pub devices: AllDevices,
+    /// The images each node's pods pulled (`None`: nodes list none).
+    pub images: Option<Arc<crate::kubelet::images::NodeImages>>,
 }
 
 impl PodSimulator {

@@ -77,6 +77,7 @@ fn simulator(world: &World, client: kube::Client, lifecycles: Lifecycles, shard:
         writes: WriteBudget::new(8),
         shard,
         devices: AllDevices::default(),
+        images: None,
     }
 }
 

@@ -365,7 +365,11 @@ impl Loop {
         if t.node.is_empty() {
             t.node = node.name_any();
             self.on_node.entry(t.node.clone()).or_default().insert(ObjectRef::from_obj(pod.as_ref()));
+            if pod.phase() == "Running" {
+                self.pulled(pod, &node); // found running: its images are on the node
+            }
         }
+        let Some(t) = self.tracked.get(&uid) else { return };
         if t.write.in_flight {
             return;
         }
@@ -460,6 +464,11 @@ impl Loop {
                 }
                 Effect::Observe(ips) => self.observe(node, uid, &ips),
                 Effect::NeedAddresses => {}
+                Effect::Status { patch, transition: transition @ ("run" | "crash") } => {
+                    // Its containers are created: their images were pulled onto the node.
+                    self.pulled(pod, node);
+                    self.apply_one(pod, &key, uid, Effect::Status { patch, transition });
+                }
                 other => self.apply_one(pod, &key, uid, other),
             }
         }
@@ -487,6 +496,14 @@ impl Loop {
                 self.sim.metrics.pod_transitions.get_or_create(&ResultLabels { result: what.into() }).inc();
             }
             Effect::Resize | Effect::WaitForNode | Effect::Release | Effect::Observe(_) | Effect::NeedAddresses => {}
+        }
+    }
+
+    /// The node holds the images of `pod`'s containers.
+    fn pulled(&self, pod: &SlimPod, node: &Node) {
+        if let Some(images) = &self.sim.images {
+            let containers = pod.init_containers.iter().chain(&pod.containers);
+            images.pulled(&node.name_any(), containers.map(|c| c.image.as_str()));
         }
     }
 
