@@ -663,3 +663,55 @@ async fn a_failing_liveness_probe_restarts_the_container_with_the_kubelets_event
     assert_eq!((phase(&unprobed), statuses(&unprobed)[0].restart_count), ("Running".into(), 0), "no probe, no kill");
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+#[tokio::test]
+async fn init_containers_run_one_by_one_as_kubectl_shows_them() {
+    let client = client().await;
+    let scope = unique("inits");
+    let ns = TestNamespace::new(&client, "inits").await;
+    let _op = Operator::start(&scope, &[]);
+    apply(&scoped_nodepool(
+        &scope,
+        &scope,
+        1,
+        "10.228.0.0/16",
+        24,
+        110,
+        "  lifecycle:\n    pods: {initRunTime: {fixed: 3s}}\n",
+    ));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let n = &ns.name;
+    let inits = "  initContainers: [{name: migrate, image: flyway}, {name: warm, image: redis}]\n";
+    let t0 = std::time::Instant::now();
+    apply(&pod("staged", n, &scope, &[], "Always", inits));
+    // kubectl's STATUS column as the pod goes: Init:0/2, Init:1/2, then Running.
+    let mut seen: Vec<String> = Vec::new();
+    wait_for("pod staged Running after its init containers", T, || {
+        let status = kubectl_ok(&["get", "pod", "staged", "-n", n, "--no-headers"])
+            .split_whitespace()
+            .nth(2)
+            .unwrap_or_default()
+            .to_string();
+        if seen.last() != Some(&status) {
+            seen.push(status.clone());
+        }
+        let s = seen.join(" → ");
+        async move { if status == "Running" { Ok(()) } else { Err(s) } }
+    })
+    .await;
+    assert!(t0.elapsed() >= Duration::from_secs(6), "two init containers of 3 s each: {:?}", t0.elapsed());
+    let order: Vec<&str> =
+        seen.iter().map(String::as_str).filter(|s| s.starts_with("Init:") || *s == "Running").collect();
+    assert!(
+        order.windows(2).any(|w| w == ["Init:0/2", "Init:1/2"]) && order.last() == Some(&"Running"),
+        "kubectl showed {seen:?}"
+    );
+    let p = get(&client, n, "staged").await;
+    let init = p.status.unwrap().init_container_statuses.unwrap();
+    for c in &init {
+        let t = c.state.as_ref().unwrap().terminated.as_ref().unwrap();
+        let ran = t.finished_at.as_ref().unwrap().0.as_second() - t.started_at.as_ref().unwrap().0.as_second();
+        assert!((2..=4).contains(&ran), "{} ran {ran}s", c.name);
+    }
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

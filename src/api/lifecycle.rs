@@ -65,6 +65,11 @@ pub struct PodLifecycle {
     /// How long a bound pod takes to become Running (default: at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_delay: Option<Delay>,
+    /// How long each init container runs before it completes and the next one starts, as the
+    /// kubelet runs them one by one (`Init:1/3`…); the pod is Running once the last is done
+    /// (default: at once, in the pod's one status write; each init container costs a write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_run_time: Option<Delay>,
     /// How long a deleted pod takes to exit, never longer than its grace period (default
     /// about a second, as a process that honours SIGTERM).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -160,7 +165,14 @@ pub struct PodLifecycle {
 impl PodLifecycle {
     /// The annotations its delays are read from (`fromAnnotation`): the pod store keeps them.
     pub fn delay_annotations(&self) -> Vec<String> {
-        let delays = [&self.start_delay, &self.exit_delay, &self.crash_after, &self.job_run_time, &self.run_time];
+        let delays = [
+            &self.start_delay,
+            &self.init_run_time,
+            &self.exit_delay,
+            &self.crash_after,
+            &self.job_run_time,
+            &self.run_time,
+        ];
         delays.into_iter().flatten().filter_map(|d| d.from_annotation.clone()).collect()
     }
 }
@@ -455,6 +467,7 @@ fn delay_problems(pods: Option<&PodLifecycle>, nodes: Option<&NodeLifecycle>) ->
     let mut delay = |path: &str, d: &Option<Delay>| out.extend(delay_problem(path, d.as_ref()));
     if let Some(p) = pods {
         delay("pods.startDelay", &p.start_delay);
+        delay("pods.initRunTime", &p.init_run_time);
         delay("pods.exitDelay", &p.exit_delay);
         delay("pods.crashAfter", &p.crash_after);
         delay("pods.jobRunTime", &p.job_run_time);

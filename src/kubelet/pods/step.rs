@@ -88,6 +88,8 @@ pub struct Tracked {
     pub admitted: bool,
     /// We wrote the pod acknowledged (Pending, ContainerCreating) during its start delay.
     pub acknowledged: bool,
+    /// How many of its regular init containers we started, one after the other.
+    pub inits_started: u8,
     /// Its containers are down (crashed, in back-off), as last written or seen.
     pub down: bool,
     pub restarts: i32,
@@ -116,6 +118,7 @@ impl Tracked {
             known: false,
             admitted: false,
             acknowledged: false,
+            inits_started: 0,
             down: false,
             restarts: 0,
             removed: false,
@@ -220,7 +223,10 @@ impl Out<'_> {
 
     /// The kubelet's events for containers that start: Pulled, Created, Started (Normal).
     fn started_events(&mut self, plan: &PodPlan, pod: &SlimPod) {
-        for c in pod.init_containers.iter().chain(&pod.containers) {
+        // Init containers run one by one had theirs as each started.
+        let one_by_one = self.t.inits_started > 0;
+        let inits = pod.init_containers.iter().filter(|c| c.sidecar || !one_by_one);
+        for c in inits.chain(&pod.containers) {
             self.normal(plan, "Pulled", "Pull", format!("Container image {:?} already present on machine", c.image));
             self.normal(plan, "Created", "Create", "Container created".into());
             self.normal(plan, "Started", "Start", "Container started".into());
@@ -399,6 +405,9 @@ fn start(i: &Input, facts: &NodeFacts, out: &mut Out) {
                 out.effects.push(Effect::NeedAddresses);
                 return;
             };
+            if next_init(i, facts, (host_ips, pod_ips), out) {
+                return;
+            }
             match fate {
                 Fate::FailsAtStart(exit) => {
                     let running = pod_status::running_patch(pod, host_ips, pod_ips, &now);
@@ -431,7 +440,49 @@ fn start(i: &Input, facts: &NodeFacts, out: &mut Out) {
     }
     start_events(pod, facts.plan, transition, never_restarts, out);
     out.t.started = true;
+    let patch = match init_starts(i, facts.plan, out.t.inits_started) {
+        Some(starts) if transition != "fail" => pod_status::with_init_times(patch, pod, &starts, &now),
+        _ => patch,
+    };
     out.status(patch, transition);
+}
+
+/// When each init container the pod ran one by one started (the next of them is due now):
+/// `None` when they were not run one by one.
+fn init_starts(i: &Input, plan: &PodPlan, started: u8) -> Option<Vec<Value>> {
+    if started == 0 || plan.init_run_time.is_zero() {
+        return None;
+    }
+    let starts = (0..u32::from(started)).map(|j| {
+        let back = plan.init_run_time * (u32::from(started) - j);
+        let at = i.now.wall - k8s_openapi::jiff::SignedDuration::try_from(back).unwrap_or_default();
+        serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at)).unwrap_or(Value::Null)
+    });
+    Some(starts.collect())
+}
+
+/// The pod's regular init containers run one by one for the plan's `initRunTime` each (its
+/// fate lets them run): the next starts now (the ones before it completed), and the pod is
+/// looked at again when it is done. `true` when it wrote.
+fn next_init(i: &Input, facts: &NodeFacts, ips: (&[IpAddr], &[IpAddr]), out: &mut Out) -> bool {
+    let (pod, plan) = (i.pod, facts.plan);
+    let inits = pod.init_containers.iter().filter(|c| !c.sidecar).count();
+    let plays = matches!(plan.fate, Fate::Runs | Fate::CrashLoops { .. } | Fate::FailsAtStart(_));
+    if plan.init_run_time.is_zero() || !plays || usize::from(out.t.inits_started) >= inits {
+        return false;
+    }
+    let Some(c) = pod.init_containers.iter().filter(|c| !c.sidecar).nth(usize::from(out.t.inits_started)) else {
+        return false;
+    };
+    out.normal(plan, "Pulled", "Pull", format!("Container image {:?} already present on machine", c.image));
+    out.normal(plan, "Created", "Create", "Container created".into());
+    out.normal(plan, "Started", "Start", "Container started".into());
+    out.t.inits_started = out.t.inits_started.saturating_add(1);
+    let mut starts = init_starts(i, plan, out.t.inits_started - 1).unwrap_or_default();
+    starts.push(i.now.value());
+    out.arm(TimerKind::Start, plan.init_run_time);
+    out.status(pod_status::init_progress_patch(pod, ips, &starts, &i.now.value()), "init");
+    true
 }
 
 /// The kubelet's events as a pod's containers first start (or fail to): Normal Pulled, Created,

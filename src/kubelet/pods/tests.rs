@@ -140,6 +140,45 @@ async fn a_run_time_counts_from_when_the_containers_start_not_from_the_acknowled
 }
 
 #[tokio::test(start_paused = true)]
+async fn init_containers_run_one_by_one_for_their_run_time_then_the_pod_runs() {
+    let mut p = pooled("i");
+    p["spec"]["initContainers"] = json!([
+        {"name": "migrate", "image": "db:1"},
+        {"name": "proxy", "image": "envoy:1", "restartPolicy": "Always"},
+        {"name": "warm", "image": "cache:1"},
+    ]);
+    let world = running(vec![p], knobs("{initRunTime: {fixed: 4s}}"), Shard::whole()).await;
+    pass(Duration::from_secs(10)).await;
+    let writes = world.pod_status_writes("i");
+    let states = |w: &Write| -> Vec<String> {
+        let list = w.body["status"]["initContainerStatuses"].as_array().cloned().unwrap_or_default();
+        list.iter()
+            .map(|c| {
+                let state = c["state"].as_object().and_then(|s| s.keys().next().cloned()).unwrap_or_default();
+                format!("{}:{state}", c["name"].as_str().unwrap_or_default())
+            })
+            .collect()
+    };
+    let at: Vec<(u64, Option<&str>)> = writes.iter().map(|w| (w.at.as_secs(), w.phase())).collect();
+    assert_eq!(at, [(0, Some("Pending")), (4, Some("Pending")), (8, Some("Running"))], "one write per init container");
+    // The first runs; the sidecar after it and the second wait.
+    assert_eq!(states(&writes[0]), ["migrate:running", "proxy:waiting", "warm:waiting"]);
+    assert_eq!(writes[0].body["status"]["conditions"][1]["reason"], "ContainersNotInitialized");
+    // The first completed; the sidecar before the second runs beside it.
+    assert_eq!(states(&writes[1]), ["migrate:terminated", "proxy:running", "warm:running"]);
+    let done = &writes[2].body["status"]["initContainerStatuses"];
+    assert_eq!(states(&writes[2]), ["migrate:terminated", "proxy:running", "warm:terminated"]);
+    // Each says when it ran: four seconds apart.
+    let secs = |v: &serde_json::Value| v.as_str().unwrap().parse::<k8s_openapi::jiff::Timestamp>().unwrap().as_second();
+    let (m, w) = (&done[0]["state"]["terminated"], &done[2]["state"]["terminated"]);
+    assert_eq!(
+        (secs(&m["finishedAt"]) - secs(&m["startedAt"]), secs(&w["finishedAt"]) - secs(&w["startedAt"])),
+        (4, 4)
+    );
+    assert_eq!(secs(&w["startedAt"]), secs(&m["finishedAt"]));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_crash_loop_backs_off_ten_then_twenty_seconds_between_restarts() {
     let lifecycles = knobs("{crashLoopPercent: 100, crashAfter: {fixed: 3s}}");
     let world = running(vec![pooled("c")], lifecycles, Shard::whole()).await;

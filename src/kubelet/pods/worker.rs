@@ -464,7 +464,7 @@ impl Loop {
                 }
                 Effect::Observe(ips) => self.observe(node, uid, &ips),
                 Effect::NeedAddresses => {}
-                Effect::Status { patch, transition: transition @ ("run" | "crash") } => {
+                Effect::Status { patch, transition: transition @ ("run" | "crash" | "init") } => {
                     // Its containers are created: their images were pulled onto the node.
                     self.pulled(pod, node);
                     self.apply_one(pod, &key, uid, Effect::Status { patch, transition });

@@ -68,6 +68,8 @@ impl Fate {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodPlan {
     pub start_delay: Duration,
+    /// How long each regular init container runs, one after the other (zero: at once).
+    pub init_run_time: Duration,
     /// `None`: the pod ignores SIGTERM and waits its whole grace period.
     pub exit_delay: Option<Duration>,
     pub fate: Fate,
@@ -273,7 +275,18 @@ pub fn plan_owned_pod(
     let (readiness, never_ready) = readiness_of(s, own, seed, &key);
     let fails_for_good = chaos.is_some();
     let normal_events = s.normal_events.unwrap_or(defaults.normal_events);
-    PodPlan { start_delay, exit_delay, fate, run_time, readiness, never_ready, fails_for_good, normal_events }
+    let init_run_time = sample(s.init_run_time.as_ref(), seed, &key, "init").unwrap_or(Duration::ZERO);
+    PodPlan {
+        start_delay,
+        init_run_time,
+        exit_delay,
+        fate,
+        run_time,
+        readiness,
+        never_ready,
+        fails_for_good,
+        normal_events,
+    }
 }
 
 /// The fate the knobs' shares give a pod whose `roll` (0 to 100) is drawn: each share is a
@@ -599,6 +612,7 @@ mod tests {
             plan,
             PodPlan {
                 start_delay: Duration::ZERO,
+                init_run_time: Duration::ZERO,
                 exit_delay: Some(DEFAULT_EXIT_DELAY),
                 fate: Fate::Runs,
                 run_time: None,

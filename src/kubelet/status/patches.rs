@@ -140,6 +140,78 @@ pub fn running_patch(pod: &SlimPod, host_ips: &[IpAddr], pod_ips: &[IpAddr], now
     json!({ "status": status })
 }
 
+/// The status patch of a pod whose init containers run one by one, as the kubelet starts
+/// them: its `k`-th regular init container runs (`k + 1 = starts.len()`, started at
+/// `starts[k]`), those before it completed (init `j` ran from `starts[j]` to `starts[j + 1]`),
+/// the sidecars before it run, the rest wait in PodInitializing. Pending, not Initialized,
+/// with its addresses (the sandbox is made).
+pub fn init_progress_patch(pod: &SlimPod, ips: (&[IpAddr], &[IpAddr]), starts: &[Value], now: &Value) -> Value {
+    let uid = pod.uid();
+    let k = starts.len().saturating_sub(1);
+    let waiting = json!({"waiting": {"reason": "PodInitializing"}});
+    let mut regular = 0;
+    let init: Vec<Value> = pod
+        .init_containers
+        .iter()
+        .map(|c| {
+            let reached = regular <= k;
+            if c.sidecar {
+                return if reached {
+                    running_state(uid, c, true, now)
+                } else {
+                    container_status(uid, c, false, 0, waiting.clone())
+                };
+            }
+            let j = regular;
+            regular += 1;
+            match j.cmp(&k) {
+                std::cmp::Ordering::Less => completed_between(uid, c, &starts[j], &starts[j + 1]),
+                std::cmp::Ordering::Equal => {
+                    container_status(uid, c, false, 0, json!({"running": {"startedAt": starts[j]}}))
+                }
+                std::cmp::Ordering::Greater => container_status(uid, c, false, 0, waiting.clone()),
+            }
+        })
+        .collect();
+    let containers: Vec<Value> =
+        pod.containers.iter().map(|c| container_status(uid, c, false, 0, waiting.clone())).collect();
+    let mut status = json!({
+        "phase": "Pending",
+        "conditions": [
+            cond("PodReadyToStartContainers", true, now, None),
+            cond("Initialized", false, now, Some("ContainersNotInitialized")),
+            cond("ContainersReady", false, now, Some("ContainersNotReady")),
+            cond("Ready", false, now, Some("ContainersNotReady")),
+        ],
+        "initContainerStatuses": init,
+        "containerStatuses": containers,
+    });
+    addresses(&mut status, ips.0, ips.1);
+    acknowledged(pod, &mut status, now);
+    json!({ "status": status })
+}
+
+/// An init container that completed, having run from `started` to `finished`.
+fn completed_between(pod_uid: &str, c: &SlimContainer, started: &Value, finished: &Value) -> Value {
+    let mut s = terminated_state(pod_uid, c, finished);
+    s["state"]["terminated"]["startedAt"] = started.clone();
+    s
+}
+
+/// A running patch of a pod whose regular init containers ran one by one from `starts`
+/// (the last until now): their terminated states say when each ran.
+pub fn with_init_times(mut patch: Value, pod: &SlimPod, starts: &[Value], now: &Value) -> Value {
+    let uid = pod.uid();
+    let regular = pod.init_containers.iter().enumerate().filter(|(_, c)| !c.sidecar);
+    for (j, (at, c)) in regular.enumerate().take(starts.len()) {
+        let finished = starts.get(j + 1).unwrap_or(now);
+        if let Some(slot) = patch["status"]["initContainerStatuses"].get_mut(at) {
+            *slot = completed_between(uid, c, &starts[j], finished);
+        }
+    }
+    patch
+}
+
 /// What a kubelet sets once, when it first takes the pod: `startTime`, and `PodScheduled`
 /// for a pod bound by nodeName (the scheduler's, with its time, stays).
 fn acknowledged(pod: &SlimPod, status: &mut Value, now: &Value) {
