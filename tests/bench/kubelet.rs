@@ -1,6 +1,7 @@
 //! The simulated kubelets' `/metrics/resource` under metrics-server's load: N nodes × 20 pods,
 //! every node scraped once per 15 s (metrics-server's default resolution), over TLS with a
-//! client certificate, as metrics-server does it. Reported before and after the scraping
+//! client certificate, as metrics-server does it; and `/metrics/cadvisor` besides, every 30 s
+//! (kube-prometheus' kubelet job), in a third window. Reported before and after the scraping
 //! starts: the operator's CPU and RSS, and node lease punctuality (the oldest lease, renewals
 //! more than an interval late), plus scrape latency and size.
 
@@ -202,54 +203,17 @@ pub async fn run(nodes: u32, pods_per_node: u32, hold: u64) {
     // window: heartbeats only.
     tokio::time::sleep(Duration::from_secs(30)).await;
     let (quiet, _) = watch(&op, &bench, hold, |_| None).await;
-    // The scraped window: every node once per resolution, all at once as metrics-server starts them.
+    // The scraped window: every node once per resolution, all at once as metrics-server starts
+    // them; then the same with every node's cadvisor endpoint every other round (30 s).
     let http = scraper(&bench);
-    let bytes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let errors = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let (scraped, mut latencies) = watch(&op, &bench, hold, |_| {
-        let (http, urls, bytes, errors) = (http.clone(), urls.clone(), bytes.clone(), errors.clone());
-        Some(tokio::spawn(async move {
-            futures::stream::iter(urls)
-                .map(|url| {
-                    let (http, bytes, errors) = (http.clone(), bytes.clone(), errors.clone());
-                    async move {
-                        let t = Instant::now();
-                        match http.get(&url).send().await {
-                            Ok(r) if r.status() == 200 => {
-                                let body = r.bytes().await.unwrap_or_default();
-                                const FAMILY: &[u8] = b"container_cpu_usage_seconds_total{";
-                                let ok = body.windows(FAMILY.len()).any(|w| w == FAMILY);
-                                bytes.fetch_add(body.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                                if !ok {
-                                    errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                }
-                            }
-                            _ => {
-                                errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            }
-                        }
-                        t.elapsed().as_secs_f64() * 1000.0
-                    }
-                })
-                .buffer_unordered(256)
-                .collect::<Vec<f64>>()
-                .await
-        }))
-    })
-    .await;
-    latencies.sort_by(f64::total_cmp);
-    let n = latencies.len();
-    println!(
-        "- scrapes: {n} in {:.0}s ({:.0}/s), {} failed, {:.0} KiB each, latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
-        scraped.wall,
-        n as f64 / scraped.wall,
-        errors.load(std::sync::atomic::Ordering::Relaxed),
-        bytes.load(std::sync::atomic::Ordering::Relaxed) as f64 / n.max(1) as f64 / 1024.0,
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-        latencies.last().copied().unwrap_or(f64::NAN),
-    );
-    for (label, w) in [("before (heartbeats only)", &quiet), ("while scraped", &scraped)] {
+    let cadvisor: Vec<String> = urls.iter().map(|u| u.replace("/metrics/resource", "/metrics/cadvisor")).collect();
+    let (scraped, resource) = scrape_window(&op, &bench, &http, &urls, None, hold).await;
+    resource.report("/metrics/resource", scraped.wall);
+    let (with_cadvisor, both) = scrape_window(&op, &bench, &http, &urls, Some(&cadvisor), hold).await;
+    both.report("/metrics/resource and /metrics/cadvisor", with_cadvisor.wall);
+    for (label, w) in
+        [("before (heartbeats only)", &quiet), ("while scraped", &scraped), ("with cadvisor every 30s", &with_cadvisor)]
+    {
         println!(
             "- {label}: operator {:.1}% of a core, RSS {:.0} MiB; oldest node lease {:.1}s (renewed every 10s, valid 40s), renewals more than 10s late {}",
             100.0 * w.cpu / w.wall,
@@ -260,7 +224,105 @@ pub async fn run(nodes: u32, pods_per_node: u32, hold: u64) {
         let cp: Vec<String> = w.control_plane.iter().map(|(n, c)| format!("{n} {:.0}%", 100.0 * c / w.wall)).collect();
         println!("    control plane (of a core): {}; operator writes {:.0}/s", cp.join(", "), w.writes / w.wall);
     }
-    let on_time = scraped.late == 0.0 && scraped.oldest < 20.0;
-    println!("- every lease on time while scraped: {}", if on_time { "yes" } else { "NO" });
+    for (label, w) in [("while scraped", &scraped), ("with cadvisor every 30s", &with_cadvisor)] {
+        let on_time = w.late == 0.0 && w.oldest < 20.0;
+        println!("- every lease on time {label}: {}", if on_time { "yes" } else { "NO" });
+    }
     println!("  operator peak RSS over the run: {:.0} MiB", peak_rss_mib(op.pid()));
+}
+
+/// What the scrapes of a window got: latencies (ms), failures and bytes by endpoint.
+#[derive(Default)]
+struct Scrapes {
+    latencies: Vec<f64>,
+    failed: u64,
+    bytes: u64,
+    cadvisor: u64,
+    cadvisor_bytes: u64,
+}
+
+impl Scrapes {
+    fn report(mut self, what: &str, wall: f64) {
+        self.latencies.sort_by(f64::total_cmp);
+        let n = self.latencies.len();
+        let resource = (n as u64).saturating_sub(self.cadvisor).max(1);
+        println!(
+            "- scrapes of {what}: {n} in {wall:.0}s ({:.0}/s), {} failed, /metrics/resource {:.0} KiB each{}, latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            n as f64 / wall,
+            self.failed,
+            (self.bytes - self.cadvisor_bytes) as f64 / resource as f64 / 1024.0,
+            if self.cadvisor > 0 {
+                format!(
+                    ", /metrics/cadvisor {:.0} KiB each ({} scrapes)",
+                    self.cadvisor_bytes as f64 / self.cadvisor as f64 / 1024.0,
+                    self.cadvisor
+                )
+            } else {
+                String::new()
+            },
+            percentile(&self.latencies, 0.5),
+            percentile(&self.latencies, 0.99),
+            self.latencies.last().copied().unwrap_or(f64::NAN),
+        );
+    }
+}
+
+/// One window of `hold` seconds: every node's `/metrics/resource` each resolution and, with
+/// `cadvisor`, each node's `/metrics/cadvisor` every other one; each answer must carry
+/// `container_cpu_usage_seconds_total`.
+async fn scrape_window(
+    op: &Operator,
+    bench: &Bench,
+    http: &reqwest::Client,
+    urls: &[String],
+    cadvisor: Option<&[String]>,
+    hold: u64,
+) -> (Window, Scrapes) {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let counts = std::sync::Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let (window, latencies) = watch(op, bench, hold, |cycle| {
+        let mut round: Vec<(String, bool)> = urls.iter().map(|u| (u.clone(), false)).collect();
+        if cycle % 2 == 0 {
+            round.extend(cadvisor.unwrap_or_default().iter().map(|u| (u.clone(), true)));
+        }
+        let (http, counts) = (http.clone(), counts.clone());
+        Some(tokio::spawn(async move {
+            futures::stream::iter(round)
+                .map(|(url, is_cadvisor)| {
+                    let (http, counts) = (http.clone(), counts.clone());
+                    async move {
+                        let t = Instant::now();
+                        let ok = match http.get(&url).send().await {
+                            Ok(r) if r.status() == 200 => {
+                                let body = r.bytes().await.unwrap_or_default();
+                                const FAMILY: &[u8] = b"container_cpu_usage_seconds_total{";
+                                counts[1].fetch_add(body.len() as u64, Relaxed);
+                                if is_cadvisor {
+                                    counts[2].fetch_add(1, Relaxed);
+                                    counts[3].fetch_add(body.len() as u64, Relaxed);
+                                }
+                                body.windows(FAMILY.len()).any(|w| w == FAMILY)
+                            }
+                            _ => false,
+                        };
+                        if !ok {
+                            counts[0].fetch_add(1, Relaxed);
+                        }
+                        t.elapsed().as_secs_f64() * 1000.0
+                    }
+                })
+                .buffer_unordered(256)
+                .collect::<Vec<f64>>()
+                .await
+        }))
+    })
+    .await;
+    let scrapes = Scrapes {
+        latencies,
+        failed: counts[0].load(Relaxed),
+        bytes: counts[1].load(Relaxed),
+        cadvisor: counts[2].load(Relaxed),
+        cadvisor_bytes: counts[3].load(Relaxed),
+    };
+    (window, scrapes)
 }

@@ -1,6 +1,6 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
-//! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [vmis] [webhook] [shards[=N]]
-//! [unrelated[=N]] [leases[=N]] [kubelet[=NODES]] [devices[=NODES[:PODS]]] [many-pools[=PODS]]
+//! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [events[=N]] [vmis] [webhook] [shards[=N]]
+//! [unrelated[=N]] [leases[=N]] [kubelet[=NODES[:PODS_PER_NODE]]] [devices[=NODES[:PODS]]] [many-pools[=PODS]]
 //! [policies[=PODS]] [--quick]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
@@ -48,6 +48,18 @@ async fn main() {
             pods::run(100, 10_000, kinds).await;
         }
     }
+    // events[=PODS]: the kubelet's Normal events off, then on.
+    let event_pods: Vec<u32> =
+        picked.iter().filter_map(|a| a.strip_prefix("events=")).filter_map(|v| v.parse().ok()).collect();
+    if let Some(n) = event_pods.first() {
+        pods::run_events((*n / 100).max(1), *n).await;
+    } else if all || picked.contains(&"events") {
+        if quick {
+            pods::run_events(10, 1000).await;
+        } else {
+            pods::run_events(100, 10_000).await;
+        }
+    }
     if all || picked.contains(&"vmis") {
         if quick {
             vmis::run(10, 100).await;
@@ -76,10 +88,17 @@ async fn main() {
     } else if all || picked.contains(&"leases") {
         leases::run(if quick { 1000 } else { 5000 }, 3).await;
     }
-    let kubelet_nodes: Vec<u32> =
-        picked.iter().filter_map(|a| a.strip_prefix("kubelet=")).filter_map(|v| v.parse().ok()).collect();
-    if let Some(n) = kubelet_nodes.first() {
-        kubelet::run(*n, 20, 120).await;
+    // kubelet=NODES[:PODS_PER_NODE]
+    let kubelet_sizes: Vec<(u32, u32)> = picked
+        .iter()
+        .filter_map(|a| a.strip_prefix("kubelet="))
+        .filter_map(|v| match v.split_once(':') {
+            Some((n, p)) => Some((n.parse().ok()?, p.parse().ok()?)),
+            None => v.parse().ok().map(|n: u32| (n, 20)),
+        })
+        .collect();
+    if let Some((n, p)) = kubelet_sizes.first() {
+        kubelet::run(*n, *p, 120).await;
     } else if all || picked.contains(&"kubelet") {
         if quick {
             kubelet::run(500, 20, 45).await;
