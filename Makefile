@@ -143,7 +143,7 @@ E2E_SCALE_TESTS := e2e_shards e2e_devices_scale
 E2E_TESTS := $(filter-out $(E2E_SCALE_TESTS),$(basename $(notdir $(wildcard tests/e2e_*.rs))))
 
 .PHONY: e2e
-e2e: controlplane build helm metrics-server prometheus kwok ## End-to-end tests on a fresh local cluster (created, then deleted), then the scale tests.
+e2e: controlplane build helm metrics-server prometheus kwok karpenter ## End-to-end tests on a fresh local cluster (created, then deleted), then the scale tests.
 	@export KWOK_POOLS_HOME=$(E2E_HOME); \
 	$(DEBUG_BIN) cluster delete --name $(E2E_CLUSTER) >/dev/null 2>&1 || true; \
 	$(DEBUG_BIN) cluster create --name $(E2E_CLUSTER) --child-crds --metrics-server \
@@ -187,6 +187,10 @@ clean-cluster: ## Delete the `make run` cluster.
 .PHONY: bench
 bench: controlplane ## Scale benchmarks on a fresh local cluster (release build); prints numbers.
 	cargo bench --bench scale -- $(BENCH_ARGS)
+
+.PHONY: karpenter
+karpenter: ## Build Karpenter's kwok provider v1.15.0 and its CRDs from its Go module into a cache (bin/karpenter-kwok).
+	./hack/install-karpenter.sh
 
 .PHONY: kwok
 kwok: ## Build kwok v0.8.0 and its stages from its Go module into a cache (bin/kwok, for bench-compare).

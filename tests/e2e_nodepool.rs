@@ -622,3 +622,46 @@ async fn nodes_list_the_images_their_pods_pulled_as_the_kubelet_does() {
         kubectl_ok(&["delete", "nodepool", pool, "--wait=false"]);
     }
 }
+
+#[tokio::test]
+async fn an_autoscaler_removes_the_node_it_marked_and_the_pool_keeps_the_rest() {
+    let client = client().await;
+    let scope = unique("nodegroup");
+    let _op = Operator::start(&scope, &[]);
+    apply(&nodepool_yaml(&scope, &scope, 4, ""));
+    wait_ready_nodes(&client, &scope, 4, T).await;
+    let names = |nodes: &[Node]| -> Vec<String> {
+        let mut n: Vec<String> = nodes.iter().filter_map(|n| n.metadata.name.clone()).collect();
+        n.sort();
+        n
+    };
+    let live = || async {
+        let nodes = pool_nodes(&client, &scope).await;
+        nodes.into_iter().filter(|n| n.metadata.deletion_timestamp.is_none()).collect::<Vec<_>>()
+    };
+    // As Cluster API's autoscaler provider does: mark the victim, then lower the count.
+    let victim = format!("{scope}-1");
+    kubectl_ok(&["annotate", "node", &victim, "pools.kwok.x-k8s.io/delete=true"]);
+    kubectl_ok(&["scale", "nodepool", &scope, "--replicas", "3"]);
+    let left = wait_for("the marked node gone, the others kept", T, || async {
+        let nodes = live().await;
+        let n = names(&nodes);
+        if n.len() == 3 && !n.contains(&victim) { Ok(n) } else { Err(format!("{n:?}")) }
+    })
+    .await;
+    assert_eq!(left, [format!("{scope}-0"), format!("{scope}-2"), format!("{scope}-3")]);
+    // The pool reports its three as its count: nothing is created in the hole.
+    wait_for("the pool Ready at 3", T, || async {
+        let s = get_pool(&client, &scope).await.status.unwrap_or_default();
+        if s.ready_replicas == 3 && s.replicas == 3 { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(names(&live().await), left, "no node replaces the removed one while the count is 3");
+    // Growing fills the hole first; a plain scale-down then takes the highest index.
+    kubectl_ok(&["scale", "nodepool", &scope, "--replicas", "4"]);
+    wait_ready_nodes(&client, &scope, 4, T).await;
+    kubectl_ok(&["scale", "nodepool", &scope, "--replicas", "3"]);
+    wait_ready_nodes(&client, &scope, 3, T).await;
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

@@ -715,3 +715,63 @@ async fn init_containers_run_one_by_one_as_kubectl_shows_them() {
     }
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+#[tokio::test]
+async fn a_resize_on_a_windows_node_is_infeasible_and_written_once() {
+    let client = client().await;
+    let scope = unique("winresize");
+    let ns = TestNamespace::new(&client, "winresize").await;
+    let _op = Operator::start(&scope, &[]);
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1
+kind: NodePool
+metadata:
+  name: {scope}
+  labels: {{{SCOPE_LABEL}: {scope}}}
+spec:
+  nodeCount: 1
+  podCIDR: {{cidr: 10.229.0.0/16, maskSize: 24}}
+  nodeTemplate:
+    metadata:
+      labels: {{{SCOPE_LABEL}: {scope}}}
+    status:
+      capacity: {{cpu: 4, memory: 16Gi, pods: 110}}
+      nodeInfo: {{operatingSystem: windows, architecture: amd64}}
+"
+    ));
+    let node = wait_ready_nodes(&client, &scope, 1, T).await.remove(0).metadata.name.unwrap();
+    let n = &ns.name;
+    apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: win, namespace: {n}}}\nspec:\n  nodeName: {node}\n  containers: [{{name: app, image: mcr.microsoft.com/windows/servercore, resources: {{requests: {{cpu: 500m}}}}}}]\n"
+    ));
+    wait_pod(&client, n, "win", "Running", |p| phase(p) == "Running").await;
+    let patch = r#"{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"1"}}}]}}"#;
+    kubectl_ok(&["patch", "pod", "win", "-n", n, "--subresource", "resize", "--patch", patch]);
+    let pending = |p: &Pod| {
+        let conditions = p.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+        conditions.into_iter().find(|c| c.type_ == "PodResizePending")
+    };
+    let p = wait_pod(&client, n, "win", "the resize Infeasible", |p| pending(p).is_some()).await;
+    let c = pending(&p).unwrap();
+    assert_eq!(
+        (c.reason.as_deref(), c.message.as_deref()),
+        (Some("Infeasible"), Some("In-place pod resize is not supported on Windows"))
+    );
+    // Looked at again every 5 s, as a deferred resize is, but nothing new is written.
+    let version = p.metadata.resource_version.clone();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let later = get(&client, n, "win").await;
+    assert_eq!(later.metadata.resource_version, version, "an unchanged answer is not written again");
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        n,
+        "--field-selector",
+        "involvedObject.name=win,reason=ResizeInfeasible",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert_eq!(events, "Pod resize Infeasible: In-place pod resize is not supported on Windows");
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

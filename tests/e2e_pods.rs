@@ -893,3 +893,36 @@ async fn memory_pressure_evicts_best_effort_pods_first_and_refuses_new_ones() {
     kubectl_ok(&["delete", "lifecyclepolicy", &scope, "--wait=false"]);
     kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
 }
+
+#[tokio::test]
+async fn a_podpool_scales_down_its_cheapest_pods_first_as_a_replica_set_does() {
+    let client = client().await;
+    let scope = unique("cost");
+    let ns = TestNamespace::new(&client, "cost").await;
+    let _op = Operator::start(&scope, &[]);
+    apply(&nodes_yaml(&scope, &scope, 1, 110, "10.230.0.0/16", 24));
+    wait_ready_nodes(&client, &scope, 1, T).await;
+    let n = &ns.name;
+    apply(&podpool_yaml("cost", n, &scope, 4, "nginx", ""));
+    wait_running(&client, n, "app=cost", 4, T).await;
+    // The cheapest pod goes first, then one marked for deletion; the costly one stays.
+    kubectl_ok(&["annotate", "pod", "cost-1", "-n", n, "controller.kubernetes.io/pod-deletion-cost=-50"]);
+    kubectl_ok(&["annotate", "pod", "cost-3", "-n", n, "controller.kubernetes.io/pod-deletion-cost=1000"]);
+    kubectl_ok(&["scale", "podpool", "cost", "-n", n, "--replicas", "3"]);
+    let kept = |ps: &[Pod]| -> Vec<String> {
+        let mut names: Vec<String> = ps
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        names.sort();
+        names
+    };
+    let after = wait_running(&client, n, "app=cost", 3, T).await;
+    assert_eq!(kept(&after), ["cost-0", "cost-2", "cost-3"]);
+    kubectl_ok(&["annotate", "pod", "cost-0", "-n", n, "pools.kwok.x-k8s.io/delete=true"]);
+    kubectl_ok(&["scale", "podpool", "cost", "-n", n, "--replicas", "2"]);
+    let after = wait_running(&client, n, "app=cost", 2, T).await;
+    assert_eq!(kept(&after), ["cost-2", "cost-3"]);
+    kubectl_ok(&["delete", "nodepool", &scope, "--wait=false"]);
+}

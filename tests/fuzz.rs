@@ -271,16 +271,21 @@ fn observed() -> impl Strategy<Value = Observed> {
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.1),
+        (prop::bool::weighted(0.1), -2i32..3),
     )
-        .prop_map(|(i, fresh, ready, terminating, finished, foreign_name)| Observed {
-            name: if foreign_name { format!("other-{i}") } else { format!("p-{i}") },
-            index: (!foreign_name).then_some(i),
-            hash: Some(if fresh { "h2" } else { "h1" }.to_string()),
-            ready,
-            terminating,
-            finished,
-            failing: finished,
-            conflict: None,
+        .prop_map(|(i, fresh, ready, terminating, finished, foreign_name, (delete_first, deletion_cost))| {
+            Observed {
+                name: if foreign_name { format!("other-{i}") } else { format!("p-{i}") },
+                index: (!foreign_name).then_some(i),
+                hash: Some(if fresh { "h2" } else { "h1" }.to_string()),
+                ready,
+                terminating,
+                finished,
+                failing: finished,
+                conflict: None,
+                delete_first,
+                deletion_cost,
+            }
         })
 }
 
@@ -311,24 +316,32 @@ fn a_plan_keeps_names_unique_and_live_children_below_the_count_and_reaches_the_g
                 prop_assert!(*i < count && !taken.contains(i), "create {} outside the goal", i);
                 prop_assert!(!by_name.contains_key(format!("p-{i}").as_str()), "create p-{} while it exists", i);
             }
-            // Never a live, current child below the count removed.
+            // Never a live, current child removed while the pool has no more than its count.
+            let live = children.iter().filter(|c| c.index.is_some() && !c.terminating).count();
             for name in &p.delete {
                 let c = by_name[name.as_str()];
-                let below = c.index.is_some_and(|i| i < count);
+                let keepable = c.index.is_some() && !c.finished && c.hash.as_deref() == Some("h2");
                 prop_assert!(
-                    !below || c.finished || c.hash.as_deref() != Some("h2"),
-                    "deleted {} below the count: {:?}",
+                    !keepable || live > count as usize,
+                    "deleted {} with {} live of {}: {:?}",
                     name,
+                    live,
+                    count,
                     p
                 );
             }
             let settled = p.create.is_empty() && p.update.is_empty() && p.delete.is_empty() && !p.pending;
             if settled {
-                let mut want: Vec<u32> = (0..count).filter(|i| !taken.contains(i)).collect();
-                let mut have: Vec<u32> = children.iter().filter_map(|c| c.index).collect();
-                want.sort_unstable();
-                have.sort_unstable();
-                prop_assert_eq!(have, want, "settled without the goal after {} rounds", round);
+                // The goal: `count` children (an index taken by another object reported), each
+                // current, under its own name.
+                prop_assert_eq!(
+                    children.len() + p.conflicts.len(),
+                    count as usize,
+                    "settled without the goal after {} rounds: {:?}",
+                    round,
+                    children
+                );
+                prop_assert!(children.iter().all(|c| c.index.is_some()));
                 prop_assert!(children.iter().all(|c| c.hash.as_deref() == Some("h2") && !c.finished && !c.terminating));
                 return Ok(());
             }

@@ -32,6 +32,22 @@ pub const RESERVED_LABELS: [&str; 4] = [POOL_LABEL, INDEX_LABEL, HASH_LABEL, INS
 pub const DEVICE_POOL_LABEL: &str = "pools.kwok.x-k8s.io/device-pool";
 /// The annotation (value [`FAKE_VALUE`]) kwok and kwok-pools put on fake nodes.
 pub const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// On a pool's child: it goes first when the pool scales down (any value but `false`), as
+/// Cluster API's `cluster.x-k8s.io/delete-machine`: an autoscaler marks the node it chose,
+/// then lowers the pool's count.
+pub const DELETE_ANNOTATION: &str = "pools.kwok.x-k8s.io/delete";
+/// On a pool's child: the lower, the sooner it goes when the pool scales down (the
+/// ReplicaSet controller's rule; nodes honour it too).
+pub const DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
+
+/// Whether the child's annotations mark it to go first, and its deletion cost (0 when unset
+/// or not a number).
+pub fn deletion_order(annotation: impl Fn(&str) -> Option<String>) -> (bool, i32) {
+    let marked = annotation(DELETE_ANNOTATION).is_some_and(|v| !v.trim().eq_ignore_ascii_case("false"));
+    let cost = annotation(DELETION_COST_ANNOTATION).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    (marked, cost)
+}
+
 /// On a simulated child: another simulator renews it too (the value names it); set by the
 /// simulator, reported by the pool as Degraded/SimulatorConflict.
 pub const SIMULATOR_CONFLICT_ANNOTATION: &str = "pools.kwok.x-k8s.io/simulator-conflict";

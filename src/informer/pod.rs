@@ -115,10 +115,18 @@ pub struct ReadKeys {
     annotations: std::sync::RwLock<Vec<&'static str>>,
 }
 
+/// The annotations every stored pod keeps when it has them: what a PodPool's scale-down reads
+/// to choose its victims.
+pub const POOL_ANNOTATIONS: [&str; 2] =
+    [crate::api::conventions::DELETE_ANNOTATION, crate::api::conventions::DELETION_COST_ANNOTATION];
+
 impl Default for ReadKeys {
-    /// The pool conventions' labels.
+    /// The pool conventions' labels and annotations.
     fn default() -> Self {
-        Self { labels: std::sync::RwLock::new(POOL_LABELS.to_vec()), annotations: std::sync::RwLock::default() }
+        Self {
+            labels: std::sync::RwLock::new(POOL_LABELS.to_vec()),
+            annotations: std::sync::RwLock::new(POOL_ANNOTATIONS.to_vec()),
+        }
     }
 }
 
@@ -157,7 +165,9 @@ impl ReadKeys {
     }
 
     fn count(&self) -> usize {
-        crate::sync::read(&self.labels).len() + crate::sync::read(&self.annotations).len() - POOL_LABELS.len()
+        crate::sync::read(&self.labels).len() + crate::sync::read(&self.annotations).len()
+            - POOL_LABELS.len()
+            - POOL_ANNOTATIONS.len()
     }
 
     /// A stored pod from `pod`, with the keys read now (and the pool conventions).

@@ -20,6 +20,7 @@ pub mod flags;
 pub mod images;
 pub mod node;
 pub mod pods;
+pub mod recorder;
 pub mod server;
 mod simulations;
 pub mod status;

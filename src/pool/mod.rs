@@ -185,6 +185,12 @@ pub trait PoolKind:
         false
     }
 
+    /// Whether the child is marked to go first on a scale-down, and its deletion cost
+    /// ([`crate::api::conventions::deletion_order`]).
+    fn deletion_order(child: &Self::Stored) -> (bool, i32) {
+        crate::api::conventions::deletion_order(|k| kube::ResourceExt::annotations(child).get(k).cloned())
+    }
+
     /// Whether a child fails (a pod that Failed or crash-loops): counted in the status.
     fn is_failing(child: &Self::Stored) -> bool {
         let _ = child;

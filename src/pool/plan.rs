@@ -38,12 +38,28 @@ pub struct Observed {
     pub failing: bool,
     /// Another simulator renews it too (the simulator's note on the child: who).
     pub conflict: Option<String>,
+    /// Marked to go first when the pool scales down (`pools.kwok.x-k8s.io/delete`, as Cluster
+    /// API's `delete-machine`), or cheaper to lose (`controller.kubernetes.io/pod-deletion-cost`,
+    /// lower goes first): what an autoscaler uses to pick the victims.
+    pub delete_first: bool,
+    pub deletion_cost: i32,
 }
 
 impl Observed {
     /// A child that exists, neither terminating nor finished nor failing.
     pub fn new(name: String, index: Option<u32>, hash: Option<String>, ready: bool) -> Self {
-        Self { name, index, hash, ready, terminating: false, finished: false, failing: false, conflict: None }
+        Self {
+            name,
+            index,
+            hash,
+            ready,
+            terminating: false,
+            finished: false,
+            failing: false,
+            conflict: None,
+            delete_first: false,
+            deletion_cost: 0,
+        }
     }
 
     /// Child `i` of pool `p` with template `hash` (tests).
@@ -82,33 +98,51 @@ pub struct Plan {
     pub pending: bool,
 }
 
-/// Which children to create, update and delete.
+/// Which of the live children a pool of `count` keeps: all of them when there are no more than
+/// `count`; else the ones an autoscaler did not mark, the costlier to lose first, then the
+/// lowest indexes (so a plain scale-down removes the highest indexes).
+fn kept(live: &[&Observed], count: u32) -> BTreeSet<u32> {
+    let mut ranked: Vec<&Observed> = live.to_vec();
+    ranked.sort_by_key(|c| (c.delete_first, std::cmp::Reverse(c.deletion_cost), c.index));
+    ranked.iter().take(count as usize).filter_map(|c| c.index).collect()
+}
+
+/// Which children to create, update and delete. The pool keeps `count` indexes: those of the
+/// children it keeps, and the lowest free ones for the rest (an index a marked child left is
+/// filled again only when the pool grows).
 pub fn plan(input: &PlanInput<'_>) -> Plan {
     let mut out = Plan::default();
+    let live: Vec<&Observed> = input.owned.iter().filter(|c| c.index.is_some() && !c.terminating).collect();
+    let keep = kept(&live, input.count);
+    let fill = input.count as usize - keep.len();
+    let free = (0..).filter(|i| !keep.contains(i)).take(fill);
+    let desired: BTreeSet<u32> = keep.iter().copied().chain(free).collect();
+
     let mut by_index: HashMap<u32, &Observed> = HashMap::new();
-    let mut scale_down: Vec<(u32, &str)> = Vec::new();
+    let mut scale_down: Vec<(bool, u32, &str)> = Vec::new();
     for child in input.owned {
         match child.index {
-            Some(i) if i < input.count => {
+            Some(i) if desired.contains(&i) && (keep.contains(&i) || child.terminating) => {
                 by_index.insert(i, child);
             }
-            // Above the count, or not one of our names: remove.
+            // Not kept, or not one of our names: remove.
             other => {
                 if !child.terminating {
-                    scale_down.push((other.unwrap_or(u32::MAX), &child.name));
+                    scale_down.push((child.delete_first, other.unwrap_or(u32::MAX), &child.name));
                 } else {
                     out.pending = true;
                 }
             }
         }
     }
-    scale_down.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
-    out.delete.extend(scale_down.into_iter().map(|(_, n)| n.to_string()));
+    // Marked children first, then the highest indexes.
+    scale_down.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)).then_with(|| a.2.cmp(b.2)));
+    out.delete.extend(scale_down.into_iter().map(|(_, _, n)| n.to_string()));
 
     // Unavailable: desired indexes without a ready, live child (conflicts excluded: they
     // cannot be helped by waiting).
     let mut unavailable = 0u32;
-    for i in 0..input.count {
+    for &i in &desired {
         match by_index.get(&i) {
             Some(c) if c.ready && !c.terminating => {}
             Some(_) => unavailable += 1,
@@ -189,6 +223,38 @@ mod tests {
         let p = run(2, UpdateMode::InPlace, &owned, &[]);
         assert_eq!(p.delete, vec!["p-4", "p-3", "p-2"]);
         assert!(p.create.is_empty());
+    }
+
+    #[test]
+    fn a_marked_child_goes_first_and_its_index_is_filled_only_when_the_pool_grows() {
+        let mut owned: Vec<_> = (0..5).map(|i| child(i, "h2", true)).collect();
+        owned[1].delete_first = true;
+        // Marked but the count stays: nothing happens.
+        assert_eq!(run(5, UpdateMode::InPlace, &owned, &[]), Plan::default());
+        // One fewer: the marked child goes, not the highest index.
+        let p = run(4, UpdateMode::InPlace, &owned, &[]);
+        assert_eq!((p.delete, p.create), (vec!["p-1".to_string()], vec![]));
+        // Two fewer: the marked child, then the highest index.
+        assert_eq!(run(3, UpdateMode::InPlace, &owned, &[]).delete, ["p-1", "p-4"]);
+        // Gone: four children 0, 2, 3, 4 are the pool of four; a fifth fills index 1.
+        owned.remove(1);
+        assert_eq!(run(4, UpdateMode::InPlace, &owned, &[]), Plan::default());
+        assert_eq!(run(5, UpdateMode::InPlace, &owned, &[]).create, [1]);
+        // Still terminating: its index waits rather than being created twice.
+        let mut leaving = child(1, "h2", true);
+        leaving.terminating = true;
+        owned.push(leaving);
+        let p = run(5, UpdateMode::InPlace, &owned, &[]);
+        assert!(p.create.is_empty() && p.pending, "{p:?}");
+    }
+
+    #[test]
+    fn cheaper_children_go_first_as_a_replica_set_weighs_pod_deletion_cost() {
+        let mut owned: Vec<_> = (0..4).map(|i| child(i, "h2", true)).collect();
+        owned[0].deletion_cost = -10;
+        owned[3].deletion_cost = 100;
+        let p = run(2, UpdateMode::Replace { max_unavailable: 1 }, &owned, &[]);
+        assert_eq!(p.delete, ["p-2", "p-0"], "the cheapest and the highest of the rest; the costly one stays");
     }
 
     #[test]

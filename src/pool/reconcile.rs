@@ -78,7 +78,10 @@ fn owned_children<P: PoolKind>(
             continue;
         }
         let child_name = child.name_any();
+        let (delete_first, deletion_cost) = P::deletion_order(&child);
         observed.push(Observed {
+            delete_first,
+            deletion_cost,
             index: child_index(&name, &child_name),
             hash: P::child_hash(&child),
             ready: P::is_ready(&child),

@@ -122,6 +122,10 @@ impl PoolKind for PodPool {
         matches!(child.phase(), "Succeeded" | "Failed")
     }
 
+    fn deletion_order(child: &SlimPod) -> (bool, i32) {
+        crate::api::conventions::deletion_order(|k| child.annotation(k).map(str::to_string))
+    }
+
     fn is_failing(child: &SlimPod) -> bool {
         child.phase() == "Failed" || child.crash_looping
     }

@@ -300,9 +300,18 @@ async fn a_resize_that_fits_is_done_and_one_that_does_not_is_deferred_and_tried_
         "{:#}",
         deferred.body
     );
+    // Looked at again every 5 s: while nothing changed, nothing is written again.
     let before = world.pod_status_writes("r").len();
+    pass(Duration::from_secs(11)).await;
+    assert_eq!(world.pod_status_writes("r").len(), before, "the same answer is not written twice");
+    // Room comes (the node grows): the next try does it.
+    let mut bigger = node("n1");
+    bigger.status.get_or_insert_default().allocatable =
+        Some([("cpu".to_string(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("8".into()))].into());
+    world.put_node(bigger);
     pass(Duration::from_secs(6)).await;
-    assert!(world.pod_status_writes("r").len() > before, "a deferred resize is tried again (every 5s)");
+    let done = world.pod_status_writes("r").pop().unwrap();
+    assert_eq!(done.body["status"]["containerStatuses"][0]["allocatedResources"]["cpu"], "4", "{:#}", done.body);
 }
 
 #[tokio::test(start_paused = true)]

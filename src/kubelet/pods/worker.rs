@@ -9,6 +9,7 @@ use crate::informer::Change;
 use crate::informer::pod::SlimPod;
 use crate::ipam::pods::PodIpam;
 use crate::kubelet::Prepare;
+use crate::kubelet::recorder::KubeletRecorder;
 use crate::kubelet::status::admission;
 use crate::kubelet::status::eviction;
 use crate::kubelet::status::fate::{self, PodPlan};
@@ -18,7 +19,7 @@ use crate::simulator::clock::Now;
 use crate::simulator::machinery::{Class, Timers, Writes};
 use crate::telemetry::metrics::ResultLabels;
 use k8s_openapi::api::core::v1::Node;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use std::collections::{HashMap, HashSet};
@@ -55,7 +56,7 @@ pub(super) struct Loop {
     evicting: Option<(String, Vec<&'static str>)>,
     pub(super) timers: Timers<Timer>,
     writes: Writes<Done>,
-    pub(super) recorder: Recorder,
+    pub(super) recorder: KubeletRecorder,
     /// Blocks of the fallback range for nodes without a podCIDR (`None`: off).
     pub(super) fallback: Option<fallback::Fallback>,
     pub(super) claims: UnboundedSender<fallback::Claim>,
@@ -69,7 +70,7 @@ pub(super) async fn run(
 ) {
     let _ = sim.pods.wait_until_ready().await;
     let _ = sim.nodes.wait_until_ready().await;
-    let recorder = Recorder::new(sim.client.clone(), Reporter { controller: "kwok-pools".into(), instance: None });
+    let recorder = KubeletRecorder::new(sim.client.clone(), "kwok-pools");
     let (done_tx, mut done_rx) = unbounded_channel();
     let writes = sim.writes.writes(Class::Other, done_tx).fenced_by(sim.shard.clone());
     let (claims_tx, mut claims_rx) = unbounded_channel();

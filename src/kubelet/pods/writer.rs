@@ -3,12 +3,13 @@
 
 use super::{Done, PodSimulator};
 use crate::informer::pod::SlimPod;
+use crate::kubelet::recorder::KubeletRecorder;
 use crate::kubelet::status::resize::{self, Decision};
 use crate::simulator::machinery::{object_gone, status_patch};
 use crate::telemetry::metrics::ResultLabels;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, Preconditions};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use std::sync::Arc;
 
@@ -38,7 +39,7 @@ pub async fn status(
 
 /// Answers a pod's in-place resize as the kubelet does: it fits beside the node's other pods
 /// (done at once) or it is Deferred until room comes free.
-pub async fn resize(sim: Arc<PodSimulator>, pod: Arc<SlimPod>, node: Arc<Node>, recorder: Recorder) -> Done {
+pub async fn resize(sim: Arc<PodSimulator>, pod: Arc<SlimPod>, node: Arc<Node>, recorder: KubeletRecorder) -> Done {
     let ns = pod.namespace().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
     let full = match api.get_opt(pod.name()).await {
@@ -58,20 +59,33 @@ pub async fn resize(sim: Arc<PodSimulator>, pod: Arc<SlimPod>, node: Arc<Node>, 
         }
     };
     let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
+    let os = node.status.as_ref().and_then(|s| s.node_info.as_ref()).map_or("linux", |i| i.operating_system.as_str());
     let now = sim.config.clock.now().value();
-    let (patch, event) = match resize::decide(&full, &allocatable, &others, &now) {
+    let shown = full
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodResizePending").and_then(|c| c.message.clone()));
+    let decision = resize::decide(&full, (&allocatable, os), &others, &now);
+    if let Decision::Deferred(_, message) | Decision::Infeasible(_, message) = &decision
+        && shown.as_deref() == Some(message.as_str())
+        && full.status.as_ref().and_then(|s| s.observed_generation) == full.metadata.generation
+    {
+        return Done::after(&pod, true, false); // still pending for the same reason: nothing to write
+    }
+    let (patch, event) = match decision {
         Decision::Fits(patch) => {
             let note = format!("Pod resize completed (generation {})", full.metadata.generation.unwrap_or(1));
             (patch, Some((EventType::Normal, "ResizeCompleted", note)))
         }
         Decision::Deferred(patch, message) => {
-            let shown = full
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|c| c.iter().find(|c| c.type_ == "PodResizePending").and_then(|c| c.message.clone()));
             let event = (shown.as_deref() != Some(message.as_str()))
                 .then(|| (EventType::Warning, "ResizeDeferred", format!("Pod resize Deferred: {message}")));
+            (patch, event)
+        }
+        Decision::Infeasible(patch, message) => {
+            let event = (shown.as_deref() != Some(message.as_str()))
+                .then(|| (EventType::Warning, "ResizeInfeasible", format!("Pod resize Infeasible: {message}")));
             (patch, event)
         }
     };

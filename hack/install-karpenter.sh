@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds Karpenter's kwok cloud provider (the `kwok/` command of the sigs.k8s.io/karpenter Go
+# module: Karpenter itself, creating Nodes as a cloud would) into a cache by version, with the
+# CRDs it needs from the same module (karpenter.sh NodePool, NodeClaim, NodeOverlay,
+# CapacityBuffer; karpenter.kwok.sh KWOKNodeClass). Links bin/karpenter-kwok and
+# bin/karpenter-crds/. The module asks for a newer Go than this machine's: the toolchain it
+# names comes from the Go module proxy (GOTOOLCHAIN).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KARPENTER_VERSION="${KARPENTER_VERSION:-v1.15.0}"
+KARPENTER_GO="${KARPENTER_GO:-go1.26.9}"
+cache="${KWOK_POOLS_CACHE:-$HOME/.cache/kwok-pools}/tools/karpenter-$KARPENTER_VERSION"
+if [ ! -x "$cache/kwok" ]; then
+  echo "building Karpenter's kwok provider $KARPENTER_VERSION with $KARPENTER_GO (once; cached in $cache; takes a few minutes)" >&2
+  mkdir -p "$cache"
+  GOTOOLCHAIN="$KARPENTER_GO" GOFLAGS=-mod=mod GOBIN="$cache" \
+    go install -ldflags "-X sigs.k8s.io/karpenter/pkg/operator.Version=$KARPENTER_VERSION" \
+    "sigs.k8s.io/karpenter/kwok@$KARPENTER_VERSION" >&2
+fi
+if [ ! -s "$cache/crds/done" ]; then
+  src="$(GOTOOLCHAIN="$KARPENTER_GO" GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/karpenter@$KARPENTER_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')"
+  if [ -z "$src" ] || [ ! -d "$src/kwok/charts/crds" ]; then
+    echo "could not find Karpenter's CRDs in the Go module cache (go mod download sigs.k8s.io/karpenter@$KARPENTER_VERSION)" >&2
+    exit 1
+  fi
+  rm -rf "$cache/crds" && mkdir -p "$cache/crds"
+  # The chart's copies (with the kwok provider's label exceptions), as Karpenter's `make apply`.
+  cp "$src"/kwok/charts/crds/*.yaml "$src"/kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml "$cache/crds/"
+  echo "$KARPENTER_VERSION" > "$cache/crds/done"
+fi
+mkdir -p bin
+ln -sfn "$cache/kwok" bin/karpenter-kwok
+ln -sfn "$cache/crds" bin/karpenter-crds
+echo "Karpenter $KARPENTER_VERSION (kwok provider): bin/karpenter-kwok, CRDs in bin/karpenter-crds/"
