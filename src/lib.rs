@@ -10,6 +10,7 @@ pub mod cli;
 pub mod cluster;
 pub mod dedicated;
 pub mod deploy;
+pub mod fdlimit;
 pub mod informer;
 pub mod ipam;
 pub mod kinds;

@@ -82,6 +82,8 @@ fn exit_with_parent_if_asked() {
 
 async fn run(mut args: kwok_pools::cli::run::RunArgs, controllers: bool, kinds: KindFlags) -> anyhow::Result<()> {
     kwok_pools::telemetry::init_tracing(args.log_json);
+    let open_files = kwok_pools::fdlimit::raise();
+    tracing::debug!(?open_files, "open-file limit");
     // The kubeconfig the client will read: $KUBECONFIG's first file, else ~/.kube/config.
     let kubeconfig = std::env::var_os("KUBECONFIG")
         .and_then(|v| std::env::split_paths(&v).find(|p| !p.as_os_str().is_empty()))

@@ -65,10 +65,12 @@ pub struct ServerFlags {
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     pub kubelet_cert_lifetime: Duration,
     /// Connections the kubelet API keeps open at once (every node's together); more are closed
-    /// after their handshake. Each connection must send its request headers within 30s, and
-    /// a kept-alive one idle longer than that is closed.
-    #[arg(long, default_value_t = 4096)]
-    pub kubelet_max_connections: usize,
+    /// after their handshake. Default: 1,024 plus 4 per node served (metrics-server, Prometheus
+    /// and the API server each keep one per node), within the process's open-file limit. Each
+    /// connection must send its request headers within 30s, and a kept-alive one idle longer
+    /// than that is closed.
+    #[arg(long)]
+    pub kubelet_max_connections: Option<usize>,
 }
 
 impl Default for ServerFlags {
@@ -80,8 +82,27 @@ impl Default for ServerFlags {
             kubelet_serving_ca_key: None,
             kubelet_client_ca: None,
             kubelet_cert_lifetime: Duration::from_secs(24 * 3600),
-            kubelet_max_connections: 4096,
+            kubelet_max_connections: None,
         }
+    }
+}
+
+/// The kubelet API's default connection bound for `nodes` served: 1,024 and 4 a node, leaving
+/// 512 of the process's `open_files` for everything else (never below 64).
+pub fn connection_bound(nodes: usize, open_files: Option<u64>) -> usize {
+    let wanted = 1024 + 4 * nodes;
+    let room = open_files.map_or(usize::MAX, |f| usize::try_from(f.saturating_sub(512)).unwrap_or(usize::MAX));
+    wanted.min(room).max(64)
+}
+
+#[cfg(test)]
+mod bound_tests {
+    #[test]
+    fn the_connection_bound_grows_with_the_nodes_within_the_open_file_limit() {
+        assert_eq!(super::connection_bound(0, None), 1024);
+        assert_eq!(super::connection_bound(5000, Some(1 << 20)), 21_024, "4 a node: metrics-server, Prometheus…");
+        assert_eq!(super::connection_bound(5000, Some(20_000)), 19_488, "512 files left for the rest");
+        assert_eq!(super::connection_bound(5000, Some(256)), 64);
     }
 }
 
@@ -90,7 +111,7 @@ impl Default for ServerFlags {
 #[derive(Clone)]
 pub struct ServerEnv {
     pub endpoints: Arc<Mutex<Endpoints>>,
-    max_connections: usize,
+    max_connections: Option<usize>,
     listener: Arc<Mutex<Option<std::net::TcpListener>>>,
     serving: Arc<tls::Serving>,
     /// The client CA read at start, and its file (re-read every minute).
@@ -186,7 +207,11 @@ pub fn simulation(
     let names: tls::Names =
         Arc::new(move |ip| crate::sync::lock(&endpoints).node_at(ip).map(|n| vec![n.to_string()]).unwrap_or_default());
     let handshake = tls::Acceptor { serving: env.serving.clone(), names, handshake_timeout: HANDSHAKE_TIMEOUT };
-    let acceptor = crate::netlimit::ConnectionLimit::new("kubelet API", env.max_connections, handshake);
+    let (fixed, served) = (env.max_connections, env.endpoints.clone());
+    let bound: crate::netlimit::Bound = Arc::new(move || {
+        fixed.unwrap_or_else(|| connection_bound(crate::sync::lock(&served).count(), crate::fdlimit::open_file_limit()))
+    });
+    let acceptor = crate::netlimit::ConnectionLimit::following("kubelet API", bound, handshake);
     let ca_source = match &env.client_ca_file {
         Some(path) => client_ca::Source::File(path.clone()),
         None => client_ca::Source::ConfigMap(sim.client.clone()),

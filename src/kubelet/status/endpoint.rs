@@ -67,6 +67,11 @@ impl Endpoints {
         self.advertise
     }
 
+    /// How many nodes have an endpoint here.
+    pub fn count(&self) -> usize {
+        self.by_node.len()
+    }
+
     pub fn port(&self) -> i32 {
         self.port
     }
