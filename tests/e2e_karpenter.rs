@@ -122,7 +122,7 @@ async fn karpenter_provisions_simulated_nodes_repairs_them_and_consolidates_them
     let client = cluster.client().await;
     let crds = repo().join("bin/karpenter-crds");
     assert!(crds.exists(), "{} is missing: run `make karpenter`", crds.display());
-    kc(&cluster, &["apply", "--server-side", "-f", &crds.display().to_string()]);
+    kc(&cluster, &["apply", "--server-side", "-f", &format!("{}/", crds.display())]);
     kc(&cluster, &["wait", "--for=condition=Established", "crd/nodepools.karpenter.sh", "crd/nodeclaims.karpenter.sh"]);
     // The sample (a KWOKNodeClass and a karpenter.sh NodePool), on 4-CPU instances only so the
     // pods need a few dozen nodes.
@@ -130,9 +130,10 @@ async fn karpenter_provisions_simulated_nodes_repairs_them_and_consolidates_them
     let small = r#"[{"op": "add", "path": "/spec/template/spec/requirements/-",
         "value": {"key": "karpenter.kwok.sh/instance-cpu", "operator": "In", "values": ["4"]}}]"#;
     kc(&cluster, &["patch", "nodepools.karpenter.sh", "default", "--type", "json", "-p", small]);
-    // kwok-pools with no pool: it simulates the nodes kwok's annotation marks, Karpenter's too.
+    // kwok-pools with no pool, as a user runs it (the default instance and node selection): it
+    // simulates the nodes kwok's annotation marks, Karpenter's too.
     let scope = unique("karpenter");
-    let _op = Operator::start_as(&scope, &["--default-manage"], cluster.kubeconfig.clone());
+    let _op = Operator::start_as(&scope, &["--default-manage", "--instance", "kwok-pools"], cluster.kubeconfig.clone());
     let karpenter = Karpenter::start(&cluster.kubeconfig);
 
     // Pending pods → Karpenter creates nodes → kwok-pools makes them Ready → the pods run.
@@ -154,7 +155,14 @@ async fn karpenter_provisions_simulated_nodes_repairs_them_and_consolidates_them
     })
     .await;
     eprintln!("  {REPLICAS} pods Running after {:?}", t0.elapsed());
-    let nodes = karpenter_nodes(&client).await;
+    // Karpenter marks each node initialized once it is Ready (its startup taints gone).
+    let nodes = wait_for("Karpenter to mark every node initialized", T, || async {
+        let nodes = karpenter_nodes(&client).await;
+        let labelled = |n: &Node, k: &str| n.metadata.labels.as_ref().is_some_and(|l| l.contains_key(k));
+        let waiting = nodes.iter().filter(|n| !labelled(n, "karpenter.sh/initialized")).count();
+        if waiting == 0 && !nodes.is_empty() { Ok(nodes) } else { Err(format!("{waiting} of {} not yet", nodes.len())) }
+    })
+    .await;
     assert!(nodes.len() >= REPLICAS / 3, "4-CPU nodes hold 3 pods of 1 CPU: {} nodes", nodes.len());
     let claims = kc(&cluster, &["get", "nodeclaims.karpenter.sh", "-o", "json"]);
     let claims: serde_json::Value = serde_json::from_str(&claims).unwrap();
