@@ -106,6 +106,17 @@ struct Tracked {
     outage_since: Option<Duration>,
     /// Since when it has carried kwok's node chaos label: the chaos's delay counts from there.
     chaos_since: Option<Duration>,
+    /// The image list this replica last sent for it ([`crate::kubelet::status::images::fingerprint`]).
+    images_sent: u64,
+}
+
+impl Tracked {
+    /// A status write carries `images`: the list it sends is the one the node now shows.
+    fn sent(&mut self, images: Option<&[ContainerImage]>) {
+        if let Some(list) = images {
+            self.images_sent = crate::kubelet::status::images::fingerprint(list);
+        }
+    }
 }
 
 enum Done {
@@ -227,11 +238,12 @@ impl NodeLoop {
         }
     }
 
-    /// What the node's `status.images` should become, when it shows something else.
-    fn images_update(&self, node: &Node, name: &str) -> Option<Vec<ContainerImage>> {
+    /// What the node's `status.images` should become, when it differs from what this replica
+    /// last sent (the store keeps no image list: nodes' lists are trimmed from it).
+    fn images_update(&self, name: &str) -> Option<Vec<ContainerImage>> {
         let wanted = self.sim.images.as_ref()?.report(name)?;
-        let shown = node.status.as_ref().and_then(|s| s.images.as_deref());
-        crate::kubelet::status::images::differs(shown, &wanted).then_some(wanted)
+        let sent = crate::kubelet::status::images::fingerprint(&wanted);
+        (self.tracked.get(name)?.images_sent != sent).then_some(wanted)
     }
 
     /// The policies changed: every node this replica simulates is looked at again (its
@@ -388,6 +400,7 @@ impl NodeLoop {
                 renewed_at: None,
                 outage_since: None,
                 chaos_since: None,
+                images_sent: 0,
             };
             self.tracked.insert(name.clone(), t);
         }
@@ -400,7 +413,7 @@ impl NodeLoop {
         let wants_ip = node_status::internal_ips(node).is_empty() && !range_full;
         let endpoint = self.endpoint(node, &name);
         let bad = self.bad_now(node, &name);
-        let images = self.images_update(node, &name);
+        let images = self.images_update(&name);
         let Some(t) = self.tracked.get_mut(&name) else { return };
         if (node_status::needs_write(node, endpoint.as_ref(), &bad.bad, bad.chaos.as_ref()) || wants_ip || clash)
             && t.status.begin()
@@ -408,6 +421,7 @@ impl NodeLoop {
             if clash {
                 tracing::warn!(node = %name, "InternalIP already held by another node; giving this one a new address");
             }
+            t.sent(images.as_deref());
             spawn_status(&self.writes, &self.sim, node.clone(), true, bad, images);
         }
     }
@@ -442,9 +456,10 @@ impl NodeLoop {
                 if self.defer_report(&node, &name, &bad, every) {
                     return;
                 }
-                let images = self.images_update(&node, &name);
+                let images = self.images_update(&name);
                 let Some(t) = self.tracked.get_mut(&name) else { return };
                 if t.status.begin() {
+                    t.sent(images.as_deref());
                     spawn_status(&self.writes, &self.sim, node, false, bad, images);
                 }
             }
@@ -461,13 +476,14 @@ impl NodeLoop {
     /// a moment later).
     fn on_images_timer(&mut self, name: String) {
         let Some(node) = self.sim.nodes.get(&ObjectRef::new(&name)) else { return };
-        let Some(images) = self.images_update(&node, &name) else { return };
+        let Some(images) = self.images_update(&name) else { return };
         let bad = self.bad_now(&node, &name);
         let Some(t) = self.tracked.get_mut(&name) else { return };
         if t.away {
             return; // its status after the window lists them
         }
         if t.status.begin() {
+            t.sent(Some(&images));
             spawn_status(&self.writes, &self.sim, node, false, bad, Some(images));
         } else {
             self.timers.set(Timer::Images(name), Duration::from_secs(1));
@@ -578,11 +594,12 @@ impl NodeLoop {
             tracing::info!(node = %name, "flapping node comes back");
             let endpoint = self.sim.kubelet.as_ref().and_then(|k| crate::sync::lock(k).get(&name));
             let bad = self.bad_now(&node, &name);
-            let images = self.images_update(&node, &name);
+            let images = self.images_update(&name);
             let Some(t) = self.tracked.get_mut(&name) else { return };
             if (node_status::needs_write(&node, endpoint.as_ref(), &bad.bad, bad.chaos.as_ref()) || images.is_some())
                 && t.status.begin()
             {
+                t.sent(images.as_deref());
                 spawn_status(&self.writes, &self.sim, node.clone(), true, bad, images);
             }
         }
