@@ -256,6 +256,7 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
     ("sync", &[]),
     ("telemetry", &[]),
     ("netlimit", &[]),
+    ("fdlimit", &[]),
     ("deploy::rule", &[]),
     // The shared machinery every simulation is built on.
     ("ipam", &["api", "sync"]),
@@ -270,6 +271,7 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
             "backoff",
             "certs",
             "deploy::rule",
+            "fdlimit",
             "informer",
             "ipam",
             "netlimit",

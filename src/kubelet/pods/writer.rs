@@ -59,15 +59,14 @@ pub async fn resize(sim: Arc<PodSimulator>, pod: Arc<SlimPod>, node: Arc<Node>, 
         }
     };
     let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
-    let os = node.status.as_ref().and_then(|s| s.node_info.as_ref()).map_or("linux", |i| i.operating_system.as_str());
     let now = sim.config.clock.now().value();
     let shown = full
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "PodResizePending").and_then(|c| c.message.clone()));
-    let decision = resize::decide(&full, (&allocatable, os), &others, &now);
-    if let Decision::Deferred(_, message) | Decision::Infeasible(_, message) = &decision
+    let decision = resize::decide(&full, &allocatable, &others, &now);
+    if let Decision::Deferred(_, message) = &decision
         && shown.as_deref() == Some(message.as_str())
         && full.status.as_ref().and_then(|s| s.observed_generation) == full.metadata.generation
     {
@@ -81,11 +80,6 @@ pub async fn resize(sim: Arc<PodSimulator>, pod: Arc<SlimPod>, node: Arc<Node>, 
         Decision::Deferred(patch, message) => {
             let event = (shown.as_deref() != Some(message.as_str()))
                 .then(|| (EventType::Warning, "ResizeDeferred", format!("Pod resize Deferred: {message}")));
-            (patch, event)
-        }
-        Decision::Infeasible(patch, message) => {
-            let event = (shown.as_deref() != Some(message.as_str()))
-                .then(|| (EventType::Warning, "ResizeInfeasible", format!("Pod resize Infeasible: {message}")));
             (patch, event)
         }
     };

@@ -2,10 +2,9 @@
 //! a `resize`, its node's allocatable and the other pods on the node, either the resize fits
 //! (each container's `allocatedResources` and `resources` take the new values, the resize
 //! conditions go) or it is Deferred (`PodResizePending`, with the kubelet's message) until room
-//! comes free — or, on a Windows node, Infeasible for good, as the kubelet's resize admission
-//! says there (on Linux, with the kubelet's default feature gates and managers, no resize is
-//! Infeasible in v1.37: one larger than the node is Deferred). Either way
-//! `status.observedGeneration` says the kubelet saw the change.
+//! comes free (with the kubelet's default feature gates and managers no resize is Infeasible
+//! in v1.37: one larger than the node is Deferred too; the API server itself refuses a resize
+//! on a Windows node). Either way `status.observedGeneration` says the kubelet saw the change.
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -23,12 +22,9 @@ pub enum Decision {
     Fits(Value),
     /// No room now: the status patch with `PodResizePending` (Deferred), and its message.
     Deferred(Value, String),
-    /// Never on this node: the status patch with `PodResizePending` (Infeasible), and its
-    /// message.
-    Infeasible(Value, String),
 }
 
-/// The status patch of a pending resize (`reason` Deferred or Infeasible).
+/// The status patch of a pending resize (`reason`: Deferred).
 fn pending(generation: i64, reason: &str, message: &str, now: &Value) -> Value {
     json!({"status": {
         "observedGeneration": generation,
@@ -72,19 +68,10 @@ fn holds_resources(pod: &Pod) -> bool {
     !matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
-/// The answer to `pod`'s resize on a node with `allocatable` running `os`
-/// (`nodeInfo.operatingSystem`), beside `others` (the node's other pods).
-pub fn decide(
-    pod: &Pod,
-    (allocatable, os): (&BTreeMap<String, Quantity>, &str),
-    others: &[Pod],
-    now: &Value,
-) -> Decision {
+/// The answer to `pod`'s resize on a node with `allocatable`, beside `others` (the node's
+/// other pods).
+pub fn decide(pod: &Pod, allocatable: &BTreeMap<String, Quantity>, others: &[Pod], now: &Value) -> Decision {
     let generation = pod.metadata.generation.unwrap_or(1);
-    if os.eq_ignore_ascii_case("windows") {
-        let message = "In-place pod resize is not supported on Windows".to_string();
-        return Decision::Infeasible(pending(generation, "Infeasible", &message, now), message);
-    }
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
     for (resource, scale) in WEIGHED {
@@ -162,7 +149,7 @@ mod tests {
     fn a_resize_that_fits_is_reported_done() {
         let me = pod("a", "1500m", Some("500m"), "Running");
         let others = [pod("b", "2", None, "Running"), pod("c", "3", None, "Succeeded")];
-        let Decision::Fits(patch) = decide(&me, (&node("4"), "linux"), &others, &json!("now")) else {
+        let Decision::Fits(patch) = decide(&me, &node("4"), &others, &json!("now")) else {
             panic!("fits: 1.5 + 2 of 4")
         };
         let s = &patch["status"];
@@ -179,7 +166,7 @@ mod tests {
     fn a_resize_without_room_is_deferred_with_the_kubelets_message() {
         let me = pod("a", "3", Some("1"), "Running");
         let others = [pod("b", "1", Some("1500m"), "Running")];
-        let Decision::Deferred(patch, message) = decide(&me, (&node("4"), "linux"), &others, &json!("now")) else {
+        let Decision::Deferred(patch, message) = decide(&me, &node("4"), &others, &json!("now")) else {
             panic!("3 + 1.5 > 4")
         };
         assert_eq!(message, "Node didn't have enough resource: cpu, requested: 3000, used: 1500, capacity: 4000");
@@ -190,18 +177,7 @@ mod tests {
         );
         assert!(patch["status"].get("containerStatuses").is_none(), "what was given stays");
         let big = pod("a", "5", Some("1"), "Running");
-        let Decision::Deferred(_, m) = decide(&big, (&node("4"), "linux"), &[], &json!("now")) else { panic!() };
+        let Decision::Deferred(_, m) = decide(&big, &node("4"), &[], &json!("now")) else { panic!() };
         assert!(m.contains("requested: 5000, used: 0, capacity: 4000"), "{m}");
-    }
-
-    #[test]
-    fn a_resize_on_a_windows_node_is_infeasible_for_good() {
-        let me = pod("a", "1", Some("500m"), "Running");
-        let Decision::Infeasible(patch, message) = decide(&me, (&node("4"), "windows"), &[], &json!("now")) else {
-            panic!("the kubelet does not resize in place on Windows")
-        };
-        assert_eq!(message, "In-place pod resize is not supported on Windows");
-        let c = &patch["status"]["conditions"][0];
-        assert_eq!((c["reason"].as_str(), c["message"].as_str()), (Some("Infeasible"), Some(message.as_str())));
     }
 }
