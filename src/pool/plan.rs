@@ -107,16 +107,22 @@ fn kept(live: &[&Observed], count: u32) -> BTreeSet<u32> {
     ranked.iter().take(count as usize).filter_map(|c| c.index).collect()
 }
 
-/// Which children to create, update and delete. The pool keeps `count` indexes: those of the
-/// children it keeps, and the lowest free ones for the rest (an index a marked child left is
-/// filled again only when the pool grows).
-pub fn plan(input: &PlanInput<'_>) -> Plan {
-    let mut out = Plan::default();
-    let live: Vec<&Observed> = input.owned.iter().filter(|c| c.index.is_some() && !c.terminating).collect();
-    let keep = kept(&live, input.count);
-    let fill = input.count as usize - keep.len();
+/// The indexes a pool of `count` wants now: those of the live children it keeps, and the
+/// lowest free ones for the rest (an index a marked child left is filled again only when the
+/// pool grows). The planner and the status read the same set.
+pub fn desired(owned: &[Observed], count: u32) -> (BTreeSet<u32>, BTreeSet<u32>) {
+    let live: Vec<&Observed> = owned.iter().filter(|c| c.index.is_some() && !c.terminating).collect();
+    let keep = kept(&live, count);
+    let fill = count as usize - keep.len();
     let free = (0..).filter(|i| !keep.contains(i)).take(fill);
     let desired: BTreeSet<u32> = keep.iter().copied().chain(free).collect();
+    (keep, desired)
+}
+
+/// Which children to create, update and delete: the pool keeps the [`desired`] indexes.
+pub fn plan(input: &PlanInput<'_>) -> Plan {
+    let mut out = Plan::default();
+    let (keep, desired) = desired(input.owned, input.count);
 
     let mut by_index: HashMap<u32, &Observed> = HashMap::new();
     let mut scale_down: Vec<(bool, u32, &str)> = Vec::new();

@@ -94,8 +94,10 @@ pub struct StatusInput<'a> {
 
 /// Builds the status the pool should show.
 pub fn build(input: &StatusInput<'_>) -> PoolStatus {
+    // The children the pool keeps (as its planner chooses them), and the indexes it wants.
+    let (keep, wanted) = super::plan::desired(input.owned, input.count);
     let current: Vec<&Observed> =
-        input.owned.iter().filter(|c| c.index.is_some_and(|i| i < input.count) && !c.terminating).collect();
+        input.owned.iter().filter(|c| c.index.is_some_and(|i| keep.contains(&i)) && !c.terminating).collect();
     let replicas = current.len() as i32;
     let ready = current.iter().filter(|c| c.ready).count() as i32;
     let failed = current.iter().filter(|c| c.failing).count() as i32;
@@ -103,7 +105,7 @@ pub fn build(input: &StatusInput<'_>) -> PoolStatus {
     let desired = input.count as i32;
     let noun = input.noun;
     // Children beyond the count (or with names the pool does not make), still to be removed.
-    let extra = input.owned.iter().filter(|c| c.index.is_none_or(|i| i >= input.count)).count() as i32;
+    let extra = input.owned.iter().filter(|c| c.index.is_none_or(|i| !wanted.contains(&i))).count() as i32;
 
     let (ready_status, ready_reason, ready_message) = if ready == desired && updated == desired && extra == 0 {
         ("True", "AllReady", format!("all {desired} {noun}s are ready and up to date"))
@@ -114,10 +116,9 @@ pub fn build(input: &StatusInput<'_>) -> PoolStatus {
     let progressing = replicas != desired || updated != desired || extra > 0 || input.plan.is_some_and(|p| p.pending);
     // A rollout is under way while children of an older template exist, or in-range
     // children are being replaced.
-    let rolling = input
-        .owned
-        .iter()
-        .any(|c| c.index.is_some_and(|i| i < input.count) && (c.terminating || c.hash.as_deref() != Some(input.hash)));
+    let rolling = input.owned.iter().any(|c| {
+        c.index.is_some_and(|i| wanted.contains(&i)) && (c.terminating || c.hash.as_deref() != Some(input.hash))
+    });
     let (prog_status, prog_reason, prog_message) = if !progressing {
         ("False", "Stable", format!("{desired} {noun}s, nothing to do"))
     } else if extra > 0 || replicas > desired {
@@ -243,6 +244,20 @@ mod tests {
         assert_eq!(s.condition("Progressing").unwrap().status, "False");
         assert_eq!(s.condition("Degraded").unwrap().status, "False");
         assert_eq!(s.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn a_pool_that_lost_a_marked_child_counts_the_ones_it_keeps() {
+        // Index 1 went (an autoscaler marked it); 0, 2 and 3 are the pool of three.
+        let owned = vec![obs(0, "h", true), obs(2, "h", true), obs(3, "h", true)];
+        let s = build(&input(3, &owned, None));
+        assert_eq!((s.replicas, s.ready_replicas), (3, 3));
+        assert_eq!(s.condition("Ready").unwrap().status, "True");
+        assert_eq!(s.condition("Progressing").unwrap().reason, "Stable");
+        // One more than the count: the highest goes, and the status says so.
+        let s = build(&input(2, &owned, None));
+        assert_eq!(s.replicas, 2);
+        assert_eq!(s.condition("Progressing").unwrap().reason, "ScalingDown");
     }
 
     #[test]
