@@ -7,53 +7,8 @@ use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-use super::duration::{DURATION_PATTERN, MAX_DURATION, parse_duration};
-
-/// How long something takes: `fixed`, uniform between `min` and `max`, or normal around
-/// `mean` with `stddev` (never below zero). Durations are written `500ms`, `2s`, `1m30s`.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("[has(self.fixed), has(self.min) || has(self.max), has(self.mean) || has(self.stddev)].filter(x, x).size() == (has(self.fromAnnotation) ? 0 : 1) || (has(self.fromAnnotation) && [has(self.fixed), has(self.min) || has(self.max), has(self.mean) || has(self.stddev)].filter(x, x).size() == 1)")
-    .message("set exactly one of: fixed, min and max, mean and stddev (with fromAnnotation, at most one: what a pod without the annotation takes)"))]
-#[x_kube(validation = Rule::new("has(self.min) == has(self.max)").message("min and max go together"))]
-#[x_kube(validation = Rule::new("has(self.mean) == has(self.stddev)").message("mean and stddev go together"))]
-pub struct Delay {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "duration_schema")]
-    pub fixed: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "duration_schema")]
-    pub min: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "duration_schema")]
-    pub max: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "duration_schema")]
-    pub mean: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "duration_schema")]
-    pub stddev: Option<String>,
-    /// Read the delay from this annotation of the pod, as kwok's `durationFrom` does: a
-    /// duration (`30s`, `1m30s`) or a time (RFC 3339: the delay runs until then). With `min`
-    /// and `max`, `max` is kwok's jitter: the delay is drawn between the annotation's value
-    /// and `max` (or is `max` when that is not longer). A pod without the annotation, or with
-    /// a value that does not read, takes the other fields, else no delay. Pods only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 316))]
-    pub from_annotation: Option<String>,
-}
-
-pub fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "string",
-        "maxLength": 32,
-        "pattern": DURATION_PATTERN,
-    })
-}
-
-pub fn percent_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({"type": "integer", "minimum": 0, "maximum": 100})
-}
+pub use super::delay::{Delay, Distribution, delay_problem, duration_schema, percent, percent_schema};
+use super::duration::parse_duration;
 
 /// What pods do: on a PodPool for its pods; on a NodePool for every pod on its nodes that no
 /// PodPool governs (a Deployment's, a Job's, `kubectl run`'s).
@@ -243,6 +198,17 @@ pub struct NodeLifecycle {
     /// the simulator first sees the node so; a restarted simulator counts again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outage: Option<Outage>,
+    /// Nodes boot as cloud instances do: NotReady (and with startup taints) for a while after
+    /// their creation, then Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<super::cloud::Boot>,
+    /// A share of new nodes never becomes Ready; a NodePool replaces them after a timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_failures: Option<super::cloud::LaunchFailures>,
+    /// Spot-style interruptions: a notice (taint and event), the kubelet's graceful shutdown
+    /// (every pod ends `Terminated`), then the node is deleted and its pool brings a new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruptions: Option<super::cloud::Interruptions>,
 }
 
 /// One NotReady window of a node.
@@ -260,6 +226,11 @@ pub struct Outage {
     /// stage).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<OutageReady>,
+    /// A correlated outage: only the nodes whose label (a zone, by default) has one of these
+    /// values go out, all in one window, counted from when the simulator first saw one of
+    /// them under these knobs — so the node lifecycle controller sees a zone go down at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<super::cloud::OutageScope>,
 }
 
 /// What a node in an outage reports.
@@ -379,68 +350,6 @@ pub const DEFAULT_NOT_READY_FOR: Duration = Duration::from_secs(60);
 /// How often a flapping node goes away when nothing is said.
 pub const DEFAULT_EVERY: Duration = Duration::from_secs(600);
 
-/// A Delay with its durations parsed.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Distribution {
-    Fixed(Duration),
-    Uniform(Duration, Duration),
-    Normal { mean: Duration, stddev: Duration },
-}
-
-impl Delay {
-    /// The distribution, or what is wrong with it (each message starts with the field, e.g.
-    /// `.min: …`).
-    pub fn distribution(&self) -> Result<Distribution, String> {
-        let d = |field: &str, v: &Option<String>| -> Result<Option<Duration>, String> {
-            match v {
-                None => Ok(None),
-                Some(t) => parse_duration(t).map(Some).ok_or_else(|| {
-                    format!(".{field}: {t:?} is not a duration such as 500ms, 2s or 1m30s (at most 24h)")
-                }),
-            }
-        };
-        let (fixed, min, max) = (d("fixed", &self.fixed)?, d("min", &self.min)?, d("max", &self.max)?);
-        let (mean, stddev) = (d("mean", &self.mean)?, d("stddev", &self.stddev)?);
-        match (fixed, min, max, mean, stddev) {
-            (Some(f), None, None, None, None) => Ok(Distribution::Fixed(f)),
-            (None, Some(lo), Some(hi), None, None) if lo <= hi => Ok(Distribution::Uniform(lo, hi)),
-            (None, Some(lo), Some(hi), None, None) => {
-                Err(format!(".min: {lo:?} is more than max ({hi:?}): min must not exceed max"))
-            }
-            (None, None, None, Some(mean), Some(stddev)) => Ok(Distribution::Normal { mean, stddev }),
-            // Read from the object; without it, no delay.
-            (None, None, None, None, None) if self.from_annotation.is_some() => Ok(Distribution::Fixed(Duration::ZERO)),
-            _ => Err(": set exactly one of: fixed, min and max, mean and stddev".into()),
-        }
-    }
-}
-
-impl Distribution {
-    /// The longest a sample runs in practice: the fixed value, the maximum, or the mean plus
-    /// three standard deviations.
-    pub fn longest(&self) -> Duration {
-        match *self {
-            Distribution::Fixed(d) => d,
-            Distribution::Uniform(_, hi) => hi,
-            Distribution::Normal { mean, stddev } => (mean + stddev * 3).min(MAX_DURATION),
-        }
-    }
-
-    /// A sample from two uniform numbers in [0, 1): deterministic for the same numbers.
-    pub fn sample(&self, u1: f64, u2: f64) -> Duration {
-        match *self {
-            Distribution::Fixed(d) => d,
-            Distribution::Uniform(lo, hi) => lo + (hi - lo).mul_f64(u1.clamp(0.0, 1.0)),
-            Distribution::Normal { mean, stddev } => {
-                // Box-Muller; u1 is kept away from 0 so the logarithm stays finite.
-                let z = (-2.0 * (1.0 - u1).max(1e-12).ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                let secs = mean.as_secs_f64() + z * stddev.as_secs_f64();
-                Duration::from_secs_f64(secs.clamp(0.0, MAX_DURATION.as_secs_f64()))
-            }
-        }
-    }
-}
-
 /// Problems with a lifecycle, each starting with its path below `spec.lifecycle`: the shared
 /// sections' rules, then the kind's own.
 pub fn problems(l: &dyn LifecycleSpec) -> Vec<String> {
@@ -525,16 +434,6 @@ fn annotation_reads(pods: Option<&PodLifecycle>, nodes: Option<&NodeLifecycle>) 
     out
 }
 
-/// `.{path}` and what is wrong when `d` is not one distribution of readable durations.
-pub fn delay_problem(path: &str, d: Option<&Delay>) -> Option<String> {
-    d?.distribution().err().map(|e| format!(".{path}{e}"))
-}
-
-/// `.{path}` and what is wrong when `v` is over 100.
-pub fn percent(path: &str, v: Option<u8>) -> Option<String> {
-    v.filter(|v| *v > 100).map(|v| format!(".{path}: {v} is not a percentage from 0 to 100"))
-}
-
 /// The pod knobs' rules: percentages, one fate per pod, exit codes, readiness windows.
 fn pod_problems(p: &PodLifecycle) -> Vec<String> {
     let mut out = Vec::new();
@@ -608,6 +507,7 @@ fn node_problems(n: &NodeLifecycle) -> Vec<String> {
         }
     }
     out.extend(percent("nodes.notReadyPercent", n.not_ready_percent));
+    out.extend(super::cloud::problems(n.boot.as_ref(), n.launch_failures.as_ref(), n.interruptions.as_ref()));
     if let Some(o) = &n.outage {
         out.extend(delay_problem("nodes.outage.after", o.after.as_ref()));
         out.extend(delay_problem("nodes.outage.lasts", Some(&o.lasts)));
@@ -699,7 +599,7 @@ mod tests {
         let normal = normal.distribution().unwrap();
         for i in 0..100 {
             let s = normal.sample(unit(1, &["n", &i.to_string()]), unit(2, &["n", &i.to_string()]));
-            assert!(s <= MAX_DURATION, "never negative, never beyond the cap: {s:?}");
+            assert!(s <= crate::api::duration::MAX_DURATION, "never negative, never beyond the cap: {s:?}");
         }
         let samples: Vec<f64> = (0..2000)
             .map(|i| normal.sample(unit(3, &[&i.to_string()]), unit(4, &[&i.to_string()])).as_secs_f64())

@@ -4,8 +4,10 @@
 //! type and rules live in its directory under `kinds/`.
 
 pub mod annotations;
+pub mod cloud;
 pub mod common;
 pub mod conventions;
+pub mod delay;
 pub mod duration;
 pub mod editor_schema;
 pub mod kubelet;

@@ -89,6 +89,12 @@ pub struct NodePoolSpec {
     #[garde(custom(NodePoolSpec::topology_rules(&self.node_template)))]
     pub topology: Option<Topology>,
 
+    /// Spot and on-demand nodes with hourly prices, as labels cost-aware tools read
+    /// (`karpenter.sh/capacity-type`, `pools.kwok.x-k8s.io/price-per-hour`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(custom(NodePoolSpec::capacity_rules))]
+    pub capacity: Option<Capacity>,
+
     /// Fake accelerators (Dynamic Resource Allocation): each node publishes one ResourceSlice
     /// per driver with these devices, so the real scheduler allocates ResourceClaims on
     /// simulated nodes. Changing them updates the slices in place.
@@ -209,6 +215,57 @@ impl Topology {
             at -= u64::from(*weight);
         }
         None
+    }
+}
+
+/// Which nodes are spot and what each costs.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Capacity {
+    /// Percent of the nodes that are spot (`karpenter.sh/capacity-type: spot`), spread evenly
+    /// over the indexes; the others are `on-demand`. Pair with `lifecycle.nodes.interruptions`
+    /// and its `spotOnly`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::api::lifecycle::percent_schema")]
+    pub spot_percent: Option<u8>,
+    /// What an on-demand node costs per hour (a decimal such as `0.096`), as the label
+    /// `pools.kwok.x-k8s.io/price-per-hour`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "price_schema")]
+    pub on_demand_price: Option<String>,
+    /// What a spot node costs per hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "price_schema")]
+    pub spot_price: Option<String>,
+}
+
+/// The label a node's hourly price is written in.
+pub const PRICE_LABEL: &str = "pools.kwok.x-k8s.io/price-per-hour";
+/// The pattern of a price: a decimal, at most 63 characters (a label value).
+pub const PRICE_PATTERN: &str = r"^[0-9]{1,12}(\.[0-9]{1,12})?$";
+
+fn price_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "string", "pattern": PRICE_PATTERN, "maxLength": 25})
+}
+
+impl Capacity {
+    /// Whether node `index` is spot: within every 100 consecutive indexes, `spotPercent` of
+    /// them, evenly spaced.
+    pub fn is_spot(&self, index: u32) -> bool {
+        let p = u64::from(self.spot_percent.unwrap_or(0).min(100));
+        let i = u64::from(index) % 100;
+        (i + 1) * p / 100 > i * p / 100
+    }
+
+    /// The labels of node `index`: its capacity type and, when known, its price.
+    pub fn labels(&self, index: u32) -> Vec<(&'static str, String)> {
+        let spot = self.is_spot(index);
+        let mut out =
+            vec![(crate::api::cloud::CAPACITY_TYPE_LABEL, if spot { "spot" } else { "on-demand" }.to_string())];
+        if let Some(price) = if spot { &self.spot_price } else { &self.on_demand_price } {
+            out.push((PRICE_LABEL, price.clone()));
+        }
+        out
     }
 }
 

@@ -12,6 +12,7 @@ use crate::api::lifecycle::LifecycleSpec;
 use crate::api::ranges::{nth_host, nth_subnet};
 use crate::informer::{Informer, Informers};
 use crate::kubelet::Kubelet;
+use crate::kubelet::status::cloud::{self, Phase};
 use crate::kubelet::status::endpoint::{RESOURCE_METRICS_PATH_ANNOTATION, resource_metrics_path};
 use crate::kubelet::status::node as node_status;
 use crate::pool::plan::UpdateMode;
@@ -33,11 +34,47 @@ fn pool_net(text: &str, field: &str) -> Result<IpNet, Problem> {
         .map_err(|e| Problem { reason: Reason::InvalidSpec, message: format!("{field}: {text:?} is not a CIDR ({e})") })
 }
 
+/// The startup taints a node was born with (`key:effect`, comma-separated).
+pub const STARTUP_TAINTS_ANNOTATION: &str = "pools.kwok.x-k8s.io/startup-taints";
+
 fn fake_taint() -> Taint {
     Taint { key: FAKE_TAINT_KEY.into(), value: Some(FAKE_VALUE.into()), effect: "NoSchedule".into(), time_added: None }
 }
 
 impl NodePool {
+    fn boots(&self) -> Option<&crate::api::cloud::Boot> {
+        self.spec.lifecycle.as_ref()?.nodes.as_ref()?.boot.as_ref()
+    }
+
+    /// Whether its nodes are born NotReady: they boot, or their launch may fail.
+    fn born_booting(&self) -> bool {
+        let nodes = self.spec.lifecycle.as_ref().and_then(|l| l.nodes.as_ref());
+        nodes.is_some_and(|n| n.boot.is_some() || n.launch_failures.as_ref().is_some_and(|l| l.percent > 0))
+    }
+
+    /// The taints every node of the pool is born with: the template's, the fake-node taint,
+    /// and its boot's startup taints (listed in an annotation, so updates leave them off once
+    /// shed).
+    fn add_taints(&self, spec: &mut NodeSpec, metadata: &mut kube::api::ObjectMeta) {
+        let mut taints = spec.taints.take().unwrap_or_default();
+        if !taints.iter().any(|t| t.key == FAKE_TAINT_KEY && t.effect == "NoSchedule") {
+            taints.push(fake_taint());
+        }
+        let boots = self.boots();
+        let startup = boots.map(|b| b.startup_taints.as_slice()).unwrap_or_default();
+        for t in startup {
+            if !taints.iter().any(|o| o.key == t.key && o.effect == t.effect) {
+                taints.push(t.clone());
+            }
+        }
+        if !startup.is_empty() {
+            // What the node sheds once Ready: an update in place does not put it back.
+            let listed: Vec<String> = startup.iter().map(|t| format!("{}:{}", t.key, t.effect)).collect();
+            metadata.annotations.get_or_insert_default().insert(STARTUP_TAINTS_ANNOTATION.into(), listed.join(","));
+        }
+        spec.taints = Some(taints);
+    }
+
     /// The InternalIPs node `index` gets, if any is decided here.
     fn internal_ips(&self, index: u32, name: &str, env: &Kubelet) -> Result<Vec<std::net::IpAddr>, Problem> {
         if let Some(range) = &self.spec.internal_ips {
@@ -118,10 +155,11 @@ impl PoolKind for NodePool {
         let template = (&self.spec.node_template.rendered_part(), &self.spec.pod_cidr, &self.spec.internal_ips);
         // Without a topology or kubevirt the hash is what it was before those fields existed
         // (no roll).
-        match (&self.spec.topology, &self.spec.kubevirt) {
-            (None, None) => hash::of(&template),
-            (Some(t), None) => hash::of(&(template, t)),
-            (t, Some(k)) => hash::of(&(template, t, k)),
+        match (&self.spec.topology, &self.spec.kubevirt, &self.spec.capacity) {
+            (None, None, None) => hash::of(&template),
+            (Some(t), None, None) => hash::of(&(template, t)),
+            (t, Some(k), None) => hash::of(&(template, t, k)),
+            (t, k, Some(c)) => hash::of(&(template, t, k, c)),
         }
     }
 
@@ -166,6 +204,9 @@ impl PoolKind for NodePool {
         if self.spec.kubevirt.is_some() {
             labels.insert(KubevirtNodes::SCHEDULABLE_LABEL.into(), "true".into());
         }
+        for (key, value) in self.spec.capacity.as_ref().map(|c| c.labels(index)).unwrap_or_default() {
+            labels.insert(key.into(), value);
+        }
         metadata.annotations.get_or_insert_default().insert(FAKE_NODE_ANNOTATION.into(), FAKE_VALUE.into());
         let endpoint = env.endpoint(&name);
         if endpoint.is_some() {
@@ -177,11 +218,7 @@ impl PoolKind for NodePool {
         }
 
         let mut spec: NodeSpec = template.spec.clone().unwrap_or_default();
-        let mut taints = spec.taints.take().unwrap_or_default();
-        if !taints.iter().any(|t| t.key == FAKE_TAINT_KEY && t.effect == "NoSchedule") {
-            taints.push(fake_taint());
-        }
-        spec.taints = Some(taints);
+        self.add_taints(&mut spec, &mut metadata);
         if spec.provider_id.as_deref().is_none_or(str::is_empty) {
             // Cloud-aware tools (autoscalers, node-lifecycle tooling) key nodes by it: kwok's form.
             spec.provider_id = Some(format!("kwok://{name}"));
@@ -218,12 +255,29 @@ impl PoolKind for NodePool {
         if let (Some(k), Some(s)) = (&self.spec.kubevirt, status.as_mut()) {
             add_kubevirt_devices(s, k);
         }
+        if let (true, Some(s)) = (env.simulate && self.born_booting(), status.as_mut()) {
+            // Born as a booting kubelet registers: NotReady, so nothing lands before it is up
+            // (the simulator decides then whether its launch failed).
+            let now = Time(k8s_openapi::jiff::Timestamp::now());
+            let report = node_status::Report { cloud: Some(Phase::Booting), ..Default::default() };
+            s.conditions = Some(node_status::reported_conditions(None, &now, &report));
+        }
 
         Ok(Node { metadata, spec: Some(spec), status })
     }
 
     fn is_ready(child: &Node) -> bool {
         node_status::is_ready(child)
+    }
+
+    /// A node whose launch failed counts as failing, and is replaced once its knob's
+    /// `replaceAfter` has passed (the simulator then marks it due).
+    fn is_failing(child: &Node) -> bool {
+        cloud::launch_failed(child).is_some()
+    }
+
+    fn is_finished(child: &Node) -> bool {
+        cloud::launch_failed(child) == Some(true)
     }
 
     fn in_place(child: &Node, mut desired: Node) -> Vec<Write<Node>> {
@@ -256,6 +310,17 @@ impl PoolKind for NodePool {
         {
             spec.pod_cidr = current.pod_cidr.clone();
             spec.pod_cidrs = current.pod_cidrs.clone();
+        }
+        // Startup taints the node shed once Ready stay off.
+        if let (Some(spec), Some(listed)) = (
+            desired.spec.as_mut(),
+            desired.metadata.annotations.as_ref().and_then(|a| a.get(STARTUP_TAINTS_ANNOTATION)),
+        ) {
+            let startup: Vec<&str> = listed.split(',').collect();
+            let has = |t: &Taint| cloud::has_taint(child, t);
+            if let Some(taints) = spec.taints.as_mut() {
+                taints.retain(|t| has(t) || !startup.contains(&format!("{}:{}", t.key, t.effect).as_str()));
+            }
         }
         // Status first: the apply carries the new template hash, which marks the node done.
         writes.push(Write::Apply(desired));

@@ -178,6 +178,25 @@ impl NodePoolSpec {
         lines(super::devices::problems(sets))
     }
 
+    /// garde's rule on `spec.capacity`: a percentage, prices that are decimals.
+    pub fn capacity_rules(c: &Option<super::api::Capacity>, _: &NodePoolRules) -> garde::Result {
+        let Some(c) = c else { return Ok(()) };
+        let mut out = Vec::new();
+        out.extend(crate::api::lifecycle::percent("spotPercent", c.spot_percent));
+        let decimal = |t: &str| {
+            let (whole, frac) = t.split_once('.').unwrap_or((t, "1"));
+            (1..=12).contains(&whole.len())
+                && (1..=12).contains(&frac.len())
+                && whole.chars().chain(frac.chars()).all(|c| c.is_ascii_digit())
+        };
+        for (field, price) in [("onDemandPrice", &c.on_demand_price), ("spotPrice", &c.spot_price)] {
+            if let Some(p) = price.as_deref().filter(|p| !decimal(p)) {
+                out.push(format!(".{field}: {p:?} is not a price such as 0.096 (dollars per hour, a decimal)"));
+            }
+        }
+        lines(out)
+    }
+
     /// garde's rule on `spec.kubevirt`.
     pub fn kubevirt_rules(k: &Option<KubevirtNodes>, _: &NodePoolRules) -> garde::Result {
         match k.as_ref().and_then(|k| k.devices) {

@@ -4,6 +4,7 @@
 //! NodePool makes flap (`spec.lifecycle.nodes`) goes quiet during its NotReady windows: no
 //! lease, no status, as if its kubelet were gone.
 
+mod cloud;
 pub mod lease;
 pub mod renewal;
 
@@ -81,6 +82,8 @@ enum Timer {
     Conditions(String),
     /// Its pods pulled an image it did not list: the status lists it at the next update.
     Images(String),
+    /// Its cloud lifecycle (boot, launch failure, interruption) moves to its next phase.
+    Cloud(String),
 }
 
 struct Tracked {
@@ -108,6 +111,8 @@ struct Tracked {
     chaos_since: Option<Duration>,
     /// The image list this replica last sent for it ([`crate::kubelet::status::images::fingerprint`]).
     images_sent: u64,
+    /// What this replica wrote of its cloud lifecycle.
+    cloud: cloud::CloudSent,
 }
 
 impl Tracked {
@@ -156,6 +161,11 @@ struct NodeLoop {
     lease_writes: Writes<Done>,
     /// How long renewals take from due to done, smoothed (the margin stretched renewals keep).
     latency: Latency,
+    /// The kubelet's events about nodes (launch failures, interruptions, shutdowns).
+    recorder: crate::kubelet::recorder::KubeletRecorder,
+    /// Since when (seconds since the epoch) each group of a correlated outage has been seen
+    /// under its knobs: its nodes share one window counted from there.
+    outage_groups: HashMap<String, Duration>,
 }
 
 impl NodeSimulator {
@@ -191,7 +201,10 @@ impl NodeSimulator {
         let lease_writes = self.writes.writes(Class::Heartbeat, done_tx).fenced_by(self.shard.clone());
         let mut shard = self.shard.clone();
         let mut knobs = self.lifecycles.changes();
+        let recorder = crate::kubelet::recorder::KubeletRecorder::new(self.client.clone(), "kubelet");
         let mut l = NodeLoop {
+            recorder,
+            outage_groups: HashMap::new(),
             sim: Arc::new(self),
             tracked: HashMap::new(),
             timers: Timers::default(),
@@ -348,6 +361,7 @@ impl NodeLoop {
             }
             self.timers.cancel(&Timer::Lease(name.to_string()));
             self.timers.cancel(&Timer::Status(name.to_string()));
+            self.timers.cancel(&Timer::Cloud(name.to_string()));
             if let Some(k) = &self.sim.kubelet {
                 crate::sync::lock(k).release(name);
             }
@@ -401,6 +415,7 @@ impl NodeLoop {
                 outage_since: None,
                 chaos_since: None,
                 images_sent: 0,
+                cloud: cloud::CloudSent::default(),
             };
             self.tracked.insert(name.clone(), t);
         }
@@ -415,9 +430,7 @@ impl NodeLoop {
         let bad = self.bad_now(node, &name);
         let images = self.images_update(&name);
         let Some(t) = self.tracked.get_mut(&name) else { return };
-        if (node_status::needs_write(node, endpoint.as_ref(), &bad.bad, bad.chaos.as_ref()) || wants_ip || clash)
-            && t.status.begin()
-        {
+        if (node_status::needs_write(node, endpoint.as_ref(), &bad) || wants_ip || clash) && t.status.begin() {
             if clash {
                 tracing::warn!(node = %name, "InternalIP already held by another node; giving this one a new address");
             }
@@ -463,7 +476,7 @@ impl NodeLoop {
                     spawn_status(&self.writes, &self.sim, node, false, bad, images);
                 }
             }
-            Timer::Conditions(name) => {
+            Timer::Conditions(name) | Timer::Cloud(name) => {
                 if let Some(node) = self.sim.nodes.get(&ObjectRef::new(&name)) {
                     self.on_node(&node);
                 }
@@ -494,7 +507,8 @@ impl NodeLoop {
     /// changes next) and kwok's node chaos once its delay is over.
     fn bad_now(&mut self, node: &Node, name: &str) -> Report {
         let chaos = self.chaos_now(node, name);
-        Report { bad: self.bad_conditions(node, name), chaos }
+        let cloud = self.cloud_now(node, name);
+        Report { bad: self.bad_conditions(node, name), chaos, cloud }
     }
 
     /// kwok's node chaos, once its delay has passed since the simulator first saw the label
@@ -545,15 +559,27 @@ impl NodeLoop {
         name: &str,
         knobs: Option<&dyn Knobs>,
     ) -> Option<(crate::simulator::lifecycle::Flap, bool)> {
-        let has = knobs.and_then(Knobs::nodes).is_some_and(|n| n.outage.is_some());
+        let outage = knobs.and_then(Knobs::nodes).and_then(|n| n.outage.as_ref());
         let now = self.sim.config.clock.now().epoch();
         let t = self.tracked.get_mut(name)?;
-        if !has {
+        let Some(outage) = outage else {
             t.outage_since = None;
             return None;
-        }
-        let since = *t.outage_since.get_or_insert(now);
-        fate::node_outage(knobs, node, since)
+        };
+        // A correlated outage: one window for its whole group, from when the group was first
+        // seen under this outage (a changed outage is a new one).
+        let group = match &outage.scope {
+            Some(scope) => Some(scope.group_of(node.metadata.labels.as_ref())?),
+            None => None,
+        };
+        let since = match &group {
+            Some(g) => {
+                let key = format!("{g}/{}", serde_json::to_string(outage).unwrap_or_default());
+                *self.outage_groups.entry(key).or_insert(now)
+            }
+            None => *t.outage_since.get_or_insert(now),
+        };
+        fate::node_outage(knobs, node, since, group.as_deref())
     }
 
     fn on_lease_timer(&mut self, name: String) {
@@ -596,9 +622,7 @@ impl NodeLoop {
             let bad = self.bad_now(&node, &name);
             let images = self.images_update(&name);
             let Some(t) = self.tracked.get_mut(&name) else { return };
-            if (node_status::needs_write(&node, endpoint.as_ref(), &bad.bad, bad.chaos.as_ref()) || images.is_some())
-                && t.status.begin()
-            {
+            if (node_status::needs_write(&node, endpoint.as_ref(), &bad) || images.is_some()) && t.status.begin() {
                 t.sent(images.as_deref());
                 spawn_status(&self.writes, &self.sim, node.clone(), true, bad, images);
             }
@@ -629,7 +653,7 @@ impl NodeLoop {
     fn defer_report(&mut self, node: &Node, name: &str, bad: &Report, every: Duration) -> bool {
         let endpoint = self.sim.kubelet.as_ref().and_then(|k| crate::sync::lock(k).get(name));
         let age = node_status::report_age(node, self.sim.config.clock.now().wall);
-        if node_status::needs_write(node, endpoint.as_ref(), &bad.bad, bad.chaos.as_ref())
+        if node_status::needs_write(node, endpoint.as_ref(), bad)
             || !renewal::defer_report(self.sim.writes.pressure(), age, every)
         {
             return false;
@@ -793,9 +817,9 @@ async fn status_write(
         let endpoint = this.kubelet.as_ref().and_then(|k| crate::sync::lock(k).get(&name));
         let mut status =
             node_status::simulated(&name, Some(&base), &ips, endpoint.as_ref(), &now, &this.config.defaults);
-        if !bad.bad.is_empty() || bad.chaos.is_some() {
+        if !bad.bad.is_empty() || bad.chaos.is_some() || bad.cloud.is_some() {
             let previous = node.status.as_ref().and_then(|s| s.conditions.as_deref());
-            status.conditions = Some(node_status::reported_conditions(previous, &now, &bad.bad, bad.chaos.as_ref()));
+            status.conditions = Some(node_status::reported_conditions(previous, &now, &bad));
         }
         let mut patch = serde_json::json!({ "status": status });
         // The addresses are the whole list (a strategic merge would merge them by type).
@@ -805,7 +829,7 @@ async fn status_write(
         patch
     } else {
         let previous = node.status.as_ref().and_then(|s| s.conditions.as_deref());
-        let conditions = node_status::reported_conditions(previous, &now, &bad.bad, bad.chaos.as_ref());
+        let conditions = node_status::reported_conditions(previous, &now, &bad);
         serde_json::json!({ "status": { "conditions": conditions } })
     };
     let mut patch = patch;

@@ -191,8 +191,9 @@ pub struct Input<'a> {
     pub pressure: f64,
     /// The kubelet's admission refused it (read only for a pod not started yet).
     pub rejection: Option<&'a Rejection>,
-    /// Its node's pressure conditions, when the eviction manager picked it to evict now.
-    pub evict: Option<&'a [&'static str]>,
+    /// Why the kubelet ends it now on its own: the eviction manager picked it, or its node
+    /// shuts down.
+    pub evict: Option<&'a eviction::Eviction>,
 }
 
 /// What a decision reads of the pod's node and its knobs.
@@ -300,11 +301,12 @@ pub fn step(i: &Input, t: &mut Tracked) -> Vec<Effect> {
     } else if pod_status::is_terminal(pod) {
         // A finished pod is not live: its address goes back, and may fit a waiting pod.
         out.effects.push(Effect::Release);
-    } else if let Some(pressure) = i.evict.filter(|p| eviction::evictable(pod, p)) {
-        // The eviction manager picked it: Failed, Evicted, with the kubelet's message and event.
-        let (patch, note) = eviction::evicted(pod, pressure, &i.now.value());
+    } else if let Some(e) = i.evict.filter(|e| e.applies(pod)) {
+        // The eviction manager picked it, or its node shuts down: Failed, with the kubelet's
+        // reason, message and event.
+        let (patch, reason, note) = e.patch(pod, &i.now.value());
         out.cancel(TimerKind::Complete);
-        out.warn(eviction::REASON, "Evict", note);
+        out.warn(reason, "Evict", note);
         out.status(patch, "evict");
     } else {
         watch_deadline(i, &mut out);

@@ -248,6 +248,20 @@ impl Loop {
             self.retry_waiting(&node.name_any());
         }
         self.evict_on(node);
+        self.shut_down_on(node);
+    }
+
+    /// The node's shutdown manager: while its kubelet says it shuts down, every pod on it ends.
+    fn shut_down_on(&mut self, node: &Node) {
+        let name = node.name_any();
+        if !crate::kubelet::status::cloud::shutting_down(node) || !self.sim.shard.owns(&name) {
+            return;
+        }
+        let pods: Vec<Arc<SlimPod>> =
+            self.on_node.get(&name).into_iter().flatten().filter_map(|key| self.sim.pods.get(key)).collect();
+        for pod in pods.iter().filter(|p| !pod_status::is_terminal(p)) {
+            self.on_pod(pod);
+        }
     }
 
     /// The node's eviction manager: under pressure, one running BestEffort pod evicted per
@@ -382,9 +396,15 @@ impl Loop {
         let facts = NodeFacts { plan: &plan, away: self.away_until(&node, &now), host_ips: &host_ips };
         let pressure = self.sim.writes.pressure();
         let rejection = rejection.as_ref();
-        let evicted: Option<Vec<&'static str>> =
-            self.evicting.as_ref().filter(|(victim, _)| *victim == uid).map(|(_, p)| p.clone());
-        let evict = evicted.as_deref();
+        let evicted = if crate::kubelet::status::cloud::shutting_down(&node) {
+            Some(eviction::Eviction::Shutdown)
+        } else {
+            self.evicting
+                .as_ref()
+                .filter(|(victim, _)| *victim == uid)
+                .map(|(_, p)| eviction::Eviction::Pressure(p.clone()))
+        };
+        let evict = evicted.as_ref();
         let input = Input { pod, now, node: Some(facts), pod_ips: None, prepare, pressure, rejection, evict };
         let Some(t) = self.tracked.get_mut(&uid) else { return };
         let effects = step::step(&input, t);

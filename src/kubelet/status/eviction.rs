@@ -92,6 +92,65 @@ pub fn evicted(pod: &SlimPod, pressure: &[&str], now: &Value) -> (Value, String)
     (patch, message)
 }
 
+/// Why the kubelet ends a pod on its own: its node's pressure (the eviction manager) or its
+/// node's shutdown (the shutdown manager).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Eviction {
+    Pressure(Vec<&'static str>),
+    Shutdown,
+}
+
+impl Eviction {
+    /// Whether it ends `pod`: under pressure a running BestEffort pod, in a shutdown every pod
+    /// not finished nor being deleted.
+    pub fn applies(&self, pod: &SlimPod) -> bool {
+        match self {
+            Eviction::Pressure(p) => evictable(pod, p),
+            Eviction::Shutdown => pod.metadata.deletion_timestamp.is_none(),
+        }
+    }
+
+    /// The status patch, the event's reason and message.
+    pub fn patch(&self, pod: &SlimPod, now: &Value) -> (Value, &'static str, String) {
+        match self {
+            Eviction::Pressure(p) => {
+                let (patch, note) = evicted(pod, p, now);
+                (patch, REASON, note)
+            }
+            Eviction::Shutdown => shut_down(pod, now),
+        }
+    }
+}
+
+/// The kubelet's reason and message for pods its graceful node shutdown ends (v1.37
+/// `nodeshutdown` manager), and for pods it refuses meanwhile.
+pub const SHUTDOWN_REASON: &str = "Terminated";
+pub const SHUTDOWN_MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";
+pub const SHUTDOWN_REFUSED_REASON: &str = "NodeShutdown";
+pub const SHUTDOWN_REFUSED_MESSAGE: &str = "Pod was rejected as the node is shutting down.";
+
+/// A pod on a node that shuts down: Failed, `Terminated`, with `DisruptionTarget`, once it
+/// started; refused (`NodeShutdown`) before.
+pub fn shut_down(pod: &SlimPod, now: &Value) -> (Value, &'static str, String) {
+    let ready = |t: &str| json!({"type": t, "status": "False", "reason": "PodFailed", "lastTransitionTime": now, "lastProbeTime": null});
+    if pod.start_time.is_none() && pod.phase() != "Running" {
+        let patch = json!({"status": {"phase": "Failed", "reason": SHUTDOWN_REFUSED_REASON, "message": SHUTDOWN_REFUSED_MESSAGE}});
+        return (patch, SHUTDOWN_REFUSED_REASON, SHUTDOWN_REFUSED_MESSAGE.to_string());
+    }
+    let patch = json!({"status": {
+        "phase": "Failed",
+        "reason": SHUTDOWN_REASON,
+        "message": SHUTDOWN_MESSAGE,
+        "conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": SHUTDOWN_MESSAGE,
+             "lastTransitionTime": now, "lastProbeTime": null},
+            ready("Ready"),
+            ready("ContainersReady"),
+        ],
+    }});
+    (patch, SHUTDOWN_REASON, SHUTDOWN_MESSAGE.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +207,35 @@ mod tests {
         );
         assert!(message.starts_with("The node was low on resource: memory. Threshold quantity: 100Mi"), "{message}");
         assert_eq!(patch["status"]["conditions"][0]["type"], "DisruptionTarget");
+    }
+
+    #[test]
+    fn a_shutdown_ends_every_pod_as_the_kubelets_shutdown_manager_does() {
+        let running = burstable_running();
+        assert!(Eviction::Shutdown.applies(&running), "Burstable pods too, unlike pressure");
+        let (patch, reason, message) = Eviction::Shutdown.patch(&running, &json!("t"));
+        assert_eq!(
+            (reason, message.as_str()),
+            ("Terminated", "Pod was terminated in response to imminent node shutdown.")
+        );
+        assert_eq!(patch["status"]["phase"], "Failed");
+        assert_eq!(patch["status"]["reason"], "Terminated");
+        assert_eq!(patch["status"]["conditions"][0]["reason"], "TerminationByKubelet");
+        let pending = Pod::test("p").on("n").slim();
+        let (patch, reason, _) = shut_down(&pending, &json!("t"));
+        assert_eq!(
+            (reason, patch["status"]["message"].as_str()),
+            ("NodeShutdown", Some("Pod was rejected as the node is shutting down."))
+        );
+        let mut deleted = Pod::test("d").on("n").phase("Running");
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+        assert!(!Eviction::Shutdown.applies(&deleted.slim()), "a pod being deleted goes its own way");
+    }
+
+    fn burstable_running() -> SlimPod {
+        let mut b = burstable();
+        b.phase = Some("Running".into());
+        b
     }
 }

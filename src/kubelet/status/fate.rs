@@ -444,14 +444,21 @@ pub fn node_flap(pool: Option<&dyn Knobs>, node: &Node) -> Option<Flap> {
 
 /// The outage of `node` under its knobs, counted from `since` (seconds since the epoch, when
 /// the simulator first saw the node under them), if they have one: its window, and whether the
-/// node reports Ready=False through it (else it goes silent).
-pub fn node_outage(pool: Option<&dyn Knobs>, node: &Node, since: Duration) -> Option<(Flap, bool)> {
+/// node reports Ready=False through it (else it goes silent). The nodes of a correlated
+/// outage's `group` share its draws, so they go and come back together.
+pub fn node_outage(
+    pool: Option<&dyn Knobs>,
+    node: &Node,
+    since: Duration,
+    group: Option<&str>,
+) -> Option<(Flap, bool)> {
     let pool = pool?;
     let outage = pool.nodes()?.outage.as_ref()?;
     let lasts = outage.lasts.distribution().ok()?;
-    let (seed, id) = match pool.seed() {
-        Some(s) => (s, node.name_any()),
-        None => (0, node.metadata.uid.clone().unwrap_or_default()),
+    let (seed, id) = match (pool.seed(), group) {
+        (s, Some(g)) => (s.unwrap_or(0), g.to_string()),
+        (Some(s), None) => (s, node.name_any()),
+        (None, None) => (0, node.metadata.uid.clone().unwrap_or_default()),
     };
     let key = [id.as_str()];
     let after = sample(outage.after.as_ref(), seed, &key, "outage-after").unwrap_or(Duration::ZERO);

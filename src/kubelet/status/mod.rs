@@ -5,6 +5,7 @@
 //! ([`usage`]) and the images a node lists ([`images`]). Pure: no I/O, no clock (the time is given).
 
 pub mod admission;
+pub mod cloud;
 pub mod endpoint;
 pub mod eviction;
 pub mod fate;

@@ -75,6 +75,15 @@ pub const NODE_CHAOS: &str = "node-not-ready.stage.kwok.x-k8s.io";
 pub struct Report {
     pub bad: Vec<BadCondition>,
     pub chaos: Option<NodeChaos>,
+    /// Where the node stands in its cloud lifecycle (booting, failed, shutting down).
+    pub cloud: Option<super::cloud::Phase>,
+}
+
+impl Report {
+    /// Healthy but for `bad`.
+    pub fn bad(bad: &[BadCondition]) -> Self {
+        Report { bad: bad.to_vec(), ..Default::default() }
+    }
 }
 
 /// What kwok's node chaos stage makes a node report.
@@ -117,7 +126,8 @@ pub fn node_chaos(node: &Node) -> Option<(NodeChaos, crate::api::annotations::Wi
 
 /// What the kubelet reports with `bad` conditions and, if it applies, kwok's node chaos: each
 /// condition's (type, status, reason, message).
-fn expected(bad_now: &[BadCondition], chaos: Option<&NodeChaos>) -> Vec<(String, String, String, String)> {
+fn expected(report: &Report) -> Vec<(String, String, String, String)> {
+    let (bad_now, chaos) = (report.bad.as_slice(), report.chaos.as_ref());
     let own = |t: (&str, &str, &str, &str)| (t.0.to_string(), t.1.to_string(), t.2.to_string(), t.3.to_string());
     let mut out: Vec<(String, String, String, String)> =
         HEALTHY.iter().map(|h| own(bad_now.iter().map(|b| bad(*b)).find(|b| b.0 == h.0).unwrap_or(*h))).collect();
@@ -134,24 +144,25 @@ fn expected(bad_now: &[BadCondition], chaos: Option<&NodeChaos>) -> Vec<(String,
             out.push((t.to_string(), "True".into(), c.reason.clone(), c.message.clone()));
         }
     }
+    for row in report.cloud.map(super::cloud::Phase::rows).unwrap_or_default() {
+        match out.iter_mut().find(|r| r.0 == row.0) {
+            Some(r) => *r = own(row),
+            None => out.push(own(row)),
+        }
+    }
     out
 }
 
 /// The healthy conditions at `now`, keeping a previous transition time where the status is
 /// unchanged.
 fn healthy_conditions(previous: Option<&[NodeCondition]>, now: &Time) -> Vec<NodeCondition> {
-    reported_conditions(previous, now, &[], None)
+    reported_conditions(previous, now, &Report::default())
 }
 
 /// The conditions at `now` with `bad_now` bad and the rest healthy, keeping a previous
 /// transition time where the status is unchanged.
-pub fn reported_conditions(
-    previous: Option<&[NodeCondition]>,
-    now: &Time,
-    bad_now: &[BadCondition],
-    chaos: Option<&NodeChaos>,
-) -> Vec<NodeCondition> {
-    expected(bad_now, chaos)
+pub fn reported_conditions(previous: Option<&[NodeCondition]>, now: &Time, report: &Report) -> Vec<NodeCondition> {
+    expected(report)
         .iter()
         .map(|(type_, status, reason, message)| {
             let old = previous.and_then(|cs| cs.iter().find(|c| c.type_ == *type_));
@@ -331,18 +342,16 @@ pub fn internal_ips(node: &Node) -> Vec<IpAddr> {
 /// a condition, the Hostname address, the daemon endpoint or the resources are missing, or
 /// the kubelet API is not where `endpoint` says. (A missing InternalIP is the caller's call:
 /// it depends on whether an address is free.)
-pub fn needs_write(
-    node: &Node,
-    endpoint: Option<&Endpoint>,
-    bad_now: &[BadCondition],
-    chaos: Option<&NodeChaos>,
-) -> bool {
+pub fn needs_write(node: &Node, endpoint: Option<&Endpoint>, report: &Report) -> bool {
     let Some(s) = node.status.as_ref() else { return true };
     let conditions = s.conditions.as_deref().unwrap_or_default();
-    let healthy = expected(bad_now, chaos).iter().all(|(type_, status, reason, _)| {
-        conditions
-            .iter()
-            .any(|c| c.type_ == *type_ && c.status == *status && c.reason.as_deref() == Some(reason.as_str()))
+    let healthy = expected(report).iter().all(|(type_, status, reason, message)| {
+        conditions.iter().any(|c| {
+            c.type_ == *type_
+                && c.status == *status
+                && c.reason.as_deref() == Some(reason.as_str())
+                && c.message.as_deref() == Some(message.as_str())
+        })
     });
     let addresses = s.addresses.as_deref().unwrap_or_default();
     let has_host = match endpoint {
@@ -391,13 +400,13 @@ mod tests {
         assert_eq!((chaos.reason.as_str(), chaos.message.as_str()), ("nodeFailed", "node failed"), "kwok's defaults");
         assert_eq!(after.sample(0.9), std::time::Duration::from_secs(1), "kwok's jitter (1s) when the delay is longer");
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let reported = reported_conditions(None, &now, &[], Some(&chaos));
+        let reported = reported_conditions(None, &now, &Report { chaos: Some(chaos.clone()), ..Default::default() });
         let get = |t: &str| reported.iter().find(|c| c.type_ == t).unwrap();
         assert_eq!((get("Ready").status.as_str(), get("Ready").reason.as_deref()), ("False", Some("nodeFailed")));
         assert_eq!(get("KernelDeadlock").status, "True");
         assert_eq!(get("MemoryPressure").status, "False", "the others stay healthy");
         node.status = Some(NodeStatus { conditions: Some(reported), ..Default::default() });
-        assert!(needs_write(&node, None, &[], None), "without the chaos, Ready=False must be written back");
+        assert!(needs_write(&node, None, &Report::default()), "without the chaos, Ready=False must be written back");
         node.metadata.labels = None;
         assert!(node_chaos(&node).is_none(), "the label's removal ends it");
     }
@@ -412,7 +421,7 @@ mod tests {
         let s = simulated("n-0", None, &[ip], None, &now(), &NodeDefaults::default());
         let node = Node { status: Some(s.clone()), ..Default::default() };
         assert!(is_ready(&node));
-        assert!(!needs_write(&node, None, &[], None));
+        assert!(!needs_write(&node, None, &Report::default()));
         assert_eq!(internal_ips(&node), vec![ip]);
         assert_eq!(s.allocatable.unwrap()["pods"], Quantity("110".into()));
         assert_eq!(s.node_info.unwrap().kubelet_version, BUILT_FOR);
@@ -491,14 +500,14 @@ mod tests {
         let before = simulated("n", None, &[ip], None, &now(), &NodeDefaults::default());
         let s = simulated("n", Some(&before), &[ip], Some(&e), &now(), &NodeDefaults::default());
         let node = Node { status: Some(s.clone()), ..Default::default() };
-        assert!(!needs_write(&node, Some(&e), &[], None));
+        assert!(!needs_write(&node, Some(&e), &Report::default()));
         let hosts: Vec<_> = s.addresses.as_ref().unwrap().iter().filter(|a| a.type_ == "Hostname").collect();
         assert_eq!((hosts.len(), hosts[0].address.as_str()), (1, "127.128.0.9"));
         assert_eq!(internal_ips(&node), vec![ip], "the InternalIP stays the pool's");
         assert_eq!(s.daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port, 31000);
         let moved = Endpoint { address: "127.128.0.10".parse().unwrap(), port: 31000 };
-        assert!(needs_write(&node, Some(&moved), &[], None));
-        assert!(needs_write(&Node { status: Some(before), ..Default::default() }, Some(&e), &[], None));
+        assert!(needs_write(&node, Some(&moved), &Report::default()));
+        assert!(needs_write(&Node { status: Some(before), ..Default::default() }, Some(&e), &Report::default()));
     }
 
     #[test]
@@ -512,7 +521,7 @@ mod tests {
             }
         }
         let node = Node { status: Some(s.clone()), ..Default::default() };
-        assert!(needs_write(&node, None, &[], None));
+        assert!(needs_write(&node, None, &Report::default()));
         let later = Time(k8s_openapi::jiff::Timestamp::from_second(2_000_000).unwrap());
         let fixed = healthy_conditions(s.conditions.as_deref(), &later);
         let ready = fixed.iter().find(|c| c.type_ == "Ready").unwrap();
@@ -527,9 +536,9 @@ mod tests {
         let s = simulated("n", None, &[ip], None, &now(), &NodeDefaults::default());
         let node = Node { status: Some(s.clone()), ..Default::default() };
         let bad_now = [BadCondition::MemoryPressure, BadCondition::NotReady];
-        assert!(needs_write(&node, None, &bad_now, None), "healthy, but the knobs say otherwise");
+        assert!(needs_write(&node, None, &Report::bad(&bad_now)), "healthy, but the knobs say otherwise");
         let later = Time(k8s_openapi::jiff::Timestamp::from_second(2_000_000).unwrap());
-        let reported = reported_conditions(s.conditions.as_deref(), &later, &bad_now, None);
+        let reported = reported_conditions(s.conditions.as_deref(), &later, &Report::bad(&bad_now));
         let get = |t: &str| reported.iter().find(|c| c.type_ == t).unwrap().clone();
         assert_eq!(
             (get("MemoryPressure").status.as_str(), get("MemoryPressure").reason.as_deref()),
@@ -539,8 +548,8 @@ mod tests {
         assert_eq!(get("Ready").last_transition_time, Some(later.clone()), "a change moves the transition time");
         assert_eq!(get("DiskPressure").last_transition_time, Some(now()), "an unchanged one keeps it");
         let written = Node { status: Some(NodeStatus { conditions: Some(reported), ..s }), ..Default::default() };
-        assert!(!needs_write(&written, None, &bad_now, None));
-        assert!(needs_write(&written, None, &[], None), "and back to healthy when the window ends");
+        assert!(!needs_write(&written, None, &Report::bad(&bad_now)));
+        assert!(needs_write(&written, None, &Report::default()), "and back to healthy when the window ends");
     }
 
     #[test]

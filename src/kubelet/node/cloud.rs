@@ -1,0 +1,175 @@
+//! The cloud lifecycle in the node loop: where a node stands under its knobs' boot, launch
+//! failures and interruptions ([`cloud::plan`]), a timer for its next change, and what each
+//! phase writes once: the startup taints removed when it is up, the interruption notice (taint
+//! and event), the kubelet's `Shutdown` event, and the node's deletion when it is gone.
+
+use super::{Done, NodeLoop, NodeSimulator, Timer};
+use crate::kubelet::recorder::KubeletRecorder;
+use crate::kubelet::status::cloud::{self, CloudPlan, Phase};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Taint};
+use kube::api::{DeleteParams, Patch, Preconditions};
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, ResourceExt};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long a write of the cloud lifecycle is given before it is tried again.
+const RETRY: Duration = Duration::from_secs(30);
+
+/// What this replica sent about a node's cloud lifecycle (each write once, again after
+/// [`RETRY`] if the node still does not show it).
+#[derive(Default, Debug)]
+pub(super) struct CloudSent {
+    startup: Option<Instant>,
+    notice: Option<Instant>,
+    gone: Option<Instant>,
+    launch_event: bool,
+    shutdown_event: bool,
+}
+
+fn due(sent: &mut Option<Instant>) -> bool {
+    if sent.is_some_and(|at| at.elapsed() < RETRY) {
+        return false;
+    }
+    *sent = Some(Instant::now());
+    true
+}
+
+impl NodeLoop {
+    /// Where `node` stands in its cloud lifecycle now (`None`: no cloud knob), with a timer for
+    /// its next change and the writes its phase asks for.
+    pub(super) fn cloud_now(&mut self, node: &Node, name: &str) -> Option<Phase> {
+        let knobs = self.sim.lifecycles.node_knobs(node)?;
+        let plan = cloud::plan(knobs.nodes()?, knobs.seed(), node)?;
+        let now = self.sim.config.clock.now().epoch();
+        let (phase, next) = plan.at(now);
+        if let Some(next) = next {
+            let wait = crate::simulator::timer_delay(next.saturating_sub(now)) + Duration::from_millis(100);
+            self.timers.set(Timer::Cloud(name.to_string()), wait);
+        }
+        self.cloud_writes(node, name, &plan, phase);
+        Some(phase)
+    }
+
+    fn cloud_writes(&mut self, node: &Node, name: &str, plan: &CloudPlan, phase: Phase) {
+        let Some(t) = self.tracked.get_mut(name) else { return };
+        let sent = &mut t.cloud;
+        let mut events = Vec::new();
+        match phase {
+            Phase::Up | Phase::Noticed => {
+                if let Some(left) = cloud::without_taints(node, &plan.startup_taints)
+                    && due(&mut sent.startup)
+                {
+                    spawn_taints(&self.writes, &self.sim, node, left, "startup taints removed");
+                }
+            }
+            Phase::LaunchFailed { .. } if !std::mem::replace(&mut sent.launch_event, true) => {
+                events.push((EventType::Warning, "LaunchFailed", "Launch".to_string(),
+                    "The instance never finished booting and will not become Ready (simulated by kwok-pools: spec.lifecycle.nodes.launchFailures); its NodePool replaces it after replaceAfter".to_string()));
+            }
+            _ => {}
+        }
+        if let (true, Some(i)) = (phase.noticed(), plan.interruption.as_ref()) {
+            if !cloud::has_taint(node, &i.taint) && phase != Phase::Gone && due(&mut sent.notice) {
+                let mut taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+                taints.push(i.taint.clone());
+                spawn_taints(&self.writes, &self.sim, node, taints, "interruption notice");
+                let note = format!(
+                    "The instance is interrupted in {}s: tainted {}:{} (simulated by kwok-pools: spec.lifecycle.nodes.interruptions)",
+                    i.at.saturating_sub(self.sim.config.clock.now().epoch()).as_secs(),
+                    i.taint.key,
+                    i.taint.effect
+                );
+                events.push((EventType::Warning, cloud::NOTICE_REASON, "Interrupt".to_string(), note));
+                self.sim.metrics.injected("node_interruption");
+            }
+            if phase != Phase::Noticed && !std::mem::replace(&mut sent.shutdown_event, true) {
+                events.push((
+                    EventType::Normal,
+                    "Shutdown",
+                    "Shutdown".to_string(),
+                    "Shutdown manager detected shutdown event".to_string(),
+                ));
+            }
+        }
+        if phase == Phase::Gone && due(&mut sent.gone) {
+            spawn_delete(&self.writes, &self.sim, node);
+        }
+        for (type_, reason, action, note) in events {
+            spawn_event(&self.writes, &self.recorder, node, type_, reason, action, note);
+        }
+    }
+}
+
+/// Writes the node's taints as `taints`, unless the node changed since it was read.
+fn spawn_taints(
+    writes: &super::Writes<Done>,
+    sim: &Arc<NodeSimulator>,
+    node: &Node,
+    taints: Vec<Taint>,
+    what: &'static str,
+) {
+    let (sim, name) = (sim.clone(), node.name_any());
+    let version = node.resource_version();
+    writes.spawn(move || async move {
+        let api: Api<Node> = Api::all(sim.client.clone());
+        let patch = serde_json::json!({"metadata": {"resourceVersion": version}, "spec": {"taints": taints}});
+        let result = api.patch(&name, &crate::api::conventions::patch_params(), &Patch::Merge(&patch)).await;
+        sim.metrics.write("nodes", "patch", result.is_ok());
+        match &result {
+            Ok(_) => tracing::info!(node = %name, "{what}"),
+            Err(e) if !crate::simulator::machinery::object_gone(&result) => {
+                tracing::warn!(node = %name, error = %e, "cannot write the node's taints ({what}); trying again in 30s")
+            }
+            Err(_) => {}
+        }
+        Done::Noted
+    });
+}
+
+/// Deletes the node (the cloud took its instance away), unless it was replaced meanwhile.
+fn spawn_delete(writes: &super::Writes<Done>, sim: &Arc<NodeSimulator>, node: &Node) {
+    let (sim, name, uid) = (sim.clone(), node.name_any(), node.metadata.uid.clone());
+    writes.spawn(move || async move {
+        let api: Api<Node> = Api::all(sim.client.clone());
+        let dp =
+            DeleteParams { preconditions: Some(Preconditions { uid, resource_version: None }), ..Default::default() };
+        let result = api.delete(&name, &dp).await;
+        sim.metrics.write("nodes", "delete", result.is_ok());
+        match &result {
+            Ok(_) => tracing::info!(node = %name, "interrupted node shut down and deleted"),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                tracing::warn!(node = %name, error = %e, "cannot delete the interrupted node; trying again in 30s")
+            }
+        }
+        Done::Noted
+    });
+}
+
+fn spawn_event(
+    writes: &super::Writes<Done>,
+    recorder: &KubeletRecorder,
+    node: &Node,
+    type_: EventType,
+    reason: &str,
+    action: String,
+    note: String,
+) {
+    let recorder = recorder.clone();
+    let regarding = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(node.name_any()),
+        uid: node.metadata.uid.clone(),
+        ..Default::default()
+    };
+    let ev = Event { type_, reason: reason.to_string(), note: Some(note), action, secondary: None };
+    writes.spawn(move || async move {
+        if let Err(e) = recorder.publish(&ev, &regarding).await {
+            tracing::debug!(error = %e, reason = %ev.reason, "node event not recorded");
+        }
+        Done::Noted
+    });
+}
