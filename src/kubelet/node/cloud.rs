@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// How long a write of the cloud lifecycle is given before it is tried again.
-const RETRY: Duration = Duration::from_secs(30);
+/// How long a write of the cloud lifecycle is given before it is tried again (a taint write
+/// often meets the node lifecycle controller's own taint change: a conflict).
+const RETRY: Duration = Duration::from_secs(5);
 
 /// What this replica sent about a node's cloud lifecycle (each write once, again after
 /// [`RETRY`] if the node still does not show it).
@@ -28,8 +29,13 @@ pub(super) struct CloudSent {
     shutdown_event: bool,
 }
 
-fn due(sent: &mut Option<Instant>) -> bool {
-    if sent.is_some_and(|at| at.elapsed() < RETRY) {
+/// Whether a write is due now (it is then noted as sent); else `retry` learns when to look again.
+fn due(sent: &mut Option<Instant>, retry: &mut Option<Duration>) -> bool {
+    if let Some(at) = *sent
+        && at.elapsed() < RETRY
+    {
+        let wait = RETRY - at.elapsed() + Duration::from_millis(100);
+        *retry = Some(retry.map_or(wait, |r| r.min(wait)));
         return false;
     }
     *sent = Some(Instant::now());
@@ -44,22 +50,26 @@ impl NodeLoop {
         let plan = cloud::plan(knobs.nodes()?, knobs.seed(), node)?;
         let now = self.sim.config.clock.now().epoch();
         let (phase, next) = plan.at(now);
-        if let Some(next) = next {
-            let wait = crate::simulator::timer_delay(next.saturating_sub(now)) + Duration::from_millis(100);
+        let next = next.map(|n| crate::simulator::timer_delay(n.saturating_sub(now)) + Duration::from_millis(100));
+        // Written once, and looked at again until the node shows it.
+        let retry = self.cloud_writes(node, name, &plan, phase);
+        if let Some(wait) = [next, retry].into_iter().flatten().min() {
             self.timers.set(Timer::Cloud(name.to_string()), wait);
         }
-        self.cloud_writes(node, name, &plan, phase);
         Some(phase)
     }
 
-    fn cloud_writes(&mut self, node: &Node, name: &str, plan: &CloudPlan, phase: Phase) {
-        let Some(t) = self.tracked.get_mut(name) else { return };
+    /// The writes `phase` asks for that the node does not show yet; when to look again for
+    /// those sent a moment ago.
+    fn cloud_writes(&mut self, node: &Node, name: &str, plan: &CloudPlan, phase: Phase) -> Option<Duration> {
+        let t = self.tracked.get_mut(name)?;
         let sent = &mut t.cloud;
+        let mut retry = None;
         let mut events = Vec::new();
         match phase {
             Phase::Up | Phase::Noticed => {
                 if let Some(left) = cloud::without_taints(node, &plan.startup_taints)
-                    && due(&mut sent.startup)
+                    && due(&mut sent.startup, &mut retry)
                 {
                     spawn_taints(&self.writes, &self.sim, node, left, "startup taints removed");
                 }
@@ -71,7 +81,7 @@ impl NodeLoop {
             _ => {}
         }
         if let (true, Some(i)) = (phase.noticed(), plan.interruption.as_ref()) {
-            if !cloud::has_taint(node, &i.taint) && phase != Phase::Gone && due(&mut sent.notice) {
+            if !cloud::has_taint(node, &i.taint) && phase != Phase::Gone && due(&mut sent.notice, &mut retry) {
                 let mut taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
                 taints.push(i.taint.clone());
                 spawn_taints(&self.writes, &self.sim, node, taints, "interruption notice");
@@ -93,12 +103,13 @@ impl NodeLoop {
                 ));
             }
         }
-        if phase == Phase::Gone && due(&mut sent.gone) {
+        if phase == Phase::Gone && due(&mut sent.gone, &mut retry) {
             spawn_delete(&self.writes, &self.sim, node);
         }
         for (type_, reason, action, note) in events {
             spawn_event(&self.writes, &self.recorder, node, type_, reason, action, note);
         }
+        retry
     }
 }
 
@@ -120,7 +131,7 @@ fn spawn_taints(
         match &result {
             Ok(_) => tracing::info!(node = %name, "{what}"),
             Err(e) if !crate::simulator::machinery::object_gone(&result) => {
-                tracing::warn!(node = %name, error = %e, "cannot write the node's taints ({what}); trying again in 30s")
+                tracing::warn!(node = %name, error = %e, "cannot write the node's taints ({what}); trying again in 5s")
             }
             Err(_) => {}
         }
@@ -141,7 +152,7 @@ fn spawn_delete(writes: &super::Writes<Done>, sim: &Arc<NodeSimulator>, node: &N
             Ok(_) => tracing::info!(node = %name, "interrupted node shut down and deleted"),
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => {
-                tracing::warn!(node = %name, error = %e, "cannot delete the interrupted node; trying again in 30s")
+                tracing::warn!(node = %name, error = %e, "cannot delete the interrupted node; trying again in 5s")
             }
         }
         Done::Noted
