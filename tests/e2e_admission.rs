@@ -195,6 +195,42 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
             "spec.nodeTemplate.metadata.ownerReferences",
         ),
         (
+            "interruptions that never wait",
+            np(
+                &s,
+                &n("g9"),
+                &format!("  nodeCount: 1\n  lifecycle:\n    nodes:\n      interruptions: {{every: 0s}}\n{TEMPLATE}"),
+            ),
+            "spec.lifecycle.nodes.interruptions.every",
+        ),
+        (
+            "a boot whose min is over its max",
+            np(
+                &s,
+                &n("g10"),
+                &format!(
+                    "  nodeCount: 1\n  lifecycle:\n    nodes:\n      boot: {{after: {{min: 60s, max: 30s}}}}\n{TEMPLATE}"
+                ),
+            ),
+            "spec.lifecycle.nodes.boot.after.min",
+        ),
+        (
+            "a launch failure share over 100",
+            np(
+                &s,
+                &n("c9"),
+                &format!(
+                    "  nodeCount: 1\n  lifecycle:\n    nodes:\n      launchFailures: {{percent: 120}}\n{TEMPLATE}"
+                ),
+            ),
+            "spec.lifecycle.nodes.launchFailures.percent",
+        ),
+        (
+            "a price that is not a decimal",
+            np(&s, &n("c10"), &format!("  nodeCount: 1\n  capacity: {{spotPrice: cheap}}\n{TEMPLATE}")),
+            "spec.capacity.spotPrice",
+        ),
+        (
             "a negative capacity (the API server's rule)",
             np(&s, &n("g8"), "  nodeCount: 1\n  nodeTemplate:\n    status: {capacity: {cpu: '-1'}}\n"),
             "spec.nodeTemplate.status.capacity",

@@ -376,3 +376,40 @@ async fn a_zone_outage_takes_its_nodes_down_together_and_the_controller_manager_
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_cloud_sample_boots_labelled_nodes_over_its_zones() {
+    let client = client().await;
+    let scope = unique("cloudsample");
+    let _op = Operator::start(&scope, &[]);
+    let sample = scoped_sample(&read_repo_file("samples/nodepool-cloud.yaml"), &scope);
+    let pool = format!("{scope}-cloud");
+    let _cleanup = PoolCleanup(pool.clone());
+    apply(&sample.replace("name: nodepool-cloud", &format!("name: {pool}")));
+    let nodes = wait_for("6 booting nodes", Duration::from_secs(30), || async {
+        let nodes = pool_nodes(&client, &pool).await;
+        if nodes.len() == 6 { Ok(nodes) } else { Err(format!("{} nodes", nodes.len())) }
+    })
+    .await;
+    assert!(nodes.iter().all(|n| !is_ready(n)), "born booting");
+    // Ready within the boot window, or replaced after a failed launch (2 minutes).
+    wait_ready_nodes(&client, &pool, 6, Duration::from_secs(240)).await;
+    let nodes = pool_nodes(&client, &pool).await;
+    let label = |n: &Node, k: &str| n.metadata.labels.as_ref().unwrap().get(k).cloned().unwrap_or_default();
+    let spot = nodes.iter().filter(|n| label(n, "karpenter.sh/capacity-type") == "spot").count();
+    assert_eq!(spot, 2, "34% of 6 nodes spread by index");
+    for n in &nodes {
+        let price = if label(n, "karpenter.sh/capacity-type") == "spot" { "0.058" } else { "0.192" };
+        assert_eq!(label(n, "pools.kwok.x-k8s.io/price-per-hour"), price);
+        assert!(label(n, "topology.kubernetes.io/zone").starts_with("sim-zone-"));
+    }
+    wait_for("the startup taint gone from every node", Duration::from_secs(30), || async {
+        let tainted = pool_nodes(&client, &pool)
+            .await
+            .iter()
+            .filter(|n| taint_keys(n).contains(&"node.cilium.io/agent-not-ready".to_string()))
+            .count();
+        if tainted == 0 { Ok(()) } else { Err(format!("{tainted} nodes")) }
+    })
+    .await;
+}
