@@ -1,11 +1,12 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
 //! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [events[=N]] [vmis] [webhook] [shards[=N]]
 //! [unrelated[=N]] [leases[=N]] [kubelet[=NODES[:PODS_PER_NODE]]] [devices[=NODES[:PODS]]] [many-pools[=PODS]]
-//! [policies[=PODS]] [--quick]
+//! [policies[=PODS]] [karpenter[=PODS]] [--quick]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 mod devices;
 mod harness;
+mod karpenter;
 mod kubelet;
 mod leases;
 mod many_pools;
@@ -142,6 +143,15 @@ async fn main() {
         } else {
             policies::run(5000, 100, 100).await;
         }
+    }
+    // karpenter[=PODS]: Karpenter's kwok provider on kwok-pools and on kwok (only when named:
+    // it needs `make kwok karpenter`).
+    let karpenter_pods: Vec<u32> =
+        picked.iter().filter_map(|a| a.strip_prefix("karpenter=")).filter_map(|v| v.parse().ok()).collect();
+    if let Some(n) = karpenter_pods.first() {
+        karpenter::run(*n).await;
+    } else if picked.contains(&"karpenter") {
+        karpenter::run(if quick { 1000 } else { 10_000 }).await;
     }
     if !sizes.is_empty() {
         nodes::run(&sizes, Duration::from_secs(if quick { 20 } else { 120 })).await;
