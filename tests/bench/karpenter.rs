@@ -160,6 +160,7 @@ async fn one(tool: Tool, pods: u32) {
     let mut cp = bench.control_plane_pids();
     cp.push(("karpenter".into(), karpenter_pid));
     let meter = CpuMeter::start(sim_pid, cp);
+    let writes_before = bench.writes().await;
     let start = Instant::now();
     kubectl_apply(&bench, "-", Some(&deployment(pods)));
     let deployments: Api<Deployment> = Api::namespaced(bench.client.clone(), "default");
@@ -189,5 +190,10 @@ async fn one(tool: Tool, pods: u32) {
         peak_rss_mib(karpenter_pid),
         cpu("kube-apiserver"),
     );
+    let writes = delta(&bench.writes().await, &writes_before);
+    let mut top: Vec<(&String, &f64)> = writes.iter().collect();
+    top.sort_by(|a, b| b.1.total_cmp(a.1));
+    let shown: Vec<String> = top.iter().take(8).map(|(k, v)| format!("{k} {v:.0}")).collect();
+    println!("  API writes meanwhile (all clients): {:.0} ({})", writes.values().sum::<f64>(), shown.join(", "));
     drop(karpenter);
 }

@@ -22,6 +22,8 @@ const RETRY: Duration = Duration::from_secs(5);
 /// [`RETRY`] if the node still does not show it).
 #[derive(Default, Debug)]
 pub(super) struct CloudSent {
+    /// When this replica first saw the node under cloud knobs (seconds since the epoch).
+    since: Option<Duration>,
     startup: Option<Instant>,
     notice: Option<Instant>,
     gone: Option<Instant>,
@@ -46,9 +48,15 @@ impl NodeLoop {
     /// Where `node` stands in its cloud lifecycle now (`None`: no cloud knob), with a timer for
     /// its next change and the writes its phase asks for.
     pub(super) fn cloud_now(&mut self, node: &Node, name: &str) -> Option<Phase> {
-        let knobs = self.sim.lifecycles.node_knobs(node)?;
-        let plan = cloud::plan(knobs.nodes()?, knobs.seed(), node)?;
         let now = self.sim.config.clock.now().epoch();
+        let knobs = self.sim.lifecycles.node_knobs(node);
+        let t = self.tracked.get_mut(name)?;
+        let Some(plan) =
+            knobs.as_deref().and_then(|k| cloud::plan(k.nodes()?, k.seed(), node, *t.cloud.since.get_or_insert(now)))
+        else {
+            t.cloud.since = None;
+            return None;
+        };
         let (phase, next) = plan.at(now);
         let next = next.map(|n| crate::simulator::timer_delay(n.saturating_sub(now)) + Duration::from_millis(100));
         // Written once, and looked at again until the node shows it.
@@ -75,6 +83,7 @@ impl NodeLoop {
                 }
             }
             Phase::LaunchFailed { .. } if !std::mem::replace(&mut sent.launch_event, true) => {
+                self.sim.metrics.injected("node_launch_failure");
                 events.push((EventType::Warning, "LaunchFailed", "Launch".to_string(),
                     "The instance never finished booting and will not become Ready (simulated by kwok-pools: spec.lifecycle.nodes.launchFailures); its NodePool replaces it after replaceAfter".to_string()));
             }

@@ -69,8 +69,12 @@ fn is_spot(node: &Node) -> bool {
     node.metadata.labels.as_ref().and_then(|l| l.get(CAPACITY_TYPE_LABEL)).is_some_and(|v| v == "spot")
 }
 
-/// The plan of `node` under `knobs` (`None` when no cloud knob applies or it has no creation time).
-pub fn plan(knobs: &NodeLifecycle, seed: Option<i64>, node: &Node) -> Option<CloudPlan> {
+/// The plan of `node` under `knobs` (`None` when no cloud knob applies or it has no creation
+/// time). `since`: when the simulator first saw the node under these knobs — an interruption
+/// is drawn from then at the earliest, so knobs added to a pool of old nodes do not interrupt
+/// them all at once. A launch fails only for a node that is not Ready: knobs added later do
+/// not fail nodes that came up.
+pub fn plan(knobs: &NodeLifecycle, seed: Option<i64>, node: &Node, since: Duration) -> Option<CloudPlan> {
     if knobs.boot.is_none() && knobs.launch_failures.is_none() && knobs.interruptions.is_none() {
         return None;
     }
@@ -80,14 +84,15 @@ pub fn plan(knobs: &NodeLifecycle, seed: Option<i64>, node: &Node) -> Option<Clo
     let boot = knobs.boot.as_ref();
     let boot_until = boot.map(|b| created + sample(Some(&b.after), seed, &key, "boot").unwrap_or_default());
     let startup_taints = boot.map(|b: &Boot| b.startup_taints.clone()).unwrap_or_default();
+    let came_up = super::node::is_ready(node) && condition(node, LAUNCH_FAILED).is_none();
     let failed = knobs
         .launch_failures
         .as_ref()
-        .filter(|l| units(seed, &key, "launch").0 * 100.0 < f64::from(l.percent.min(100)));
+        .filter(|l| !came_up && units(seed, &key, "launch").0 * 100.0 < f64::from(l.percent.min(100)));
     let replace_at = failed.map(|l: &LaunchFailures| created + l.replace_after());
     let interruption = match knobs.interruptions.as_ref() {
         Some(i) if failed.is_none() && (i.spot_only != Some(true) || is_spot(node)) => {
-            interruption(i, seed, &key, boot_until.unwrap_or(created))
+            interruption(i, seed, &key, boot_until.unwrap_or(created).max(since))
         }
         _ => None,
     };

@@ -30,7 +30,7 @@ fn a_booting_node_is_not_ready_until_its_drawn_delay_then_up() {
     );
     let mut delays = Vec::new();
     for i in 0..200 {
-        let p = plan(&k, Some(3), &node(&format!("uid-{i}"), json!({}))).unwrap();
+        let p = plan(&k, Some(3), &node(&format!("uid-{i}"), json!({})), secs(0)).unwrap();
         let until = p.boot_until.unwrap();
         assert!((secs(30)..=secs(60)).contains(&until), "{until:?}");
         assert_eq!(p.at(secs(10)), (Phase::Booting, Some(until)));
@@ -40,16 +40,20 @@ fn a_booting_node_is_not_ready_until_its_drawn_delay_then_up() {
     }
     delays.sort_unstable();
     assert!(delays[20] < T0 + 40 && delays[180] > T0 + 50, "drawn across the range, not one value: {delays:?}");
-    let again = plan(&k, Some(3), &node("uid-7", json!({}))).unwrap();
-    assert_eq!(again, plan(&k, Some(3), &node("uid-7", json!({}))).unwrap(), "the same node draws the same");
-    assert_eq!(plan(&NodeLifecycle::default(), Some(3), &node("u", json!({}))), None, "no cloud knob, no plan");
+    let again = plan(&k, Some(3), &node("uid-7", json!({})), secs(0)).unwrap();
+    assert_eq!(again, plan(&k, Some(3), &node("uid-7", json!({})), secs(0)).unwrap(), "the same node draws the same");
+    assert_eq!(
+        plan(&NodeLifecycle::default(), Some(3), &node("u", json!({})), secs(0)),
+        None,
+        "no cloud knob, no plan"
+    );
 }
 
 #[test]
 fn a_share_of_launches_fails_and_is_due_for_replacement_after_the_timeout() {
     let k = knobs("launchFailures: {percent: 20, replaceAfter: 2m}\ninterruptions: {every: 1m}");
     let plans: Vec<CloudPlan> =
-        (0..1000).map(|i| plan(&k, None, &node(&format!("u{i}"), json!({}))).unwrap()).collect();
+        (0..1000).map(|i| plan(&k, None, &node(&format!("u{i}"), json!({})), secs(0)).unwrap()).collect();
     let failed: Vec<&CloudPlan> = plans.iter().filter(|p| p.replace_at.is_some()).collect();
     assert!((150..=250).contains(&failed.len()), "about 20% of 1000: {}", failed.len());
     let f = failed[0];
@@ -67,14 +71,14 @@ fn interruptions_come_at_the_knobs_rate_with_a_notice_then_a_shutdown_then_the_e
     let n = 2000;
     let mut total = 0.0;
     for i in 0..n {
-        let p = plan(&k, Some(1), &node(&format!("u{i}"), json!({}))).unwrap();
+        let p = plan(&k, Some(1), &node(&format!("u{i}"), json!({})), secs(0)).unwrap();
         let it = p.interruption.unwrap();
         assert!(it.at >= secs(10), "counted from when the node is up");
         total += (it.at - secs(10)).as_secs_f64();
     }
     let mean = total / f64::from(n);
     assert!((540.0..660.0).contains(&mean), "an exponential of mean 600s: {mean}");
-    let p = plan(&k, Some(1), &node("u1", json!({}))).unwrap();
+    let p = plan(&k, Some(1), &node("u1", json!({})), secs(0)).unwrap();
     let it = p.interruption.clone().unwrap();
     assert_eq!(it.taint.key, INTERRUPTION_TAINT);
     if it.at >= secs(70) {
@@ -89,8 +93,8 @@ fn interruptions_come_at_the_knobs_rate_with_a_notice_then_a_shutdown_then_the_e
 #[test]
 fn spot_only_interruptions_spare_on_demand_nodes() {
     let k = knobs("interruptions: {every: 1h, spotOnly: true}");
-    let spot = plan(&k, None, &node("a", json!({CAPACITY_TYPE_LABEL: "spot"}))).unwrap();
-    let on_demand = plan(&k, None, &node("a", json!({CAPACITY_TYPE_LABEL: "on-demand"}))).unwrap();
+    let spot = plan(&k, None, &node("a", json!({CAPACITY_TYPE_LABEL: "spot"})), secs(0)).unwrap();
+    let on_demand = plan(&k, None, &node("a", json!({CAPACITY_TYPE_LABEL: "on-demand"})), secs(0)).unwrap();
     assert!(spot.interruption.is_some());
     assert_eq!(on_demand.interruption, None);
     assert_eq!(on_demand.at(secs(1_000_000)), (Phase::Up, None));
@@ -127,4 +131,17 @@ fn startup_taints_are_removed_by_key_and_effect_and_others_stay() {
     let c = Taint { key: "c".into(), effect: "NoSchedule".into(), ..Default::default() };
     assert_eq!(without_taints(&n, std::slice::from_ref(&c)), None, "nothing to remove: no write");
     assert!(!has_taint(&n, &c));
+}
+
+#[test]
+fn knobs_added_later_neither_fail_nodes_that_came_up_nor_interrupt_old_nodes_at_once() {
+    let k = knobs("launchFailures: {percent: 100}\ninterruptions: {every: 1m}");
+    let mut up = node("u", json!({}));
+    up.status = Some(serde_json::from_value(json!({"conditions": [{"type": "Ready", "status": "True"}]})).unwrap());
+    let month_later = secs(30 * 24 * 3600);
+    let p = plan(&k, None, &up, month_later).unwrap();
+    assert_eq!(p.replace_at, None, "a node that came up is not a failed launch");
+    assert!(p.interruption.unwrap().at >= month_later, "drawn from when the knobs were first seen on it");
+    let booting = node("u", json!({}));
+    assert!(plan(&k, None, &booting, secs(0)).unwrap().replace_at.is_some(), "100%: a node not up yet fails");
 }
