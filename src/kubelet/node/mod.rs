@@ -115,18 +115,12 @@ struct Tracked {
     cloud: cloud::CloudSent,
 }
 
-impl Tracked {
-    /// A status write carries `images`: the list it sends is the one the node now shows.
-    fn sent(&mut self, images: Option<&[ContainerImage]>) {
-        if let Some(list) = images {
-            self.images_sent = crate::kubelet::status::images::fingerprint(list);
-        }
-    }
-}
-
 enum Done {
     Status {
         name: String,
+        /// The image list the write carried, when it went through: the node shows it now (a
+        /// failed write leaves it to be sent again).
+        images: Option<u64>,
     },
     /// `ours`: the lease names this replica (else the next renewal writes it whole).
     Lease {
@@ -143,9 +137,7 @@ enum Done {
     /// The node's conflict annotation was written.
     Noted,
     /// A renewal not sent: the shard handed the node to another replica while it waited.
-    LeaseDropped {
-        name: String,
-    },
+    LeaseDropped { name: String },
 }
 
 fn jittered(base: Duration, low: f64, high: f64) -> Duration {
@@ -282,9 +274,12 @@ impl NodeLoop {
 
     fn on_done(&mut self, done: Done) {
         match done {
-            Done::Status { name } => {
+            Done::Status { name, images } => {
                 if let Some(t) = self.tracked.get_mut(&name) {
                     t.status.finish(true);
+                    if let Some(sent) = images {
+                        t.images_sent = sent;
+                    }
                 }
             }
             Done::Noted => {}
@@ -434,7 +429,6 @@ impl NodeLoop {
             if clash {
                 tracing::warn!(node = %name, "InternalIP already held by another node; giving this one a new address");
             }
-            t.sent(images.as_deref());
             spawn_status(&self.writes, &self.sim, node.clone(), true, bad, images);
         }
     }
@@ -472,7 +466,6 @@ impl NodeLoop {
                 let images = self.images_update(&name);
                 let Some(t) = self.tracked.get_mut(&name) else { return };
                 if t.status.begin() {
-                    t.sent(images.as_deref());
                     spawn_status(&self.writes, &self.sim, node, false, bad, images);
                 }
             }
@@ -496,7 +489,6 @@ impl NodeLoop {
             return; // its status after the window lists them
         }
         if t.status.begin() {
-            t.sent(Some(&images));
             spawn_status(&self.writes, &self.sim, node, false, bad, Some(images));
         } else {
             self.timers.set(Timer::Images(name), Duration::from_secs(1));
@@ -623,7 +615,6 @@ impl NodeLoop {
             let images = self.images_update(&name);
             let Some(t) = self.tracked.get_mut(&name) else { return };
             if (node_status::needs_write(&node, endpoint.as_ref(), &bad) || images.is_some()) && t.status.begin() {
-                t.sent(images.as_deref());
                 spawn_status(&self.writes, &self.sim, node.clone(), true, bad, images);
             }
         }
@@ -776,7 +767,7 @@ fn spawn_status(
 ) {
     let sim = sim.clone();
     let name = node.name_any();
-    let dropped = Done::Status { name: name.clone() };
+    let dropped = Done::Status { name: name.clone(), images: None };
     writes.spawn_for("", name, dropped, None, move || {
         let span = tracing::debug_span!("node_status", node = %node.name_any(), full);
         status_write(sim, node, full, bad, images).instrument(span)
@@ -833,6 +824,7 @@ async fn status_write(
         serde_json::json!({ "status": { "conditions": conditions } })
     };
     let mut patch = patch;
+    let fingerprint = images.as_deref().map(crate::kubelet::status::images::fingerprint);
     if let Some(images) = images {
         // A list without a merge key: the patch replaces it whole, as the kubelet's does.
         patch["status"]["images"] = serde_json::json!(images);
@@ -849,7 +841,7 @@ async fn status_write(
     {
         tracing::warn!(node = %name, error = %e, "node status write failed");
     }
-    Done::Status { name }
+    Done::Status { name, images: fingerprint.filter(|_| result.is_ok()) }
 }
 
 #[cfg(test)]
