@@ -84,7 +84,8 @@ pub fn plan(knobs: &NodeLifecycle, seed: Option<i64>, node: &Node, since: Durati
     let boot = knobs.boot.as_ref();
     let boot_until = boot.map(|b| created + sample(Some(&b.after), seed, &key, "boot").unwrap_or_default());
     let startup_taints = boot.map(|b: &Boot| b.startup_taints.clone()).unwrap_or_default();
-    let came_up = super::node::is_ready(node) && condition(node, LAUNCH_FAILED).is_none();
+    let ready = condition(node, "Ready").is_some_and(|c| c.status == "True");
+    let came_up = ready && condition(node, LAUNCH_FAILED).is_none();
     let failed = knobs
         .launch_failures
         .as_ref()
