@@ -110,7 +110,10 @@ pub fn build(input: &StatusInput<'_>) -> PoolStatus {
     let (ready_status, ready_reason, ready_message) = if ready == desired && updated == desired && extra == 0 {
         ("True", "AllReady", format!("all {desired} {noun}s are ready and up to date"))
     } else {
-        ("False", "Waiting", format!("{ready} of {desired} {noun}s ready, {updated} up to date"))
+        // Failing children (crash-looping pods, nodes whose launch failed) are named: they are
+        // why a pool waits.
+        let failing = if failed > 0 { format!(", {failed} failing") } else { String::new() };
+        ("False", "Waiting", format!("{ready} of {desired} {noun}s ready, {updated} up to date{failing}"))
     };
 
     let progressing = replicas != desired || updated != desired || extra > 0 || input.plan.is_some_and(|p| p.pending);
@@ -258,6 +261,18 @@ mod tests {
         let s = build(&input(2, &owned, None));
         assert_eq!(s.replicas, 2);
         assert_eq!(s.condition("Progressing").unwrap().reason, "ScalingDown");
+    }
+
+    #[test]
+    fn failing_children_are_counted_and_named_in_the_ready_message() {
+        let mut failed = obs(1, "h", false);
+        failed.failing = true;
+        let owned = vec![obs(0, "h", true), failed];
+        let s = build(&input(2, &owned, None));
+        assert_eq!(s.failed_replicas, 1);
+        assert_eq!(s.condition("Ready").unwrap().message, "1 of 2 nodes ready, 2 up to date, 1 failing");
+        let s = build(&input(1, &owned[..1], None));
+        assert!(!s.condition("Ready").unwrap().message.contains("failing"));
     }
 
     #[test]
