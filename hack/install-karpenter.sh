@@ -33,7 +33,7 @@ fi
 # partition (manageNodesWithLabelSelector kwok-partition=a), and the stages it applies —
 # kwok's stage-fast set, with Karpenter's hack/kwok/stages winning by name — given to kwok in
 # its config file rather than as Stage objects (enableCRDs dropped: the same stages).
-kwok_src="$(GOTOOLCHAIN=local GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kwok@v0.8.0" 2>/dev/null | sed -n 's/.*"Dir": "\(.*\)",/\1/p')"
+kwok_src="$(GOTOOLCHAIN=local GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kwok@v0.8.0" 2>/dev/null | sed -n 's/.*"Dir": "\(.*\)",/\1/p' || true)"
 if [ ! -s "$cache/kwok-config.yaml" ] && [ -n "$kwok_src" ]; then
   src="$(GOTOOLCHAIN="$KARPENTER_GO" GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/karpenter@$KARPENTER_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')"
   tmp="$cache/kwok-config.yaml.tmp"
