@@ -21,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(300);
-const REPLICAS: usize = 60;
+const REPLICAS: usize = 100;
 
 /// Karpenter's kwok provider, killed when dropped.
 struct Karpenter {
