@@ -6,6 +6,7 @@
 use super::{Done, NodeLoop, NodeSimulator, Timer};
 use crate::kubelet::recorder::KubeletRecorder;
 use crate::kubelet::status::cloud::{self, CloudPlan, Phase};
+use crate::simulator::lifecycle::Knobs;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Taint};
 use kube::api::{DeleteParams, Patch, Preconditions};
 use kube::runtime::events::{Event, EventType};
@@ -47,12 +48,10 @@ fn due(sent: &mut Option<Instant>, retry: &mut Option<Duration>) -> bool {
 impl NodeLoop {
     /// Where `node` stands in its cloud lifecycle now (`None`: no cloud knob), with a timer for
     /// its next change and the writes its phase asks for.
-    pub(super) fn cloud_now(&mut self, node: &Node, name: &str) -> Option<Phase> {
+    pub(super) fn cloud_now(&mut self, node: &Node, name: &str, knobs: Option<&dyn Knobs>) -> Option<Phase> {
         let now = self.sim.config.clock.now().epoch();
-        let knobs = self.sim.lifecycles.node_knobs(node);
         let t = self.tracked.get_mut(name)?;
-        let Some(plan) =
-            knobs.as_deref().and_then(|k| cloud::plan(k.nodes()?, k.seed(), node, *t.cloud.since.get_or_insert(now)))
+        let Some(plan) = knobs.and_then(|k| cloud::plan(k.nodes()?, k.seed(), node, *t.cloud.since.get_or_insert(now)))
         else {
             t.cloud.since = None;
             return None;

@@ -498,9 +498,11 @@ impl NodeLoop {
     /// What `node` reports now: the bad conditions of its knobs (with a timer for when that
     /// changes next) and kwok's node chaos once its delay is over.
     fn bad_now(&mut self, node: &Node, name: &str) -> Report {
+        // The knobs once for both: the lookup runs on every heartbeat.
+        let knobs = self.sim.lifecycles.node_knobs(node);
         let chaos = self.chaos_now(node, name);
-        let cloud = self.cloud_now(node, name);
-        Report { bad: self.bad_conditions(node, name), chaos, cloud }
+        let cloud = self.cloud_now(node, name, knobs.as_deref());
+        Report { bad: self.bad_conditions(node, name, knobs.as_deref()), chaos, cloud }
     }
 
     /// kwok's node chaos, once its delay has passed since the simulator first saw the label
@@ -524,10 +526,9 @@ impl NodeLoop {
     }
 
     /// The bad conditions of `node`'s knobs now.
-    fn bad_conditions(&mut self, node: &Node, name: &str) -> Vec<BadCondition> {
-        let knobs = self.sim.lifecycles.node_knobs(node);
-        let mut plans = fate::node_conditions(knobs.as_deref(), node);
-        if let Some((window, true)) = self.outage(node, name, knobs.as_deref()) {
+    fn bad_conditions(&mut self, node: &Node, name: &str, knobs: Option<&dyn Knobs>) -> Vec<BadCondition> {
+        let mut plans = fate::node_conditions(knobs, node);
+        if let Some((window, true)) = self.outage(node, name, knobs) {
             plans.push(fate::ConditionPlan { condition: BadCondition::NotReady, windows: Some(window) });
         }
         if plans.is_empty() {
