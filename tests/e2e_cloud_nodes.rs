@@ -307,7 +307,9 @@ async fn interrupted_spot_nodes_end_their_pods_and_the_pool_and_deployment_recov
     })
     .await;
     let took = noticed.elapsed().as_secs_f64();
-    assert!(took >= 15.0, "gone after the notice (10 s) and the shutdown (10 s), not before: {took:.1}s");
+    // The notice is cut short when the interruption falls within 10 s of the node coming up
+    // (it never precedes the node), so only the shutdown's 10 s are sure (less polling slack).
+    assert!(took >= 9.0, "gone after the shutdown grace period (10 s), not before: {took:.1}s");
 
     // Interruptions off: the pool returns to its count and the Deployment to its replicas.
     apply(&yaml(""));
