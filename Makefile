@@ -146,7 +146,7 @@ E2E_TESTS := $(filter-out $(E2E_SCALE_TESTS),$(basename $(notdir $(wildcard test
 e2e: controlplane build helm metrics-server prometheus kwok karpenter ## End-to-end tests on a fresh local cluster (created, then deleted), then the scale tests.
 	@export KWOK_POOLS_HOME=$(E2E_HOME); \
 	$(DEBUG_BIN) cluster delete --name $(E2E_CLUSTER) >/dev/null 2>&1 || true; \
-	$(DEBUG_BIN) cluster create --name $(E2E_CLUSTER) --child-crds --metrics-server \
+	$(DEBUG_BIN) cluster create --name $(E2E_CLUSTER) --child-crds --metrics-server --storage-class \
 	  --extra-arg kube-controller-manager=--node-monitor-grace-period=$(E2E_GRACE)s \
 	  --extra-arg kube-controller-manager=--horizontal-pod-autoscaler-sync-period=5s; \
 	status=0; \
@@ -166,7 +166,7 @@ e2e: controlplane build helm metrics-server prometheus kwok karpenter ## End-to-
 .PHONY: run
 run: controlplane metrics-server release ## Start (or reuse) the local cluster, apply the sample pool, run the operator.
 	@if ! $(RELEASE_BIN) cluster kubeconfig --name $(RUN_CLUSTER) >/dev/null 2>&1; then \
-	  $(RELEASE_BIN) cluster create --name $(RUN_CLUSTER) --child-crds --metrics-server; \
+	  $(RELEASE_BIN) cluster create --name $(RUN_CLUSTER) --child-crds --metrics-server --storage-class; \
 	elif ! $(RELEASE_BIN) cluster list | grep -E "^$(RUN_CLUSTER) +running" >/dev/null; then \
 	  echo "cluster $(RUN_CLUSTER) exists but is not running: starting it"; \
 	  $(RELEASE_BIN) cluster start --name $(RUN_CLUSTER); \

@@ -24,5 +24,6 @@ pub mod setup;
 pub mod shard;
 pub mod simulator;
 pub mod stage;
+pub mod storage;
 pub mod sync;
 pub mod telemetry;

@@ -390,7 +390,10 @@ fn simulations(
     let mut s = Simulations { context, config, envs: &wiring.envs, out: Vec::new(), devices: Vec::new() };
     kinds::visit_all(&mut s);
     // The kubelet simulates every managed node whoever made it, whichever kinds are registered.
-    let mut all = kubelet::simulations(&shared.kubelet, &s.context, s.devices);
+    // Storage: the simulated CSI driver, and the volume view the kubelet starts pods by.
+    let (storage, mounts) = crate::storage::simulations(&s.context);
+    let mut all = kubelet::simulations(&shared.kubelet, &s.context, s.devices, mounts);
+    all.extend(storage);
     all.extend(s.out);
     all
 }

@@ -282,6 +282,8 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
             "telemetry",
         ],
     ),
+    // Simulated storage: a CSI driver's controller and node sides, the kubelet's volume view.
+    ("storage", &["api", "backoff", "deploy::rule", "informer", "kubelet", "shard", "simulator", "sync", "telemetry"]),
     // The pool core and the traits a kind implements.
     (
         "pool",
@@ -330,7 +332,10 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
         "admission",
         &["api", "backoff", "certs", "informer", "kinds", "netlimit", "policy", "pool", "setup", "sync", "telemetry"],
     ),
-    ("deploy", &["admission", "api", "deploy::rule", "informer", "kinds", "kubelet", "policy", "pool", "simulator"]),
+    (
+        "deploy",
+        &["admission", "api", "deploy::rule", "informer", "kinds", "kubelet", "policy", "pool", "simulator", "storage"],
+    ),
     ("cluster", &["api", "certs", "kinds", "setup", "sync"]),
     ("leader", &["admission", "api", "backoff", "dedicated", "simulator", "sync", "telemetry"]),
     // The process and its command line.
@@ -350,6 +355,7 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
             "setup",
             "shard",
             "simulator",
+            "storage",
             "sync",
             "telemetry",
         ],

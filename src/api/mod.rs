@@ -16,6 +16,7 @@ pub mod names;
 pub mod owners;
 pub mod ranges;
 pub mod schema;
+pub mod storage;
 pub mod validation;
 
 pub use common::{GROUP_VERSION, Placement, PoolStatus, SubnetRange, TemplateMetadata};

@@ -60,6 +60,11 @@ pub enum ClusterCommand {
         /// simulated nodes.
         #[arg(long)]
         metrics_server: bool,
+        /// Also install the StorageClass `simulated-disk` of kwok-pools' simulated CSI driver
+        /// as the cluster's default: claims bind (when their pod is scheduled), StatefulSets
+        /// with volumeClaimTemplates start on simulated nodes (docs/storage.md).
+        #[arg(long)]
+        storage_class: bool,
     },
     /// Start the components of an existing cluster that do not run (keeps its data).
     Start {
@@ -116,6 +121,7 @@ pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
             no_crds,
             child_crds,
             metrics_server,
+            storage_class,
         } => {
             // The factor's flags first: an --extra-arg of the same flag comes later and wins.
             let extra_args = heartbeat_args(heartbeat_factor).into_iter().chain(extra_args).collect();
@@ -135,6 +141,7 @@ pub async fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
                 install_crds: !no_crds,
                 child_crds,
                 metrics_server,
+                storage_class,
             };
             let created = cluster::create(&opts).await?;
             eprintln!("cluster {:?} ready in {:.1}s", common.name, created.elapsed.as_secs_f64());

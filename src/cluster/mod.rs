@@ -42,6 +42,8 @@ pub struct CreateOptions {
     pub child_crds: bool,
     /// Run the real metrics-server too, registered as the metrics.k8s.io APIService.
     pub metrics_server: bool,
+    /// Install the simulated CSI driver's StorageClass (`simulated-disk`) as the default.
+    pub storage_class: bool,
 }
 
 /// A created cluster.
@@ -210,11 +212,25 @@ async fn start_all(
         crds::install_crds(&client, stand_ins, deadline).await?;
         eprintln!("  ✓ child CRDs installed: {}", names.join(", "));
     }
+    if opts.storage_class {
+        install_storage_class(&client).await?;
+        eprintln!("  ✓ StorageClass {} installed (the default)", crate::api::storage::PRESET_CLASS);
+    }
     if opts.metrics_server {
         metrics_server::register(&client, layout, ports.metrics_server, deadline).await?;
         eprintln!("  ✓ metrics-server registered as the metrics.k8s.io APIService");
     }
     // The children were started detached; dropping the handles does not stop them.
+    Ok(())
+}
+
+/// The simulated CSI driver's StorageClass preset (the cluster's default).
+async fn install_storage_class(client: &kube::Client) -> Result<(), ClusterError> {
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let api: kube::Api<StorageClass> = kube::Api::all(client.clone());
+    let class = crate::api::storage::preset_class();
+    let params = crate::api::conventions::apply_params();
+    api.patch(crate::api::storage::PRESET_CLASS, &params, &kube::api::Patch::Apply(&class)).await?;
     Ok(())
 }
 

@@ -134,6 +134,7 @@ pub fn rules() -> Vec<Rule> {
     }
     let mut c = Collect(process_rules());
     c.0.extend(crate::kubelet::rules());
+    c.0.extend(crate::storage::rules());
     c.0.extend(crate::policy::rules());
     kinds::visit_all(&mut c);
     c.0

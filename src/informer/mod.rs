@@ -12,6 +12,7 @@ pub mod pod;
 pub mod registry;
 pub mod shape;
 pub mod shared;
+pub mod volumes;
 
 pub use registry::Informers;
 

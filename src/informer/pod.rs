@@ -274,6 +274,9 @@ pub struct SlimPod {
     /// What the kubelet reads of its spec now and then (where it may run, how its probes time
     /// it), shared by every pod shaped alike; `None` when it says none of it.
     pub shape: Option<std::sync::Arc<super::shape::Shape>>,
+    /// The volumes the kubelet waits for before it starts the pod (claims, ConfigMaps,
+    /// Secrets); `None` for most pods.
+    pub volumes: Option<Box<super::volumes::PodVolumes>>,
 }
 
 impl Resource for SlimPod {
@@ -382,6 +385,7 @@ impl SlimPod {
             crate::api::annotations::PodOverrides::from_meta(m.labels.as_ref(), m.annotations.as_ref()).map(Box::new);
         let spec = pod.spec.unwrap_or_default();
         let shape = super::shape::Shape::of(&spec).map(super::shape::interned);
+        let volumes = super::volumes::PodVolumes::of(metadata.name.as_deref().unwrap_or_default(), &spec);
         let slim = |c: &k8s_openapi::api::core::v1::Container| SlimContainer {
             name: c.name.clone(),
             image: c.image.clone().unwrap_or_default(),
@@ -434,6 +438,7 @@ impl SlimPod {
             overrides,
             ephemeral,
             shape,
+            volumes,
             generation: m.generation.unwrap_or(1),
             observed_generation: status.observed_generation.unwrap_or(0),
             crash_looping: looping,

@@ -26,4 +26,6 @@ mod simulations;
 pub mod status;
 
 pub use flags::{Kubelet, KubeletFlags};
-pub use simulations::{AllDevices, Devices, Gpu, POD_LABELS, Prepare, rules, simulations};
+pub use simulations::{
+    AllDevices, Devices, Gpu, Mount, NoVolumes, POD_LABELS, Prepare, VolumeStat, Volumes, rules, simulations,
+};

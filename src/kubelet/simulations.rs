@@ -60,13 +60,59 @@ impl AllDevices {
     }
 }
 
+/// Where the kubelet's volume manager stands for a pod's volumes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mount {
+    /// Attached and mounted (or nothing to wait for): the pod starts.
+    Ready,
+    /// A claim is not bound or a volume not attached yet: look again in a moment.
+    Later,
+    /// A volume cannot be mounted (the kubelet's `FailedMount` note): look again in a while.
+    Fails(String),
+}
+
+/// One mounted volume of a pod as `/stats/summary` and `kubelet_volume_stats_*` report it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VolumeStat {
+    /// The pod's volume name.
+    pub name: String,
+    /// The claim it mounts.
+    pub claim: String,
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+}
+
+/// The volumes the kubelet mounts (the storage simulation's answer): whether a pod's volumes
+/// are there, and what its mounted claims hold.
+pub trait Volumes: Send + Sync {
+    fn mount(&self, node: &Node, pod: &SlimPod) -> Mount;
+    fn stats(&self, pod: &SlimPod) -> Vec<VolumeStat>;
+}
+
+/// No storage simulation: every volume is there, none reports usage.
+pub struct NoVolumes;
+
+impl Volumes for NoVolumes {
+    fn mount(&self, _: &Node, _: &SlimPod) -> Mount {
+        Mount::Ready
+    }
+    fn stats(&self, _: &SlimPod) -> Vec<VolumeStat> {
+        Vec::new()
+    }
+}
+
 /// Pod labels the kubelet reads: an indexed Job's pods are planned by their index (a retry
 /// repeats its run time).
 pub const POD_LABELS: &[&str] = &[super::status::fate::COMPLETION_INDEX_LABEL];
 
 /// The kubelet's simulations in this process: the node worker, the pod worker and, when it is
 /// served here, the kubelet API. `devices`: what the registered kinds add to their nodes.
-pub fn simulations(kubelet: &Kubelet, sim: &SimContext, devices: Vec<Arc<dyn Devices>>) -> Vec<Simulation> {
+pub fn simulations(
+    kubelet: &Kubelet,
+    sim: &SimContext,
+    devices: Vec<Arc<dyn Devices>>,
+    volumes: Arc<dyn Volumes>,
+) -> Vec<Simulation> {
     let flags = &kubelet.flags;
     let devices = AllDevices(devices);
     let (nodes, pods) = (shared::nodes(&sim.informers), shared::pods(&sim.informers));
@@ -110,6 +156,7 @@ pub fn simulations(kubelet: &Kubelet, sim: &SimContext, devices: Vec<Arc<dyn Dev
         shard: sim.shard.clone(),
         devices: devices.clone(),
         images,
+        volumes: volumes.clone(),
     };
     // Before anything renders or simulates a node: the default address allocator learns
     // the addresses the nodes have.
@@ -134,7 +181,7 @@ pub fn simulations(kubelet: &Kubelet, sim: &SimContext, devices: Vec<Arc<dyn Dev
     let serves = Box::new(move |node: &Node| {
         node.metadata.deletion_timestamp.is_none() && manage.manages(node) && shard.owns(&node.name_any())
     });
-    let api = kubelet.server.as_ref().and_then(|k| super::server::simulation(k, sim, serves, devices));
+    let api = kubelet.server.as_ref().and_then(|k| super::server::simulation(k, sim, serves, devices, volumes));
     let mut simulations = vec![
         Simulation {
             name: "node simulator".into(),

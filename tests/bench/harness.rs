@@ -37,6 +37,7 @@ impl Bench {
             install_crds: true,
             child_crds: std::env::var_os("BENCH_NO_KUBEVIRT").is_none(),
             metrics_server: false,
+            storage_class: false,
         };
         let created = cluster::create(&opts).await.expect("creating the benchmark cluster (run `make controlplane`)");
         let client = cluster::crds::client(&created.kubeconfig).await.unwrap();

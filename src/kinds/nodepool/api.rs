@@ -95,6 +95,13 @@ pub struct NodePoolSpec {
     #[garde(custom(NodePoolSpec::capacity_rules))]
     pub capacity: Option<Capacity>,
 
+    /// Volumes of the simulated CSI driver (`disk.csi.pools.kwok.x-k8s.io`) on these nodes:
+    /// how many may be attached to each (its CSINode's attach limit, which the scheduler's
+    /// NodeVolumeLimits enforces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(custom(NodePoolSpec::storage_rules))]
+    pub storage: Option<NodeStorage>,
+
     /// Fake accelerators (Dynamic Resource Allocation): each node publishes one ResourceSlice
     /// per driver with these devices, so the real scheduler allocates ResourceClaims on
     /// simulated nodes. Changing them updates the slices in place.
@@ -267,6 +274,17 @@ impl Capacity {
         }
         out
     }
+}
+
+/// The simulated CSI driver on a pool's nodes.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStorage {
+    /// How many of the driver's volumes may be attached to one node (0 to 4096; default 39,
+    /// the scheduler's former default for a cloud block disk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 4096))]
+    pub attach_limit: Option<u32>,
 }
 
 /// What virt-handler gives a node it runs on.

@@ -10,6 +10,7 @@ use crate::api::conventions::{
 };
 use crate::api::lifecycle::LifecycleSpec;
 use crate::api::ranges::{nth_host, nth_subnet};
+use crate::api::storage;
 use crate::informer::{Informer, Informers};
 use crate::kubelet::Kubelet;
 use crate::kubelet::status::cloud::{self, Phase};
@@ -207,7 +208,13 @@ impl PoolKind for NodePool {
         for (key, value) in self.spec.capacity.as_ref().map(|c| c.labels(index)).unwrap_or_default() {
             labels.insert(key.into(), value);
         }
-        metadata.annotations.get_or_insert_default().insert(FAKE_NODE_ANNOTATION.into(), FAKE_VALUE.into());
+        let annotations = metadata.annotations.get_or_insert_default();
+        annotations.insert(FAKE_NODE_ANNOTATION.into(), FAKE_VALUE.into());
+        // As a kubelet registers: the attach/detach controller attaches its volumes.
+        annotations.insert(storage::CONTROLLER_ATTACH_ANNOTATION.into(), "true".into());
+        if let Some(limit) = self.spec.storage.as_ref().and_then(|s| s.attach_limit) {
+            annotations.insert(storage::ATTACH_LIMIT_ANNOTATION.into(), limit.to_string());
+        }
         let endpoint = env.endpoint(&name);
         if endpoint.is_some() {
             // Where metrics-server scrapes the node (a path that names it works at any address).

@@ -179,6 +179,16 @@ impl NodePoolSpec {
     }
 
     /// garde's rule on `spec.capacity`: a percentage, prices that are decimals.
+    pub fn storage_rules(s: &Option<super::api::NodeStorage>, _: &NodePoolRules) -> garde::Result {
+        let limit = s.as_ref().and_then(|s| s.attach_limit).filter(|l| *l > crate::api::storage::MAX_ATTACH_LIMIT);
+        lines(
+            limit
+                .map(|l| format!(".attachLimit: {l} is more than {}", crate::api::storage::MAX_ATTACH_LIMIT))
+                .into_iter()
+                .collect(),
+        )
+    }
+
     pub fn capacity_rules(c: &Option<super::api::Capacity>, _: &NodePoolRules) -> garde::Result {
         let Some(c) = c else { return Ok(()) };
         let mut out = Vec::new();

@@ -57,6 +57,8 @@ pub struct PodSimulator {
     pub devices: AllDevices,
     /// The images each node's pods pulled (`None`: nodes list none).
     pub images: Option<Arc<crate::kubelet::images::NodeImages>>,
+    /// Whether a pod's volumes are attached and mounted.
+    pub volumes: Arc<dyn super::Volumes>,
 }
 
 impl PodSimulator {

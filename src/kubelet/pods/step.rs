@@ -5,12 +5,12 @@
 //! worker then applies. Pure: no I/O, no clock but the [`Now`] given, so every behaviour is
 //! unit-tested here and under tokio's paused clock in the worker's tests.
 
-use super::super::Prepare;
 use super::super::status::admission::Rejection;
 use super::super::status::eviction;
 use super::super::status::fate::{self, Fate, PodPlan};
 use super::super::status::patches as pod_status;
 use super::super::status::pod::Exit;
+use super::super::{Mount, Prepare};
 use crate::informer::pod::SlimPod;
 use crate::simulator::clock::Now;
 use crate::simulator::machinery::Attempts;
@@ -104,6 +104,8 @@ pub struct Tracked {
     pub annotations_reported: bool,
     /// A failed prepare of its claims was reported (an event on the pod).
     pub prepare_reported: bool,
+    /// A mount that failed was reported (FailedMount, said once).
+    pub mount_reported: bool,
 }
 
 impl Tracked {
@@ -127,6 +129,7 @@ impl Tracked {
             exhausted_reported: false,
             annotations_reported: false,
             prepare_reported: false,
+            mount_reported: false,
         }
     }
 
@@ -187,6 +190,8 @@ pub struct Input<'a> {
     pub pod_ips: Option<&'a [IpAddr]>,
     /// The prepare step of its ResourceClaims (read only for a pod with claims not started).
     pub prepare: Prepare,
+    /// Where its volumes stand (read only for a pod with volumes not started).
+    pub mount: Mount,
     /// How saturated the simulator's writes are (0 to 1).
     pub pressure: f64,
     /// The kubelet's admission refused it (read only for a pod not started yet).
@@ -379,6 +384,9 @@ fn start(i: &Input, facts: &NodeFacts, out: &mut Out) {
     if pod.claims && !out.t.started && !prepared(i, facts, out) {
         return;
     }
+    if pod.volumes.is_some() && !out.t.started && !mounted(i, facts, out) {
+        return;
+    }
     if out.t.started || out.t.is_armed(TimerKind::Start) {
         return; // our write is on its way through the watch, or the start delay runs
     }
@@ -553,6 +561,36 @@ fn prepared(i: &Input, facts: &NodeFacts, out: &mut Out) -> bool {
     });
     false
 }
+
+/// The kubelet's volume manager: false while a volume is not attached or mounted yet (looked at
+/// again in a second, the pod acknowledged: ContainerCreating), or a volume cannot be mounted
+/// (a ConfigMap or Secret that does not exist: the kubelet's `FailedMount`, said once, looked
+/// at again every few seconds until it mounts).
+fn mounted(i: &Input, facts: &NodeFacts, out: &mut Out) -> bool {
+    match &i.mount {
+        Mount::Ready => true,
+        Mount::Later => {
+            acknowledge(i, facts.host_ips, out);
+            out.arm_once(TimerKind::Start, Duration::from_secs(1));
+            false
+        }
+        Mount::Fails(note) => {
+            acknowledge(i, facts.host_ips, out);
+            if !std::mem::replace(&mut out.t.mount_reported, true) {
+                out.effects.push(Effect::Warn {
+                    reason: "FailedMount".into(),
+                    action: "MountVolume",
+                    note: note.clone(),
+                });
+            }
+            out.arm_once(TimerKind::Start, MOUNT_RETRY);
+            false
+        }
+    }
+}
+
+/// How soon a mount that failed is tried again.
+pub const MOUNT_RETRY: Duration = Duration::from_secs(2);
 
 /// A running pod: its addresses stay known, Ready follows its readiness gates, a crash loop
 /// goes round (a pod that is down always comes back after its back-off, whatever the knobs say
@@ -846,6 +884,7 @@ mod tests {
             node: facts(),
             pod_ips: Some(&pod_ips),
             prepare: Prepare::Ready,
+            mount: Mount::Ready,
             pressure: 0.0,
             rejection: None,
             evict: None,
@@ -875,6 +914,7 @@ mod tests {
             node: facts(),
             pod_ips: Some(&pod_ips),
             prepare: Prepare::Ready,
+            mount: Mount::Ready,
             pressure: 0.0,
             rejection: None,
             evict: None,
@@ -917,6 +957,7 @@ mod tests {
             node: Some(NodeFacts { plan: &p, away: None, host_ips: &ips }),
             pod_ips: Some(&pod_ips),
             prepare: Prepare::Ready,
+            mount: Mount::Ready,
             pressure: 0.0,
             rejection: None,
             evict: None,
@@ -962,6 +1003,7 @@ mod tests {
                 node: Some(NodeFacts { plan: p, away: None, host_ips: &ips }),
                 pod_ips: Some(&pod_ips),
                 prepare: Prepare::Ready,
+                mount: Mount::Ready,
                 pressure: 0.0,
                 rejection: None,
                 evict: None,
@@ -996,6 +1038,7 @@ mod tests {
             node: Some(NodeFacts { plan: &p, away: None, host_ips: &ips }),
             pod_ips: None,
             prepare: Prepare::Ready,
+            mount: Mount::Ready,
             pressure: 0.0,
             rejection: None,
             evict: None,
@@ -1036,6 +1079,7 @@ mod tests {
             node: facts,
             pod_ips: None,
             prepare: Prepare::Ready,
+            mount: Mount::Ready,
             pressure: 0.0,
             rejection: Some(&r),
             evict: None,
@@ -1066,6 +1110,7 @@ mod tests {
             node: facts(),
             pod_ips: None,
             prepare: Prepare::Ready,
+            mount: Mount::Ready,
             pressure: 0.0,
             rejection: None,
             evict: None,
@@ -1099,6 +1144,7 @@ mod tests {
             node: None,
             pod_ips: None,
             prepare: Prepare::Ready,
+            mount: Mount::Ready,
             pressure: 0.0,
             rejection: None,
             evict: None,
@@ -1116,6 +1162,7 @@ mod tests {
             node: None,
             pod_ips: None,
             prepare: Prepare::Ready,
+            mount: Mount::Ready,
             pressure: 1.0,
             rejection: None,
             evict: None,

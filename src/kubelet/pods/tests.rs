@@ -78,6 +78,7 @@ fn simulator(world: &World, client: kube::Client, lifecycles: Lifecycles, shard:
         shard,
         devices: AllDevices::default(),
         images: None,
+        volumes: Arc::new(crate::kubelet::NoVolumes),
     }
 }
 

@@ -8,13 +8,13 @@ use super::{Done, PodSimulator, fallback, shard_key, writer};
 use crate::informer::Change;
 use crate::informer::pod::SlimPod;
 use crate::ipam::pods::PodIpam;
-use crate::kubelet::Prepare;
 use crate::kubelet::recorder::KubeletRecorder;
 use crate::kubelet::status::admission;
 use crate::kubelet::status::eviction;
 use crate::kubelet::status::fate::{self, PodPlan};
 use crate::kubelet::status::node as node_status;
 use crate::kubelet::status::patches as pod_status;
+use crate::kubelet::{Mount, Prepare};
 use crate::simulator::clock::Now;
 use crate::simulator::machinery::{Class, Timers, Writes};
 use crate::telemetry::metrics::ResultLabels;
@@ -393,6 +393,7 @@ impl Loop {
         let started = t.started;
         let (plan, host_ips) = (self.plan(pod, &node), node_status::internal_ips(&node));
         let prepare = if pod.claims && !started { self.sim.devices.prepare(&node, pod) } else { Prepare::Ready };
+        let mount = if pod.volumes.is_some() && !started { self.sim.volumes.mount(&node, pod) } else { Mount::Ready };
         let facts = NodeFacts { plan: &plan, away: self.away_until(&node, &now), host_ips: &host_ips };
         let pressure = self.sim.writes.pressure();
         let rejection = rejection.as_ref();
@@ -405,7 +406,7 @@ impl Loop {
                 .map(|(_, p)| eviction::Eviction::Pressure(p.clone()))
         };
         let evict = evicted.as_ref();
-        let input = Input { pod, now, node: Some(facts), pod_ips: None, prepare, pressure, rejection, evict };
+        let input = Input { pod, now, node: Some(facts), pod_ips: None, prepare, mount, pressure, rejection, evict };
         let Some(t) = self.tracked.get_mut(&uid) else { return };
         let effects = step::step(&input, t);
         let needs_addresses = effects.contains(&Effect::NeedAddresses);
@@ -457,6 +458,7 @@ impl Loop {
             node: facts,
             pod_ips: None,
             prepare: Prepare::Ready,
+            mount: Mount::Ready,
             pressure: self.sim.writes.pressure(),
             rejection: None,
             evict: None,

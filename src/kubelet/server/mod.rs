@@ -185,6 +185,7 @@ pub fn simulation(
     sim: &SimContext,
     serves: Box<dyn Fn(&k8s_openapi::api::core::v1::Node) -> bool + Send + Sync>,
     devices: super::AllDevices,
+    volumes: Arc<dyn super::Volumes>,
 ) -> Option<Simulation> {
     let listener = crate::sync::lock(&env.listener).take()?;
     let (nodes, pods) = (shared::nodes(&sim.informers), shared::pods(&sim.informers));
@@ -200,6 +201,7 @@ pub fn simulation(
         counters: stats::Counters::default(),
         auth: auth::Authorizer::new(sim.client.clone()),
         devices,
+        volumes,
         pod_lists: pod_list::PodLists::default(),
         serves,
     });

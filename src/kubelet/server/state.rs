@@ -26,6 +26,8 @@ pub struct KubeletApi {
     pub auth: Authorizer,
     /// What the kinds add to their nodes: the GPUs of `/metrics/dcgm` and who holds them.
     pub devices: crate::kubelet::AllDevices,
+    /// The volumes pods mount: what `/stats/summary` and `kubelet_volume_stats_*` report.
+    pub volumes: Arc<dyn crate::kubelet::Volumes>,
     /// `/pods` answers, kept briefly, lists bounded.
     pub pod_lists: super::pod_list::PodLists,
     /// Whether this replica simulates a node (managed, and in its shard).
