@@ -45,6 +45,7 @@ fn waiting(world: &World, va: &VolumeAttachment) -> bool {
         && !attached
         && va.metadata.deletion_timestamp.is_none()
         && world.sim.shard.owns(&va.spec.node_name)
+        && world.nodes.get(&ObjectRef::new(&va.spec.node_name)).is_some_and(|n| world.sim.manage.manages(&n))
 }
 
 fn on_attachment(world: &World, va: &Arc<VolumeAttachment>) {
