@@ -338,21 +338,6 @@ async fn anonymous_and_unauthorized_callers_are_refused_by_the_kubelet() {
     op.stop();
 }
 
-/// A client of the simulated kubelets with the cluster admin's certificate, trusting the
-/// cluster CA (which issues their serving certificates).
-fn admin_client() -> reqwest::Client {
-    let pki = kubeconfig().parent().unwrap().join("pki");
-    let ca = reqwest::Certificate::from_pem(&std::fs::read(pki.join("ca.crt")).unwrap()).unwrap();
-    let mut identity = std::fs::read(pki.join("admin.crt")).unwrap();
-    identity.extend(std::fs::read(pki.join("admin.key")).unwrap());
-    reqwest::Client::builder()
-        .use_rustls_tls()
-        .add_root_certificate(ca)
-        .identity(reqwest::Identity::from_pem(&identity).unwrap())
-        .build()
-        .unwrap()
-}
-
 /// `kubectl top` lines as (name, cpu millicores, memory MiB).
 fn top(args: &[&str]) -> Result<Vec<(String, u64, u64)>, String> {
     let (ok, stdout, stderr) = out(args);

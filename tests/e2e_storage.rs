@@ -68,6 +68,12 @@ async fn events(client: &kube::Client, ns: &str, reason: &str, name: &str) -> Ve
         .collect()
 }
 
+/// A simulated kubelet's answer at `base` (its address and port) for `path`, as the cluster
+/// admin.
+async fn kubelet_get(base: &str, path: &str) -> String {
+    admin_client().get(format!("{base}{path}")).send().await.unwrap().text().await.unwrap()
+}
+
 fn storage_of(pvc: &PersistentVolumeClaim) -> Option<String> {
     pvc.status.as_ref()?.capacity.as_ref()?.get("storage").map(|q| q.0.clone())
 }
@@ -82,7 +88,7 @@ fn affinity_zone(pv: &PersistentVolume) -> Option<String> {
 async fn a_statefulset_with_claims_starts_each_volume_in_its_pods_zone_grows_and_goes_with_its_claims() {
     let client = client().await;
     let scope = unique("sts");
-    let _op = Operator::start(&scope, &[]);
+    let op = Operator::start(&scope, &[]);
     let ns = TestNamespace::new(&client, "sts").await;
     let pool = format!("{scope}-pool");
     let _pool = Cleanup("nodepool", pool.clone());
@@ -132,6 +138,41 @@ async fn a_statefulset_with_claims_starts_each_volume_in_its_pods_zone_grows_and
         let n = nodes.get(node).await.unwrap();
         assert_eq!(n.metadata.annotations.unwrap()["volumes.kubernetes.io/controller-managed-attach-detach"], "true");
     }
+
+    // The kubelet reports the mounted claim: /stats/summary and kubelet_volume_stats_*.
+    // (Called as the API server calls them: its node proxy refuses the loopback addresses.)
+    let n = nodes.get(&handles[0].1).await.unwrap();
+    let host = n
+        .status
+        .as_ref()
+        .unwrap()
+        .addresses
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|a| a.type_ == "Hostname")
+        .unwrap()
+        .address
+        .clone();
+    let base = format!("https://{host}:{}", op.kubelet_port);
+    let summary: serde_json::Value = serde_json::from_str(&kubelet_get(&base, "/stats/summary").await).unwrap();
+    let pod = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["name"] == "db-0")
+        .expect("db-0 in the summary");
+    let volume = pod["volume"].as_array().unwrap().iter().find(|v| v["name"] == "data").expect("its data volume");
+    assert_eq!(volume["pvcRef"]["name"], "data-db-0");
+    assert_eq!(volume["capacityBytes"], 1u64 << 30);
+    let used = volume["usedBytes"].as_u64().unwrap();
+    assert_eq!(used, (1u64 << 30) / 10, "the class's default usedPercent (10)");
+    let metrics = kubelet_get(&base, "/metrics").await;
+    let series = format!(
+        "kubelet_volume_stats_capacity_bytes{{namespace=\"{}\",persistentvolumeclaim=\"data-db-0\"}} 1073741824",
+        ns.name
+    );
+    assert!(metrics.contains(&series), "{series} in {metrics}");
 
     // A claim grown from 1Gi to 2Gi shows 2Gi, its volume too.
     kubectl_ok(&[

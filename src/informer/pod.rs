@@ -268,15 +268,22 @@ pub struct SlimPod {
     /// `status.observedGeneration` the kubelet last reported.
     pub generation: i64,
     pub observed_generation: i64,
-    /// Its ephemeral containers (rare: boxed behind a thin pointer, nothing for most pods).
-    #[allow(clippy::box_collection)] // a thin pointer: 8 bytes in every stored pod, not 16
-    pub ephemeral: Option<Box<Vec<SlimEphemeral>>>,
+    /// What few pods have (ephemeral containers, volumes the kubelet waits for): one thin
+    /// pointer, nothing for most pods.
+    pub rare: Option<Box<Rare>>,
     /// What the kubelet reads of its spec now and then (where it may run, how its probes time
     /// it), shared by every pod shaped alike; `None` when it says none of it.
     pub shape: Option<std::sync::Arc<super::shape::Shape>>,
+}
+
+/// What few stored pods have, kept behind one pointer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rare {
+    /// Its ephemeral containers (`kubectl debug`).
+    pub ephemeral: Vec<SlimEphemeral>,
     /// The volumes the kubelet waits for before it starts the pod (claims, ConfigMaps,
-    /// Secrets); `None` for most pods.
-    pub volumes: Option<Box<super::volumes::PodVolumes>>,
+    /// Secrets).
+    pub volumes: Option<super::volumes::PodVolumes>,
 }
 
 impl Resource for SlimPod {
@@ -310,12 +317,11 @@ impl From<Pod> for SlimPod {
     }
 }
 
-/// A pod's ephemeral containers, with when each started running (none: `None`).
-#[allow(clippy::box_collection)] // the stored pod's thin pointer
+/// A pod's ephemeral containers, with when each started running.
 fn ephemeral_of(
     spec: &k8s_openapi::api::core::v1::PodSpec,
     status: &k8s_openapi::api::core::v1::PodStatus,
-) -> Option<Box<Vec<SlimEphemeral>>> {
+) -> Vec<SlimEphemeral> {
     let started = |name: &str| {
         let s = status.ephemeral_container_statuses.iter().flatten().find(|s| s.name == name)?;
         s.state.as_ref()?.running.as_ref()?.started_at.as_ref().map(|t| t.0)
@@ -333,7 +339,7 @@ fn ephemeral_of(
             started_at: started(&c.name),
         })
         .collect();
-    (!list.is_empty()).then(|| Box::new(list))
+    list
 }
 
 /// When a pod's containers last started running (the latest `state.running.startedAt`).
@@ -436,9 +442,8 @@ impl SlimPod {
             running_since: running,
             usage,
             overrides,
-            ephemeral,
+            rare: (!ephemeral.is_empty() || volumes.is_some()).then(|| Box::new(Rare { ephemeral, volumes })),
             shape,
-            volumes,
             generation: m.generation.unwrap_or(1),
             observed_generation: status.observed_generation.unwrap_or(0),
             crash_looping: looping,
@@ -458,6 +463,16 @@ impl SlimPod {
 
     pub fn name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// Its ephemeral containers (`kubectl debug`), when it has any.
+    pub fn ephemeral(&self) -> Option<&[SlimEphemeral]> {
+        self.rare.as_deref().map(|r| r.ephemeral.as_slice()).filter(|e| !e.is_empty())
+    }
+
+    /// The volumes the kubelet waits for before it starts the pod, when it has any.
+    pub fn volumes(&self) -> Option<&super::volumes::PodVolumes> {
+        self.rare.as_deref()?.volumes.as_ref()
     }
 
     /// The value of a label the store keeps (others are not kept: see [`POOL_LABELS`]).

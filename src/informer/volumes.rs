@@ -44,7 +44,7 @@ pub struct PodVolumes {
 
 impl PodVolumes {
     /// The volumes of `spec` (a pod named `pod`) the kubelet waits for; `None` when none.
-    pub fn of(pod: &str, spec: &PodSpec) -> Option<Box<Self>> {
+    pub fn of(pod: &str, spec: &PodSpec) -> Option<Self> {
         let (mut claims, mut sources) = (Vec::new(), Vec::new());
         for v in spec.volumes.iter().flatten() {
             if let Some(c) = &v.persistent_volume_claim {
@@ -56,7 +56,7 @@ impl PodVolumes {
             sources_of(v, &mut sources);
         }
         (!claims.is_empty() || !sources.is_empty())
-            .then(|| Box::new(PodVolumes { claims: claims.into(), sources: sources.into() }))
+            .then(|| PodVolumes { claims: claims.into(), sources: sources.into() })
     }
 }
 

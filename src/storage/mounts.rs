@@ -129,7 +129,7 @@ impl Mounts {
 
 impl Volumes for Mounts {
     fn mount(&self, node: &Node, pod: &SlimPod) -> Mount {
-        let Some(v) = pod.volumes.as_deref() else { return Mount::Ready };
+        let Some(v) = pod.volumes() else { return Mount::Ready };
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let mut later = false;
         let mut missing = Vec::new();
@@ -155,7 +155,7 @@ impl Volumes for Mounts {
     }
 
     fn stats(&self, pod: &SlimPod) -> Vec<VolumeStat> {
-        let Some(v) = pod.volumes.as_deref() else { return Vec::new() };
+        let Some(v) = pod.volumes() else { return Vec::new() };
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         v.claims
             .iter()

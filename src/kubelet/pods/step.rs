@@ -384,7 +384,7 @@ fn start(i: &Input, facts: &NodeFacts, out: &mut Out) {
     if pod.claims && !out.t.started && !prepared(i, facts, out) {
         return;
     }
-    if pod.volumes.is_some() && !out.t.started && !mounted(i, facts, out) {
+    if pod.volumes().is_some() && !out.t.started && !mounted(i, facts, out) {
         return;
     }
     if out.t.started || out.t.is_armed(TimerKind::Start) {

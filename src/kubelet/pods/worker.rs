@@ -393,7 +393,7 @@ impl Loop {
         let started = t.started;
         let (plan, host_ips) = (self.plan(pod, &node), node_status::internal_ips(&node));
         let prepare = if pod.claims && !started { self.sim.devices.prepare(&node, pod) } else { Prepare::Ready };
-        let mount = if pod.volumes.is_some() && !started { self.sim.volumes.mount(&node, pod) } else { Mount::Ready };
+        let mount = if pod.volumes().is_some() && !started { self.sim.volumes.mount(&node, pod) } else { Mount::Ready };
         let facts = NodeFacts { plan: &plan, away: self.away_until(&node, &now), host_ips: &host_ips };
         let pressure = self.sim.writes.pressure();
         let rejection = rejection.as_ref();

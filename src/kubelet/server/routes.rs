@@ -194,7 +194,10 @@ async fn answer(api: &Arc<KubeletApi>, route: Route, at: Located, req: Request) 
             let body = match route {
                 Route::Cadvisor => super::stats::cadvisor::render(&reading, (now * 1000.0) as i64),
                 Route::ProbeMetrics => super::stats::probes::render(&reading, now),
-                _ => super::stats::kubelet_metrics::render(&reading),
+                _ => {
+                    let volumes = super::stats::volumes::render(&mounted(api, &on));
+                    super::stats::kubelet_metrics::render(&reading) + &volumes
+                }
             };
             let mut r = text(StatusCode::OK, body);
             r.headers_mut()
@@ -210,7 +213,10 @@ async fn answer(api: &Arc<KubeletApi>, route: Route, at: Located, req: Request) 
         (Route::Summary, Some(node), _) => {
             let on = api.index.on(node.metadata.name.as_deref().unwrap_or_default());
             let reading = readings::reading(&node, &on, &api.lifecycles, &api.counters, now);
-            axum::Json(summary::summary(&reading, now)).into_response()
+            let mut s = summary::summary(&reading, now);
+            let at = s["node"]["cpu"]["time"].as_str().unwrap_or_default().to_string();
+            super::stats::volumes::fill_summary(&mut s, &at, &mounted(api, &on));
+            axum::Json(s).into_response()
         }
         (Route::ContainerLogs { container, .. }, Some(node), Some(pod)) => {
             logs::container_logs(api.clone(), node, pod, container, query(&req)).await
@@ -366,4 +372,20 @@ async fn upgrade(
             text(StatusCode::BAD_REQUEST, "Upgrade request required: connect with SPDY/3.1 or WebSocket (kubectl does)")
         }
     }
+}
+
+/// The mounted claims of the pods on a node, as the storage simulation reports them.
+fn mounted(
+    api: &KubeletApi,
+    on: &[std::sync::Arc<crate::informer::pod::SlimPod>],
+) -> Vec<super::stats::volumes::PodVolumes> {
+    on.iter()
+        .filter(|p| p.volumes().is_some_and(|v| !v.claims.is_empty()))
+        .map(|p| super::stats::volumes::PodVolumes {
+            namespace: p.metadata.namespace.clone().unwrap_or_default(),
+            pod: p.name().to_string(),
+            stats: api.volumes.stats(p),
+        })
+        .filter(|v| !v.stats.is_empty())
+        .collect()
 }

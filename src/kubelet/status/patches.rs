@@ -578,7 +578,7 @@ pub fn deadline_patch(pod: &SlimPod, now: &Value) -> Value {
 /// yet: each running (since it first was), never ready, as the kubelet reports them. The list
 /// is written whole (it has no merge key).
 pub fn ephemeral_patch(pod: &SlimPod, now: &Value) -> Option<Value> {
-    let list = pod.ephemeral.as_deref()?;
+    let list = pod.ephemeral()?;
     if pod.phase() != "Running" || list.iter().all(|e| e.started_at.is_some()) {
         return None;
     }

@@ -709,3 +709,18 @@ pub fn host_address() -> String {
     assert!(!ip.is_loopback(), "no non-loopback address to test the in-cluster mode with");
     ip.to_string()
 }
+
+/// A client of the simulated kubelets with the cluster admin's certificate, trusting the
+/// cluster CA (which issues their serving certificates).
+pub fn admin_client() -> reqwest::Client {
+    let pki = kubeconfig().parent().unwrap().join("pki");
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(pki.join("ca.crt")).unwrap()).unwrap();
+    let mut identity = std::fs::read(pki.join("admin.crt")).unwrap();
+    identity.extend(std::fs::read(pki.join("admin.key")).unwrap());
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(ca)
+        .identity(reqwest::Identity::from_pem(&identity).unwrap())
+        .build()
+        .unwrap()
+}

@@ -9,6 +9,7 @@ pub mod probes;
 pub mod resource_metrics;
 pub mod summary;
 pub mod traffic;
+pub mod volumes;
 
 use crate::informer::pod::SlimPod;
 use crate::kubelet::status::usage::{self, Identity, Model, NodeCounter, Overrides};
