@@ -1,7 +1,7 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
 //! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [events[=N]] [vmis] [webhook] [shards[=N]]
 //! [unrelated[=N]] [leases[=N]] [kubelet[=NODES[:PODS_PER_NODE]]] [devices[=NODES[:PODS]]] [many-pools[=PODS]]
-//! [policies[=PODS]] [karpenter[=PODS]] [--quick]
+//! [policies[=PODS]] [karpenter[=PODS]] [storage[=PODS]] [--quick]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 mod devices;
@@ -14,6 +14,7 @@ mod nodes;
 mod pods;
 mod policies;
 mod shards;
+mod storage;
 mod unrelated;
 mod vmis;
 mod webhook;
@@ -152,6 +153,18 @@ async fn main() {
         karpenter::run(*n).await;
     } else if picked.contains(&"karpenter") {
         karpenter::run(if quick { 1000 } else { 10_000 }).await;
+    }
+    // storage[=PODS]: a StatefulSet with one claim per replica vs none, on PODS/10 nodes.
+    let storage_pods: Vec<u32> =
+        picked.iter().filter_map(|a| a.strip_prefix("storage=")).filter_map(|v| v.parse().ok()).collect();
+    if let Some(n) = storage_pods.first() {
+        storage::run((*n / 10).max(1), *n).await;
+    } else if all || picked.contains(&"storage") {
+        if quick {
+            storage::run(10, 100).await;
+        } else {
+            storage::run(100, 1000).await;
+        }
     }
     if !sizes.is_empty() {
         nodes::run(&sizes, Duration::from_secs(if quick { 20 } else { 120 })).await;
