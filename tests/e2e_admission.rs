@@ -17,6 +17,13 @@ fn np(scope: &str, name: &str, spec: &str) -> String {
     )
 }
 
+/// A StorageClass of the simulated CSI driver with `parameters` (a YAML flow map), in the scope.
+fn sc(scope: &str, name: &str, parameters: &str) -> String {
+    format!(
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {name}\n  labels: {{{SCOPE_LABEL}: {scope}}}\nprovisioner: disk.csi.pools.kwok.x-k8s.io\nparameters: {parameters}\n"
+    )
+}
+
 fn pp(scope: &str, ns: &str, name: &str, spec: &str) -> String {
     format!(
         "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: PodPool\nmetadata:\n  name: {name}\n  namespace: {ns}\n  labels: {{{SCOPE_LABEL}: {scope}}}\nspec:\n{spec}"
@@ -229,6 +236,24 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
             "a price that is not a decimal",
             np(&s, &n("c10"), &format!("  nodeCount: 1\n  capacity: {{spotPrice: cheap}}\n{TEMPLATE}")),
             "spec.capacity.spotPrice",
+        ),
+        (
+            "an attach limit above 4096",
+            np(&s, &n("c11"), &format!("  nodeCount: 1\n  storage: {{attachLimit: 5000}}\n{TEMPLATE}")),
+            "spec.storage.attachLimit",
+        ),
+        // --- StorageClass of the simulated CSI driver (webhook)
+        ("a storage delay that does not read", sc(&s, &n("sc1"), "{attachDelay: soon}"), "parameters.attachDelay"),
+        (
+            "a failure share above 100",
+            sc(&s, &n("sc2"), "{provisionFailurePercent: '150'}"),
+            "parameters.provisionFailurePercent",
+        ),
+        ("a parameter the driver does not read", sc(&s, &n("sc3"), "{type: gp3}"), "parameters.type"),
+        (
+            "an access mode that does not exist",
+            sc(&s, &n("sc4"), "{accessModes: ReadWriteSometimes}"),
+            "parameters.accessModes",
         ),
         (
             "a negative capacity (the API server's rule)",
@@ -502,6 +527,14 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
     let good: Vec<(&str, String)> = vec![
         ("no template at all: kwok's default node", np(&s, &n("ok0"), "  nodeCount: 1\n")),
         (
+            "every storage knob",
+            sc(
+                &s,
+                &n("oksc"),
+                "{provisionDelay: 1s..2s, attachFailurePercent: '5', usedPercent: '10..80', accessModes: 'ReadWriteOnce,ReadWriteMany', csi.storage.k8s.io/fstype: xfs}",
+            ),
+        ),
+        (
             "every lifecycle knob",
             np(
                 &s,
@@ -632,6 +665,7 @@ async fn bad_pools_are_refused_with_the_field_and_good_ones_accepted() {
         let (ok, out) = apply_result(yaml);
         assert!(ok, "{what} was refused:\n{out}");
     }
+    delete_quietly("storageclass", &n("oksc"));
     // A float quantity is kept as the string it reads as (the mutating webhook's work).
     let cpu = kubectl_ok(&["get", "nodepool", &n("ok14"), "-o", "jsonpath={.spec.nodeTemplate.status.capacity.cpu}"]);
     assert_eq!(cpu, "1.5");

@@ -10,6 +10,7 @@ pub mod register;
 pub mod review;
 pub mod secret;
 pub mod serve;
+pub mod storage_class;
 pub mod tls;
 
 use crate::telemetry::metrics::{AdmissionLabels, Metrics};

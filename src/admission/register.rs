@@ -68,13 +68,23 @@ pub fn configuration(
             timeout_seconds: Some(5),
             match_policy: Some("Equivalent".into()),
             object_selector: selector,
-            rules: Some(vec![RuleWithOperations {
-                api_groups: Some(vec![crate::api::common::GROUP.into()]),
-                api_versions: Some(vec![crate::api::common::VERSION.into()]),
-                operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-                resources: Some(resources()),
-                scope: Some("*".into()),
-            }]),
+            rules: Some(vec![
+                RuleWithOperations {
+                    api_groups: Some(vec![crate::api::common::GROUP.into()]),
+                    api_versions: Some(vec![crate::api::common::VERSION.into()]),
+                    operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+                    resources: Some(resources()),
+                    scope: Some("*".into()),
+                },
+                // The simulated CSI driver's classes: their parameters (immutable: create only).
+                RuleWithOperations {
+                    api_groups: Some(vec!["storage.k8s.io".into()]),
+                    api_versions: Some(vec!["v1".into()]),
+                    operations: Some(vec!["CREATE".into()]),
+                    resources: Some(vec!["storageclasses".into()]),
+                    scope: Some("*".into()),
+                },
+            ]),
             client_config,
             ..Default::default()
         }]),
@@ -101,7 +111,14 @@ pub fn mutating_configuration(validating: &ValidatingWebhookConfiguration) -> Mu
             timeout_seconds: w.timeout_seconds,
             match_policy: w.match_policy.clone(),
             object_selector: w.object_selector.clone(),
-            rules: w.rules.clone(),
+            // Only the pools' quantities are mutated: not the StorageClasses the validating
+            // configuration judges.
+            rules: w.rules.as_ref().map(|r| {
+                r.iter()
+                    .filter(|r| r.api_groups.iter().flatten().any(|g| g == crate::api::common::GROUP))
+                    .cloned()
+                    .collect()
+            }),
             reinvocation_policy: Some("Never".into()),
             client_config,
             ..Default::default()
@@ -333,7 +350,10 @@ mod tests {
         let hook = &m.webhooks.as_ref().unwrap()[0];
         assert_eq!(hook.client_config.url.as_deref(), Some("https://127.0.0.1:9443/mutate"));
         assert_eq!((hook.failure_policy.as_deref(), hook.side_effects.as_str()), (Some("Ignore"), "None"));
-        assert_eq!(hook.rules, by_url.webhooks.as_ref().unwrap()[0].rules);
+        // The pools' rule only: the validating configuration also judges StorageClasses.
+        let validating = by_url.webhooks.as_ref().unwrap()[0].rules.clone().unwrap();
+        assert_eq!(validating.len(), 2);
+        assert_eq!(hook.rules.as_deref(), Some(&validating[..1]));
         let svc = Endpoint::Service { namespace: "n".into(), name: "s".into(), port: 443 };
         let m = mutating_configuration(&configuration("x", &svc, "CA", None));
         let hook = &m.webhooks.as_ref().unwrap()[0];
