@@ -333,3 +333,98 @@ async fn provisioning_and_attach_failures_are_reported_as_the_provisioner_and_th
     let pvc = claims.get("data-np-0").await.unwrap();
     assert_eq!(pvc.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
 }
+
+#[tokio::test]
+async fn immediate_claims_bind_without_a_pod_retained_volumes_stay_and_unsupported_modes_are_refused() {
+    let client = client().await;
+    let scope = unique("imm");
+    let _op = Operator::start(&scope, &[]);
+    let ns = TestNamespace::new(&client, "imm").await;
+    let (pool, class) = (format!("{scope}-pool"), format!("{scope}-keep"));
+    let _pool = Cleanup("nodepool", pool.clone());
+    let _class = Cleanup("storageclass", class.clone());
+    // Its own zone: the class allows only it, so no other operator on the cluster takes the claim.
+    let zone = format!("{scope}-zone");
+    apply(&NodePoolYaml::new(&pool, &scope).count(2).spec(&format!("  topology: {{zones: [{zone}]}}\n")).yaml());
+    wait_ready_nodes(&client, &pool, 2, T).await;
+    apply(&format!(
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{name: {class}}}\nprovisioner: {DRIVER}\nvolumeBindingMode: Immediate\nreclaimPolicy: Retain\nallowedTopologies: [{{matchLabelExpressions: [{{key: {ZONE}, values: [{zone}]}}]}}]\n"
+    ));
+    let claim = |name: &str, mode: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}, namespace: {}}}\nspec:\n  storageClassName: {class}\n  accessModes: [{mode}]\n  resources: {{requests: {{storage: 3Gi}}}}\n",
+            ns.name
+        )
+    };
+    apply(&claim("kept", "ReadWriteOnce"));
+    apply(&claim("shared", "ReadWriteMany"));
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns.name);
+    // Bound with no pod (Immediate), 3Gi, in a zone of the simulated nodes.
+    let pv_name = wait_for("kept Bound", Duration::from_secs(60), || async {
+        let c = claims.get("kept").await.map_err(|e| e.to_string())?;
+        match (c.status.as_ref().and_then(|s| s.phase.as_deref()), c.spec.as_ref().and_then(|s| s.volume_name.clone()))
+        {
+            (Some("Bound"), Some(v)) => Ok(v),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let _pv = Cleanup("persistentvolume", pv_name.clone());
+    let pv = volumes.get(&pv_name).await.unwrap();
+    assert_eq!(pv.spec.as_ref().unwrap().capacity.as_ref().unwrap()["storage"].0, "3Gi");
+    assert_eq!(affinity_zone(&pv).as_ref(), Some(&zone));
+    // ReadWriteMany is not a block disk's: refused, naming the mode and the parameter.
+    let note = wait_for("ProvisioningFailed on shared", Duration::from_secs(60), || async {
+        let e = events(&client, &ns.name, "ProvisioningFailed", "shared").await;
+        e.first().and_then(|e| e.note.clone()).ok_or_else(|| "no event yet".to_string())
+    })
+    .await;
+    assert!(
+        note.contains("access mode ReadWriteMany is not supported") && note.contains("parameters.accessModes"),
+        "{note}"
+    );
+    // Retain: the claim goes, the volume stays, Released.
+    kubectl_ok(&["-n", &ns.name, "delete", "pvc", "kept"]);
+    wait_for("the retained volume Released", Duration::from_secs(60), || async {
+        let pv = volumes.get(&pv_name).await.map_err(|e| e.to_string())?;
+        let phase = pv.status.and_then(|s| s.phase).unwrap_or_default();
+        if phase == "Released" { Ok(()) } else { Err(phase) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(12)).await; // past the provisioner's resync
+    assert!(volumes.get_opt(&pv_name).await.unwrap().is_some(), "a retained volume is kept");
+}
+
+#[tokio::test]
+async fn the_samples_start_a_statefulset_as_written() {
+    let client = client().await;
+    let scope = unique("smp");
+    let _op = Operator::start(&scope, &[]);
+    let ns = TestNamespace::new(&client, "smp").await;
+    let (pool, class) = (format!("{scope}-pool"), format!("{scope}-disk"));
+    let _pool = Cleanup("nodepool", pool.clone());
+    let _class = Cleanup("storageclass", class.clone());
+    apply(&NodePoolYaml::new(&pool, &scope).count(3).spec("  topology: {zones: [zone-a, zone-b]}\n").yaml());
+    wait_ready_nodes(&client, &pool, 3, T).await;
+    // The samples as written, but for this test's name, scope and namespace: the class under
+    // its own name and not the default (the cluster has one), the StatefulSet on the scope.
+    let mut sc: serde_yaml::Value = serde_yaml::from_str(&read_repo_file("samples/storageclass.yaml")).unwrap();
+    sc["metadata"]["name"] = class.clone().into();
+    sc["metadata"].as_mapping_mut().unwrap().remove("annotations");
+    apply(&serde_yaml::to_string(&sc).unwrap());
+    let mut sts: serde_yaml::Value = serde_yaml::from_str(&read_repo_file("samples/statefulset.yaml")).unwrap();
+    sts["metadata"]["namespace"] = ns.name.clone().into();
+    sts["spec"]["template"]["spec"]["nodeSelector"] =
+        serde_yaml::from_str(&format!("{{{SCOPE_LABEL}: {scope}}}")).unwrap();
+    sts["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] = class.clone().into();
+    apply(&serde_yaml::to_string(&sts).unwrap());
+    wait_ready_replicas(&client, &ns.name, "db", 3).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns.name);
+    for i in 0..3 {
+        let c = claims.get(&format!("data-db-{i}")).await.unwrap();
+        assert_eq!(c.status.and_then(|s| s.phase).as_deref(), Some("Bound"));
+    }
+    kubectl_ok(&["-n", &ns.name, "delete", "statefulset", "db", "--wait=false"]);
+    kubectl_ok(&["-n", &ns.name, "delete", "pvc", "--all", "--wait=false"]);
+}

@@ -37,7 +37,7 @@ pub fn selected_node(pvc: &PersistentVolumeClaim) -> Option<&str> {
 
 /// What the provisioner does with `pvc` of `class` (the driver's). `selected`: the node the
 /// scheduler picked (looked up); `zones`: the zones of the simulated nodes, for a claim bound
-/// at once.
+/// at once (one of them within the class's `allowedTopologies`; when none is, it waits).
 pub fn claim(pvc: &PersistentVolumeClaim, class: &StorageClass, selected: Option<&Node>, zones: &[String]) -> Claim {
     let spec = pvc.spec.clone().unwrap_or_default();
     let bound = spec.volume_name.as_deref().is_some_and(|v| !v.is_empty());
@@ -67,12 +67,12 @@ pub fn claim(pvc: &PersistentVolumeClaim, class: &StorageClass, selected: Option
     }
     let allowed = allowed_zones(class);
     let candidates: Vec<&String> = zones.iter().filter(|z| allowed.as_ref().is_none_or(|a| a.contains(z))).collect();
-    let zone = match (candidates.is_empty(), allowed) {
-        (false, _) => Some(candidates[pick(uid(pvc), candidates.len())].clone()),
-        (true, Some(a)) if !a.is_empty() => Some(a[pick(uid(pvc), a.len())].clone()),
-        _ => None,
-    };
-    Claim::Provision { zone }
+    match (candidates.is_empty(), allowed) {
+        (false, _) => Claim::Provision { zone: Some(candidates[pick(uid(pvc), candidates.len())].clone()) },
+        // None of the allowed zones has a node simulated here (another instance's, or none yet).
+        (true, Some(a)) if !a.is_empty() => Claim::Wait,
+        _ => Claim::Provision { zone: None },
+    }
 }
 
 fn uid(pvc: &PersistentVolumeClaim) -> &str {

@@ -45,6 +45,7 @@ fn an_immediate_claim_gets_one_of_the_allowed_zones_the_same_every_time() {
     assert!(z == "b" || z == "c", "{z}");
     assert_eq!(claim(&pvc, &c, None, &zones), first);
     assert_eq!(claim(&pvc, &class("Immediate", json!({})), None, &[]), Claim::Provision { zone: None });
+    assert_eq!(claim(&pvc, &c, None, &["a".into()]), Claim::Wait, "no allowed zone has a simulated node");
 }
 
 #[test]
