@@ -196,6 +196,16 @@ async fn a_statefulset_with_claims_starts_each_volume_in_its_pods_zone_grows_and
     // Deleting the StatefulSet and its claims removes the volumes (reclaim policy Delete).
     kubectl_ok(&["-n", &ns.name, "delete", "statefulset", "db", "--wait=false"]);
     kubectl_ok(&["-n", &ns.name, "delete", "pvc", "--all", "--wait=false"]);
+    // Detached as the pods go: the attach/detach controller deletes their attachments.
+    wait_for("the 50 attachments gone", T, || async {
+        let left = attachments.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items;
+        let left = left
+            .iter()
+            .filter(|a| handles.iter().any(|(h, _)| a.spec.source.persistent_volume_name.as_ref() == Some(h)))
+            .count();
+        if left == 0 { Ok(()) } else { Err(format!("{left} left")) }
+    })
+    .await;
     wait_for("the 50 volumes deleted", T, || async {
         let left = volumes.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items;
         let left: Vec<_> =
@@ -267,7 +277,7 @@ async fn a_pod_mounting_a_missing_configmap_waits_in_container_creating_until_it
         "web",
         &ns.name,
         &scope,
-        "  volumes: [{name: config, configMap: {name: app-config}}, {name: maybe, secret: {secretName: absent, optional: true}}]\n",
+        "  volumes:\n  - {name: config, configMap: {name: app-config}}\n  - {name: maybe, secret: {secretName: absent, optional: true}}\n  - {name: bundle, projected: {sources: [{secret: {name: app-tls}}]}}\n",
     );
     apply(&pod);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
@@ -286,7 +296,11 @@ async fn a_pod_mounting_a_missing_configmap_waits_in_container_creating_until_it
     let table = kubectl_ok(&["-n", &ns.name, "get", "pod", "web", "--no-headers"]);
     assert!(table.contains("ContainerCreating"), "{table}");
     kubectl_ok(&["-n", &ns.name, "create", "configmap", "app-config", "--from-literal=a=b"]);
-    wait_for("web Running once its ConfigMap exists", Duration::from_secs(60), || async {
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let phase = pods.get("web").await.unwrap().status.and_then(|s| s.phase);
+    assert_eq!(phase.as_deref(), Some("Pending"), "its Secret is still missing");
+    kubectl_ok(&["-n", &ns.name, "create", "secret", "generic", "app-tls", "--from-literal=a=b"]);
+    wait_for("web Running once its ConfigMap and Secret exist", Duration::from_secs(60), || async {
         let p = pods.get("web").await.map_err(|e| e.to_string())?;
         let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
         if phase == "Running" { Ok(()) } else { Err(phase) }

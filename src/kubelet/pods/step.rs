@@ -870,6 +870,56 @@ mod tests {
         fate::plan_pod(None, None, pod, &Defaults::default())
     }
 
+    /// A pod mounting the ConfigMap `app-config`.
+    fn mounting(name: &str) -> SlimPod {
+        let mut pod = Pod::test(name).on("n");
+        let volumes = serde_json::json!([{"name": "config", "configMap": {"name": "app-config"}}]);
+        pod.spec.as_mut().unwrap().volumes = Some(serde_json::from_value(volumes).unwrap());
+        pod.slim()
+    }
+
+    #[test]
+    fn a_pod_waits_for_its_volumes_and_says_once_why_a_mount_fails() {
+        let pod = mounting("p");
+        let (p, ips, t0) = (plan(&pod), ["10.1.0.1".parse().unwrap()], Instant::now());
+        let mut t = Tracked::new(t0);
+        let input = |mount: Mount| Input {
+            pod: &pod,
+            now: now(t0),
+            node: Some(NodeFacts { plan: &p, away: None, host_ips: &ips }),
+            pod_ips: None,
+            prepare: Prepare::Ready,
+            mount,
+            pressure: 0.0,
+            rejection: None,
+            evict: None,
+        };
+        // Not attached yet: ContainerCreating (one write), looked at again in a second, no event.
+        let effects = step(&input(Mount::Later), &mut t);
+        assert!(effects.iter().any(|e| matches!(e, Effect::Status { transition: "acknowledge", .. })), "{effects:?}");
+        assert!(effects.contains(&Effect::Arm(TimerKind::Start, Duration::from_secs(1))), "{effects:?}");
+        assert!(!effects.iter().any(|e| matches!(e, Effect::Warn { .. } | Effect::NeedAddresses)), "{effects:?}");
+        // A missing ConfigMap: the kubelet's FailedMount, once, and another look shortly.
+        t.write.in_flight = false; // the acknowledgement came back
+        t.fired(TimerKind::Start);
+        let note = "MountVolume.SetUp failed for volume \"config\" : configmap \"app-config\" not found".to_string();
+        let effects = step(&input(Mount::Fails(note.clone())), &mut t);
+        let warned = |effects: &[Effect]| {
+            effects
+                .iter()
+                .filter(|e| matches!(e, Effect::Warn { reason, note: n, .. } if reason == "FailedMount" && *n == note))
+                .count()
+        };
+        assert_eq!(warned(&effects), 1, "{effects:?}");
+        assert!(effects.contains(&Effect::Arm(TimerKind::Start, MOUNT_RETRY)), "{effects:?}");
+        t.fired(TimerKind::Start);
+        assert_eq!(warned(&step(&input(Mount::Fails(note.clone())), &mut t)), 0, "said once");
+        // Mounted: the pod starts (it asks for its addresses).
+        t.fired(TimerKind::Start);
+        let effects = step(&input(Mount::Ready), &mut t);
+        assert!(effects.contains(&Effect::NeedAddresses), "{effects:?}");
+    }
+
     #[test]
     fn a_never_ready_pod_runs_without_ever_being_ready() {
         let pod = Pod::test("p").on("n").annotate("pools.kwok.x-k8s.io/readiness", "never").slim();
