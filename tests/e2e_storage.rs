@@ -129,6 +129,11 @@ async fn a_statefulset_with_claims_starts_each_volume_in_its_pods_zone_grows_and
             all.iter().find(|a| a.spec.source.persistent_volume_name.as_ref() == Some(pv) && &a.spec.node_name == node);
         assert!(va.is_some_and(|a| a.status.as_ref().is_some_and(|s| s.attached)), "{pv} attached to {node}");
     }
+    // The driver's CSIDriver: attach required, so the controller makes VolumeAttachments.
+    let drivers: Api<k8s_openapi::api::storage::v1::CSIDriver> = Api::all(client.clone());
+    let driver = drivers.get(DRIVER).await.expect("the driver's CSIDriver");
+    assert_eq!(driver.spec.attach_required, Some(true));
+    assert_eq!(driver.spec.volume_lifecycle_modes.as_deref(), Some(&["Persistent".to_string()][..]));
     let csi_nodes: Api<CSINode> = Api::all(client.clone());
     for node in zones.keys() {
         let c = csi_nodes.get(node).await.unwrap();
