@@ -52,7 +52,7 @@ pub enum ClusterCommand {
         #[arg(long)]
         no_crds: bool,
         /// Also install stand-ins for the CRDs of children another project defines (KubeVirt's
-        /// VirtualMachineInstance, for VMIPools without KubeVirt).
+        /// VirtualMachineInstance and VirtualMachine, for VMIPools and VMs without KubeVirt).
         #[arg(long, visible_alias = "kubevirt")]
         child_crds: bool,
         /// Also run the real metrics-server (bin/metrics-server, `make metrics-server`),

@@ -43,7 +43,7 @@ pub enum Command {
     /// Print every CRD as YAML.
     Crd {
         /// Print instead the stand-ins for the CRDs of children another project defines
-        /// (KubeVirt's VirtualMachineInstance), for clusters without that project.
+        /// (KubeVirt's VirtualMachineInstance and VirtualMachine), for clusters without that project.
         #[arg(long, visible_alias = "kubevirt")]
         child_crds: bool,
     },

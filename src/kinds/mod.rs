@@ -110,7 +110,10 @@ pub fn stand_in_crds() -> Vec<CustomResourceDefinition> {
     struct Collect(Vec<CustomResourceDefinition>);
     impl Visitor for Collect {
         fn visit<K: Kind>(&mut self) {
-            self.0.extend(K::CHILD_CRD.map(|c| (c.stand_in)()));
+            if let Some(c) = K::CHILD_CRD {
+                self.0.push((c.stand_in)());
+                self.0.extend((c.companions)());
+            }
         }
     }
     let mut c = Collect(Vec::new());

@@ -73,6 +73,10 @@ pub struct ChildCrd {
     /// A stand-in for it, for clusters without the project that defines it (`kwok-pools crd
     /// --child-crds`, `cluster create --child-crds`).
     pub stand_in: fn() -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    /// Stand-ins for that project's other CRDs the simulator plays (KubeVirt's
+    /// VirtualMachine), installed beside it.
+    pub companions:
+        fn() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
 }
 
 /// What a pool kind tells the core: the one trait a kind implements (see

@@ -323,6 +323,7 @@ async fn a_missing_child_crd_marks_the_pools_degraded_until_it_is_established() 
         name: "things.example.com",
         install: "kubectl apply -f things.yaml",
         stand_in: crate::kinds::vmipool::kubevirt_crd::crd,
+        companions: Vec::new,
     };
     let pools = store(vec![plain_pool()]);
     let wait =

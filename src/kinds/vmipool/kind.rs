@@ -30,6 +30,7 @@ impl PoolKind for VMIPool {
         name: kubevirt_crd::NAME,
         install: "install KubeVirt, or KubeVirt's VMI CRD alone with `kwok-pools crd --child-crds | kubectl apply --server-side -f -`",
         stand_in: kubevirt_crd::crd,
+        companions: kubevirt_crd::companions,
     });
 
     fn validation_env() -> VmiEnv {

@@ -9,6 +9,8 @@ use serde_json::{Value, json};
 
 /// The CRD's name.
 pub const NAME: &str = "virtualmachineinstances.kubevirt.io";
+/// KubeVirt's VirtualMachine CRD's name.
+pub const VM_NAME: &str = "virtualmachines.kubevirt.io";
 
 fn columns() -> Value {
     let col = |name: &str, type_: &str, path: &str, priority: i32| {
@@ -68,6 +70,49 @@ pub fn crd() -> CustomResourceDefinition {
     serde_json::from_value(value).unwrap_or_default()
 }
 
+/// KubeVirt's VirtualMachine CRD (its names, versions and columns, with the status
+/// subresource KubeVirt's has), for the VM controller the simulator plays without KubeVirt.
+pub fn vm_crd() -> CustomResourceDefinition {
+    let columns = json!([
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "Status", "type": "string", "description": "Human Readable Status", "jsonPath": ".status.printableStatus"},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status"},
+    ]);
+    let version = |name: &str, storage: bool| {
+        let mut v = json!({
+            "name": name, "served": true, "storage": storage,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            "subresources": {"status": {}},
+            "additionalPrinterColumns": columns,
+        });
+        if !storage {
+            v["deprecated"] = json!(true);
+            v["deprecationWarning"] =
+                json!(format!("kubevirt.io/{name} is now deprecated and will be removed in a future release."));
+        }
+        v
+    };
+    let value = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": VM_NAME, "labels": {"app.kubernetes.io/managed-by": "kwok-pools"}},
+        "spec": {
+            "group": "kubevirt.io",
+            "scope": "Namespaced",
+            "names": {"plural": "virtualmachines", "singular": "virtualmachine", "kind": "VirtualMachine",
+                      "shortNames": ["vm", "vms"], "categories": ["all"]},
+            "versions": [version("v1", true), version("v1alpha3", false)]
+        }
+    });
+    // A fixed, valid document: it always converts.
+    serde_json::from_value(value).unwrap_or_default()
+}
+
+/// The stand-ins for KubeVirt's other CRDs the simulator plays (its VirtualMachine).
+pub fn companions() -> Vec<CustomResourceDefinition> {
+    vec![vm_crd()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +132,19 @@ mod tests {
             let cols: Vec<&str> =
                 version.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
             assert_eq!(cols, ["Age", "Phase", "IP", "NodeName", "Ready", "Live-Migratable", "Paused"]);
+        }
+    }
+
+    #[test]
+    fn the_vm_crd_has_kubevirt_names_columns_and_a_status_subresource() {
+        let crd = vm_crd();
+        assert_eq!(crd.metadata.name.as_deref(), Some(VM_NAME));
+        assert_eq!(crd.spec.names.short_names.as_deref(), Some(&["vm".to_string(), "vms".to_string()][..]));
+        for version in &crd.spec.versions {
+            assert!(version.subresources.as_ref().is_some_and(|s| s.status.is_some()));
+            let cols: Vec<&str> =
+                version.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
+            assert_eq!(cols, ["Age", "Status", "Ready"]);
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod kubevirt_crd;
 pub mod metrics;
 pub mod rules;
 pub mod simulator;
+pub mod vm;
 
 #[cfg(test)]
 mod cel_tests;

@@ -5,7 +5,9 @@
 
 pub mod plan;
 pub mod status;
+pub mod vm_plan;
 pub mod vmis;
+pub mod vms;
 
 use super::kubevirt::VirtualMachineInstance;
 use super::{VMIPool, VmiEnv};
@@ -69,6 +71,13 @@ impl Simulate for VMIPool {
 
     fn simulator_rules() -> Vec<Rule> {
         vec![
+            Rule::cluster(
+                "kubevirt.io",
+                &["virtualmachines"],
+                &["get", "list", "watch"],
+                "VirtualMachines, without KubeVirt: their VMIs started and stopped (playing virt-controller)",
+            ),
+            Rule::cluster("kubevirt.io", &["virtualmachines/status"], &["patch"], "a VM's status: printableStatus, ready, requests"),
             Rule::cluster(
                 "kubevirt.io",
                 &["virtualmachineinstances"],
@@ -147,6 +156,10 @@ async fn run(flags: VmiFlags, sim: SimContext) {
         tracing::error!(error = %e, "the VMI store did not sync; VMIs are not simulated");
         return std::future::pending().await;
     }
+    if role == KubevirtRole::Controller {
+        let selector = flags.vmi_selector.clone().unwrap_or_default();
+        tokio::spawn(run_vms(selector, sim.clone(), vmis.store(), vmis.subscribe()));
+    }
     let simulator = VmiSimulator {
         client: vmi_client,
         pod_client: client,
@@ -163,6 +176,41 @@ async fn run(flags: VmiFlags, sim: SimContext) {
         lifecycles: sim.lifecycles.clone(),
     };
     simulator.run(vmi_changes, pod_changes).await;
+}
+
+/// KubeVirt's VM controller, once the VirtualMachine CRD is installed (KubeVirt's, or the
+/// stand-in `--child-crds` installs).
+async fn run_vms(
+    selector: Selector,
+    sim: SimContext,
+    vmis: kube::runtime::reflector::Store<VirtualMachineInstance>,
+    vmi_changes: tokio::sync::mpsc::UnboundedReceiver<crate::informer::Change<VirtualMachineInstance>>,
+) {
+    let mut told = false;
+    while !crd_established(&sim.client, super::kubevirt_crd::VM_NAME).await.unwrap_or(false) {
+        if !std::mem::replace(&mut told, true) {
+            tracing::info!(
+                "no VirtualMachine CRD yet: VMs are simulated once `kwok-pools crd --child-crds` is installed"
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+    let vms = shared::all::<super::vm::VirtualMachine>(&sim.informers);
+    let changes = vms.subscribe();
+    if let Err(e) = wait_synced("virtualmachines", &vms.store()).await {
+        tracing::error!(error = %e, "the VM store did not sync; VMs are not simulated");
+        return;
+    }
+    tracing::info!("simulating VirtualMachines (KubeVirt's VM controller)");
+    let vm = vms::VmController {
+        client: sim.client.clone(),
+        selector,
+        shard: sim.shard.clone(),
+        vms: vms.store(),
+        vmis,
+        metrics: sim.metrics.clone(),
+    };
+    vm.run(changes, vmi_changes).await;
 }
 
 /// A client for the same cluster that acts as `user`, marking its requests with the extra
