@@ -188,3 +188,28 @@ async fn under_rerun_on_failure_a_failed_vmi_is_replaced() {
     assert_ne!(first, second);
     wait_printable(&vms, "web", "Running").await;
 }
+
+#[tokio::test]
+async fn the_sample_vm_runs_as_written() {
+    let client = client().await;
+    let scope = unique("vmsmp");
+    let _op = Operator::start(&scope, &[]);
+    let ns = TestNamespace::new(&client, "vmsmp").await;
+    let pool = format!("{scope}-kvm");
+    let _pool = PoolCleanup(pool.clone());
+    apply(&kvm_nodes(&pool, &scope));
+    wait_ready_nodes(&client, &pool, 2, T).await;
+    // The sample as written, in this test's namespace and scope (its labels and its VMI's, so
+    // this test's simulator takes them, and its VMI's placement on the scope's nodes).
+    let mut vm: serde_yaml::Value = serde_yaml::from_str(&read_repo_file("samples/vm.yaml")).unwrap();
+    vm["metadata"]["namespace"] = ns.name.clone().into();
+    let scoped: serde_yaml::Value = serde_yaml::from_str(&format!("{{{SCOPE_LABEL}: {scope}}}")).unwrap();
+    vm["metadata"]["labels"] = scoped.clone();
+    vm["spec"]["template"]["metadata"]["labels"][SCOPE_LABEL] = scope.clone().into();
+    vm["spec"]["template"]["spec"]["nodeSelector"] = scoped;
+    apply(&serde_yaml::to_string(&vm).unwrap());
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns.name);
+    let uid = vms.get("cirros").await.unwrap().metadata.uid.unwrap();
+    running_vmi(&client, &ns.name, "cirros", &uid).await;
+    wait_printable(&vms, "cirros", "Running").await;
+}
