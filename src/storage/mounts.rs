@@ -145,7 +145,8 @@ impl Volumes for Mounts {
                 None => later = true,
             }
         }
-        if !missing.is_empty() {
+        // Reported once every source is known, so the one FailedMount names all that are missing.
+        if !missing.is_empty() && !later {
             return Mount::Fails(missing.join("; "));
         }
         if later || v.claims.iter().any(|(_, claim)| !self.claim_ready(node, ns, claim)) {
