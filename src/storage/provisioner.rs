@@ -63,8 +63,12 @@ fn mine(world: &World, pvc: &PersistentVolumeClaim) -> bool {
     world.sim.shard.owns(&key)
 }
 
-/// The zones of the simulated nodes.
-fn zones(world: &World) -> Vec<String> {
+/// The zones of the simulated nodes, for a claim of `class` bound at once (a claim waiting for
+/// its consumer takes its node's zone: no walk over every node for it, at every resync).
+fn zones(world: &World, class: &k8s_openapi::api::storage::v1::StorageClass) -> Vec<String> {
+    if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") {
+        return Vec::new();
+    }
     let set: BTreeSet<String> = world
         .nodes
         .state()
@@ -90,7 +94,7 @@ fn on_claim(world: &World, pvc: &Arc<PersistentVolumeClaim>, refused: &mut HashS
         return;
     }
     let selected = plan::selected_node(pvc).and_then(|n| world.nodes.get(&ObjectRef::new(n)));
-    match plan::claim(pvc, &class, selected.as_deref(), &zones(world)) {
+    match plan::claim(pvc, &class, selected.as_deref(), &zones(world, &class)) {
         Claim::Wait => {}
         Claim::Refuse(note) => {
             if refused.insert(uid) {
@@ -112,7 +116,9 @@ async fn provision(world: World, key: ObjectRef<PersistentVolumeClaim>) {
         let Some(pvc) = world.claims.get(&key) else { return };
         let Some(class) = world.class(plan::class_of(&pvc)) else { return };
         let selected = plan::selected_node(&pvc).and_then(|n| world.nodes.get(&ObjectRef::new(n)));
-        let Claim::Provision { zone } = plan::claim(&pvc, &class, selected.as_deref(), &zones(&world)) else { return };
+        let Claim::Provision { zone } = plan::claim(&pvc, &class, selected.as_deref(), &zones(&world, &class)) else {
+            return;
+        };
         let knobs = VolumeClass::from_parameters(class.parameters.as_ref()).unwrap_or_default();
         let uid = pvc.uid().unwrap_or_default();
         if attempt == 0 {
