@@ -74,12 +74,13 @@ impl NodeLoop {
         let mut retry = None;
         let mut events = Vec::new();
         match phase {
-            Phase::Up | Phase::Noticed => {
-                if let Some(left) = cloud::without_taints(node, &plan.startup_taints)
-                    && due(&mut sent.startup, &mut retry)
-                {
-                    spawn_taints(&self.writes, &self.sim, node, left, "startup taints removed");
-                }
+            Phase::Up | Phase::Noticed
+                if cloud::without_taints(node, &plan.startup_taints).is_some()
+                    && due(&mut sent.startup, &mut retry) =>
+            {
+                let startup = plan.startup_taints.clone();
+                let left = move |n: &Node| cloud::without_taints(n, &startup);
+                spawn_taints(&self.writes, &self.sim, node, left, "startup taints removed");
             }
             Phase::LaunchFailed { .. } if !std::mem::replace(&mut sent.launch_event, true) => {
                 self.sim.metrics.injected("node_launch_failure");
@@ -90,9 +91,15 @@ impl NodeLoop {
         }
         if let (true, Some(i)) = (phase.noticed(), plan.interruption.as_ref()) {
             if !cloud::has_taint(node, &i.taint) && phase != Phase::Gone && due(&mut sent.notice, &mut retry) {
-                let mut taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
-                taints.push(i.taint.clone());
-                spawn_taints(&self.writes, &self.sim, node, taints, "interruption notice");
+                let taint = i.taint.clone();
+                let with = move |n: &Node| {
+                    let mut taints = n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+                    (!cloud::has_taint(n, &taint)).then(|| {
+                        taints.push(taint.clone());
+                        taints
+                    })
+                };
+                spawn_taints(&self.writes, &self.sim, node, with, "interruption notice");
                 let note = format!(
                     "The instance is interrupted in {}s: tainted {}:{} (simulated by kwok-pools: spec.lifecycle.nodes.interruptions)",
                     i.at.saturating_sub(self.sim.config.clock.now().epoch()).as_secs(),
@@ -121,27 +128,49 @@ impl NodeLoop {
     }
 }
 
-/// Writes the node's taints as `taints`, unless the node changed since it was read.
+/// How many times a taint write reads the node again after a conflict (the node lifecycle
+/// controller and the controller manager write the same list) before it waits for [`RETRY`].
+const CONFLICT_TRIES: usize = 4;
+
+/// Writes the node's taints as `taints` computes them from the node (`None`: nothing to
+/// change), unless the node changed since it was read: then reads it again and recomputes,
+/// so a notice lands when it is due, not [`RETRY`] later.
 fn spawn_taints(
     writes: &super::Writes<Done>,
     sim: &Arc<NodeSimulator>,
     node: &Node,
-    taints: Vec<Taint>,
+    taints: impl Fn(&Node) -> Option<Vec<Taint>> + Send + 'static,
     what: &'static str,
 ) {
-    let (sim, name) = (sim.clone(), node.name_any());
-    let version = node.resource_version();
+    let (sim, node) = (sim.clone(), node.clone());
     writes.spawn(move || async move {
         let api: Api<Node> = Api::all(sim.client.clone());
-        let patch = serde_json::json!({"metadata": {"resourceVersion": version}, "spec": {"taints": taints}});
-        let result = api.patch(&name, &crate::api::conventions::patch_params(), &Patch::Merge(&patch)).await;
-        sim.metrics.write("nodes", "patch", result.is_ok());
-        match &result {
-            Ok(_) => tracing::info!(node = %name, "{what}"),
-            Err(e) if !crate::simulator::machinery::object_gone(&result) => {
-                tracing::warn!(node = %name, error = %e, "cannot write the node's taints ({what}); trying again in 5s")
+        let name = node.name_any();
+        let mut node = node;
+        for attempt in 1..=CONFLICT_TRIES {
+            let Some(list) = taints(&node) else { return Done::Noted };
+            let version = node.resource_version();
+            let patch = serde_json::json!({"metadata": {"resourceVersion": version}, "spec": {"taints": list}});
+            let result = api.patch(&name, &crate::api::conventions::patch_params(), &Patch::Merge(&patch)).await;
+            sim.metrics.write("nodes", "patch", result.is_ok());
+            match &result {
+                Ok(_) => tracing::info!(node = %name, "{what}"),
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt < CONFLICT_TRIES => {
+                    match api.get_opt(&name).await {
+                        Ok(Some(fresh)) if fresh.metadata.uid == node.metadata.uid => {
+                            node = fresh;
+                            continue;
+                        }
+                        Ok(_) => return Done::Noted,
+                        Err(e) => tracing::warn!(node = %name, error = %e, "cannot read the node again ({what}); trying again in 5s"),
+                    }
+                }
+                Err(e) if !crate::simulator::machinery::object_gone(&result) => {
+                    tracing::warn!(node = %name, error = %e, "cannot write the node's taints ({what}); trying again in 5s")
+                }
+                Err(_) => {}
             }
-            Err(_) => {}
+            break;
         }
         Done::Noted
     });
