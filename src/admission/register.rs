@@ -20,6 +20,8 @@ pub const WEBHOOK_NAME: &str = "validate.pools.kwok.x-k8s.io";
 pub const PATH: &str = "/validate";
 pub const MUTATING_WEBHOOK_NAME: &str = "quantities.pools.kwok.x-k8s.io";
 pub const MUTATE_PATH: &str = "/mutate";
+/// The webhook that judges evictions of VMIs' launcher pods (KubeVirt's, played without it).
+pub const EVICTION_WEBHOOK_NAME: &str = "evictions.pools.kwok.x-k8s.io";
 
 /// The resources the webhook judges: every pool kind's and the lifecycle policies.
 pub fn resources() -> Vec<String> {
@@ -60,34 +62,60 @@ pub fn configuration(
     };
     ValidatingWebhookConfiguration {
         metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
-        webhooks: Some(vec![ValidatingWebhook {
-            name: WEBHOOK_NAME.into(),
-            admission_review_versions: vec!["v1".into()],
-            side_effects: "None".into(),
-            failure_policy: Some("Ignore".into()),
-            timeout_seconds: Some(5),
-            match_policy: Some("Equivalent".into()),
-            object_selector: selector,
-            rules: Some(vec![
-                RuleWithOperations {
-                    api_groups: Some(vec![crate::api::common::GROUP.into()]),
-                    api_versions: Some(vec![crate::api::common::VERSION.into()]),
-                    operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-                    resources: Some(resources()),
-                    scope: Some("*".into()),
-                },
-                // The simulated CSI driver's classes: their parameters (immutable: create only).
-                RuleWithOperations {
-                    api_groups: Some(vec!["storage.k8s.io".into()]),
-                    api_versions: Some(vec!["v1".into()]),
-                    operations: Some(vec!["CREATE".into()]),
-                    resources: Some(vec!["storageclasses".into()]),
-                    scope: Some("*".into()),
-                },
-            ]),
-            client_config,
-            ..Default::default()
+        webhooks: Some(vec![
+            ValidatingWebhook {
+                name: WEBHOOK_NAME.into(),
+                admission_review_versions: vec!["v1".into()],
+                side_effects: "None".into(),
+                failure_policy: Some("Ignore".into()),
+                timeout_seconds: Some(5),
+                match_policy: Some("Equivalent".into()),
+                object_selector: selector,
+                rules: Some(vec![
+                    RuleWithOperations {
+                        api_groups: Some(vec![crate::api::common::GROUP.into()]),
+                        api_versions: Some(vec![crate::api::common::VERSION.into()]),
+                        operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+                        resources: Some(resources()),
+                        scope: Some("*".into()),
+                    },
+                    // The simulated CSI driver's classes: their parameters (immutable: create only).
+                    RuleWithOperations {
+                        api_groups: Some(vec!["storage.k8s.io".into()]),
+                        api_versions: Some(vec!["v1".into()]),
+                        operations: Some(vec!["CREATE".into()]),
+                        resources: Some(vec!["storageclasses".into()]),
+                        scope: Some("*".into()),
+                    },
+                ]),
+                client_config: client_config.clone(),
+                ..Default::default()
+            },
+            eviction_webhook(client_config),
+        ]),
+    }
+}
+
+/// Evictions of pods: a VMI's launcher pod whose VMI migrates on eviction is refused and the
+/// VMI marked for evacuation (a side effect, none on a dry run). Evictions carry no labels, so
+/// no object selector; failurePolicy Ignore as the other (a stopped operator lets drains go on).
+fn eviction_webhook(client_config: WebhookClientConfig) -> ValidatingWebhook {
+    ValidatingWebhook {
+        name: EVICTION_WEBHOOK_NAME.into(),
+        admission_review_versions: vec!["v1".into()],
+        side_effects: "NoneOnDryRun".into(),
+        failure_policy: Some("Ignore".into()),
+        timeout_seconds: Some(5),
+        match_policy: Some("Equivalent".into()),
+        rules: Some(vec![RuleWithOperations {
+            api_groups: Some(vec!["".into()]),
+            api_versions: Some(vec!["v1".into()]),
+            operations: Some(vec!["CREATE".into()]),
+            resources: Some(vec!["pods/eviction".into()]),
+            scope: Some("Namespaced".into()),
         }]),
+        client_config,
+        ..Default::default()
     }
 }
 
@@ -95,7 +123,8 @@ pub fn configuration(
 /// [`MUTATE_PATH`]), rules and selector. failurePolicy Ignore too: without it, a float
 /// quantity is refused by the schema, as it would be without this webhook.
 pub fn mutating_configuration(validating: &ValidatingWebhookConfiguration) -> MutatingWebhookConfiguration {
-    let webhooks = validating.webhooks.iter().flatten().map(|w| {
+    // Only the pools' webhook has a twin (the eviction webhook mutates nothing).
+    let webhooks = validating.webhooks.iter().flatten().filter(|w| w.name == WEBHOOK_NAME).map(|w| {
         let mut client_config = w.client_config.clone();
         if let Some(url) = client_config.url.as_mut() {
             *url = url.replace(PATH, MUTATE_PATH);

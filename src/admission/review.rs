@@ -180,6 +180,10 @@ pub async fn answer_decoded(review: AdmissionReview<DynamicObject>, judge_with: 
         let (allowed, resp) = super::policy::judge(&req);
         return Ok(("LifecyclePolicy", allowed, resp.into_review()));
     }
+    if crate::kinds::eviction::is_eviction(&req) {
+        let (allowed, resp) = crate::kinds::eviction::judge(&req, judge_with.client.as_ref()).await;
+        return Ok(("Eviction", allowed, resp.into_review()));
+    }
     if super::storage_class::is_storage_class(&req) {
         let (allowed, resp) = super::storage_class::judge(&req);
         return Ok(("StorageClass", allowed, resp.into_review()));

@@ -32,6 +32,10 @@ kinds! {
     #[cfg(feature = "test-kinds")] configmappool::ConfigMapPool,
 }
 
+/// Evictions of VMIs' launcher pods, judged as KubeVirt's webhook does (the admission room
+/// reaches a kind only through the registry).
+pub use vmipool::eviction;
+
 /// What a registered kind is: a pool kind on the core, with its simulator (empty when its
 /// children need none).
 pub trait Kind: PoolKind + Simulate {}

@@ -116,6 +116,15 @@ pub struct VmiLifecycle {
     /// interfaces reported by `domain, guest-agent`; without one, only what the domain shows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_agent: Option<bool>,
+    /// How long a live migration's Running phase takes (the memory copy), from the moment the
+    /// target is ready (default 2s): a VirtualMachineInstanceMigration, or a drain's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_time: Option<Delay>,
+    /// Percent of live migrations that fail at the end of their Running phase: the migration
+    /// ends Failed, the target pod goes, the VMI stays on its node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "percent_schema")]
+    pub migration_fail_percent: Option<u8>,
 }
 
 impl LifecycleSpec for VmiPoolLifecycle {
@@ -128,6 +137,8 @@ impl LifecycleSpec for VmiPoolLifecycle {
         delay_problem("vmis.bootTime", v.boot_time.as_ref())
             .into_iter()
             .chain(percent("vmis.failPercent", v.fail_percent))
+            .chain(delay_problem("vmis.migrationTime", v.migration_time.as_ref()))
+            .chain(percent("vmis.migrationFailPercent", v.migration_fail_percent))
             .collect()
     }
 }

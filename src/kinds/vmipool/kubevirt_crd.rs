@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 pub const NAME: &str = "virtualmachineinstances.kubevirt.io";
 /// KubeVirt's VirtualMachine CRD's name.
 pub const VM_NAME: &str = "virtualmachines.kubevirt.io";
+pub const MIGRATION_NAME: &str = "virtualmachineinstancemigrations.kubevirt.io";
 
 fn columns() -> Value {
     let col = |name: &str, type_: &str, path: &str, priority: i32| {
@@ -109,8 +110,45 @@ pub fn vm_crd() -> CustomResourceDefinition {
 }
 
 /// The stand-ins for KubeVirt's other CRDs the simulator plays (its VirtualMachine).
+/// KubeVirt's VirtualMachineInstanceMigration CRD as KubeVirt installs it (names, columns,
+/// the status subresource), its schema left open.
+pub fn migration_crd() -> CustomResourceDefinition {
+    let columns = json!([
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "VMI", "type": "string", "jsonPath": ".spec.vmiName"},
+    ]);
+    let version = |name: &str, storage: bool| {
+        let mut v = json!({
+            "name": name, "served": true, "storage": storage,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            "subresources": {"status": {}},
+            "additionalPrinterColumns": columns,
+        });
+        if !storage {
+            v["deprecated"] = json!(true);
+            v["deprecationWarning"] = json!(format!(
+                "kubevirt.io/{name} VirtualMachineInstanceMigration is now deprecated and will be removed in v2."
+            ));
+        }
+        v
+    };
+    let value = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": MIGRATION_NAME, "labels": {"app.kubernetes.io/managed-by": "kwok-pools"}},
+        "spec": {
+            "group": "kubevirt.io",
+            "scope": "Namespaced",
+            "names": {"plural": "virtualmachineinstancemigrations", "singular": "virtualmachineinstancemigration",
+                      "kind": "VirtualMachineInstanceMigration", "shortNames": ["vmim", "vmims"], "categories": ["all"]},
+            "versions": [version("v1", true), version("v1alpha3", false)]
+        }
+    });
+    serde_json::from_value(value).unwrap_or_default()
+}
+
 pub fn companions() -> Vec<CustomResourceDefinition> {
-    vec![vm_crd()]
+    vec![vm_crd(), migration_crd()]
 }
 
 #[cfg(test)]
@@ -145,6 +183,20 @@ mod tests {
             let cols: Vec<&str> =
                 version.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
             assert_eq!(cols, ["Age", "Status", "Ready"]);
+        }
+    }
+
+    #[test]
+    fn the_migration_crd_has_kubevirt_names_columns_and_a_status_subresource() {
+        let crd = migration_crd();
+        assert_eq!(crd.metadata.name.as_deref(), Some(MIGRATION_NAME));
+        assert_eq!(crd.spec.names.short_names.as_deref(), Some(&["vmim".to_string(), "vmims".to_string()][..]));
+        assert_eq!(crd.spec.versions.iter().filter(|v| v.storage).count(), 1);
+        for version in &crd.spec.versions {
+            assert!(version.subresources.as_ref().is_some_and(|s| s.status.is_some()));
+            let cols: Vec<&str> =
+                version.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
+            assert_eq!(cols, ["Phase", "VMI"]);
         }
     }
 }

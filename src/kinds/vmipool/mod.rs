@@ -4,10 +4,12 @@
 //! part of KubeVirt the simulator plays ([`simulator`]).
 
 pub mod api;
+pub mod eviction;
 pub mod kind;
 pub mod kubevirt;
 pub mod kubevirt_crd;
 pub mod metrics;
+pub mod migration;
 pub mod rules;
 pub mod simulator;
 pub mod vm;

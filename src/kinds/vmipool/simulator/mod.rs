@@ -3,6 +3,8 @@
 //! beside a real KubeVirt only virt-handler's ([`vmis`], [`status`]). It waits, holding
 //! nothing up, until KubeVirt's VMI CRD is installed.
 
+pub mod migration_plan;
+pub mod migrations;
 pub mod plan;
 pub mod status;
 pub mod vm_plan;
@@ -55,7 +57,8 @@ impl VmiFlags {
 impl Simulate for VMIPool {
     type Metrics = super::metrics::VmiPoolMetrics;
 
-    const POD_LABELS: &'static [&'static str] = &[status::APP_LABEL, status::CREATED_BY_LABEL];
+    const POD_LABELS: &'static [&'static str] =
+        &[status::APP_LABEL, status::CREATED_BY_LABEL, super::migration::MIGRATION_JOB_LABEL];
 
     const FINALIZERS: &'static [&'static str] = &[status::FINALIZER];
 
@@ -78,6 +81,18 @@ impl Simulate for VMIPool {
                 "VirtualMachines, without KubeVirt: their VMIs started and stopped (playing virt-controller)",
             ),
             Rule::cluster("kubevirt.io", &["virtualmachines/status"], &["patch"], "a VM's status: printableStatus, ready, requests"),
+            Rule::cluster(
+                "kubevirt.io",
+                &["virtualmachineinstancemigrations"],
+                &["get", "list", "watch", "create"],
+                "live migrations, without KubeVirt: played through their phases; a drained node's VMIs get theirs (KubeVirt's evacuation)",
+            ),
+            Rule::cluster(
+                "kubevirt.io",
+                &["virtualmachineinstancemigrations/status"],
+                &["patch"],
+                "a migration's phase and migration state",
+            ),
             Rule::cluster(
                 "kubevirt.io",
                 &["virtualmachineinstances"],
@@ -158,7 +173,10 @@ async fn run(flags: VmiFlags, sim: SimContext) {
     }
     if role == KubevirtRole::Controller {
         let selector = flags.vmi_selector.clone().unwrap_or_default();
-        tokio::spawn(run_vms(selector, sim.clone(), vmis.store(), vmis.subscribe()));
+        tokio::spawn(run_vms(selector.clone(), sim.clone(), vmis.store(), vmis.subscribe()));
+        let migrating =
+            Migrating { selector, sim: sim.clone(), vmis: vmis.store(), pods: pods.store(), nodes: nodes.store() };
+        tokio::spawn(run_migrations(migrating, vmis.subscribe(), pods.subscribe()));
     }
     let simulator = VmiSimulator {
         client: vmi_client,
@@ -211,6 +229,54 @@ async fn run_vms(
         metrics: sim.metrics.clone(),
     };
     vm.run(changes, vmi_changes).await;
+}
+
+/// What the migration controller reads besides migrations.
+struct Migrating {
+    selector: Selector,
+    sim: SimContext,
+    vmis: kube::runtime::reflector::Store<VirtualMachineInstance>,
+    pods: kube::runtime::reflector::Store<SlimPod>,
+    nodes: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
+}
+
+/// KubeVirt's migration and evacuation controllers, once the migration CRD is installed
+/// (KubeVirt's, or the stand-in `--child-crds` installs).
+async fn run_migrations(
+    m: Migrating,
+    vmi_changes: tokio::sync::mpsc::UnboundedReceiver<crate::informer::Change<VirtualMachineInstance>>,
+    pod_changes: tokio::sync::mpsc::UnboundedReceiver<crate::informer::Change<SlimPod>>,
+) {
+    let mut told = false;
+    while !crd_established(&m.sim.client, super::kubevirt_crd::MIGRATION_NAME).await.unwrap_or(false) {
+        if !std::mem::replace(&mut told, true) {
+            tracing::info!(
+                "no VirtualMachineInstanceMigration CRD yet: migrations are simulated once `kwok-pools crd --child-crds` is installed"
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+    let migrations = shared::all::<super::migration::VirtualMachineInstanceMigration>(&m.sim.informers);
+    let changes = migrations.subscribe();
+    if let Err(e) = wait_synced("virtualmachineinstancemigrations", &migrations.store()).await {
+        tracing::error!(error = %e, "the migration store did not sync; migrations are not simulated");
+        return;
+    }
+    tracing::info!("simulating live migrations (KubeVirt's migration and evacuation controllers)");
+    let controller = migrations::MigrationController {
+        client: m.sim.client.clone(),
+        selector: m.selector,
+        shard: m.sim.shard.clone(),
+        manage: m.sim.manage.clone(),
+        lifecycles: m.sim.lifecycles.clone(),
+        migrations: migrations.store(),
+        vmis: m.vmis,
+        pods: m.pods,
+        nodes: m.nodes,
+        metrics: m.sim.metrics.clone(),
+        recorder: crate::kubelet::recorder::KubeletRecorder::new(m.sim.client.clone(), "virt-handler"),
+    };
+    controller.run(changes, vmi_changes, pod_changes).await;
 }
 
 /// A client for the same cluster that acts as `user`, marking its requests with the extra

@@ -31,6 +31,52 @@ pub fn plan_vmi(settings: Option<&VmiLifecycle>, seed: Option<i64>, namespace: &
     }
 }
 
+/// What is decided for one live migration: how long its Running phase takes and whether it
+/// fails then.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MigrationPlan {
+    pub time: Duration,
+    pub fails: bool,
+}
+
+/// The default length of a migration's Running phase.
+pub const MIGRATION_TIME: Duration = Duration::from_secs(2);
+
+/// Decides a migration's plan from its VMI's pool knobs (`key`: the migration's namespace and
+/// name with a seed, its UID without one).
+pub fn plan_migration(
+    settings: Option<&VmiLifecycle>,
+    seed: Option<i64>,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> MigrationPlan {
+    let (seed, key): (i64, Vec<&str>) = match seed {
+        Some(s) => (s, vec![namespace, name]),
+        None => (0, vec![uid]),
+    };
+    let Some(s) = settings else { return MigrationPlan { time: MIGRATION_TIME, fails: false } };
+    let roll = unit(seed, &[&key[..], &["migration-fate"]].concat()) * 100.0;
+    MigrationPlan {
+        time: sample(s.migration_time.as_ref(), seed, &key, "migration").unwrap_or(MIGRATION_TIME),
+        fails: roll < f64::from(s.migration_fail_percent.unwrap_or(0).min(100)),
+    }
+}
+
+/// The plan of migration `name` (`uid`) of a VMI with these owner references.
+pub fn of_migration(
+    lifecycles: &Lifecycles,
+    vmi_refs: &[OwnerReference],
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> MigrationPlan {
+    let pool = lifecycles.governing(vmi_refs, Some(namespace));
+    let lifecycle =
+        pool.as_deref().and_then(|p| p.pool().downcast_ref::<VMIPool>()).and_then(|p| p.spec.lifecycle.as_ref());
+    plan_migration(lifecycle.and_then(|l| l.vmis.as_ref()), lifecycle.and_then(|l| l.seed), namespace, name, uid)
+}
+
 /// The plan of a VMI with these owner references in `namespace`: its VMIPool's knobs, found
 /// by the lifecycle engine (a VMI no VMIPool owns boots at once).
 pub fn of(lifecycles: &Lifecycles, refs: &[OwnerReference], namespace: &str, name: &str, uid: &str) -> VmiPlan {
@@ -55,6 +101,15 @@ mod tests {
         let again: Vec<VmiPlan> =
             (0..1000).map(|i| plan_vmi(Some(&knobs), Some(7), "ns", &format!("v-{i}"), "other")).collect();
         assert_eq!(plans, again, "the seed decides by name, whatever the UID");
+        let knobs: VmiLifecycle =
+            serde_yaml::from_str("{migrationTime: {fixed: 4s}, migrationFailPercent: 50}").unwrap();
+        let failing = (0..1000)
+            .map(|i| plan_migration(Some(&knobs), Some(3), "ns", &format!("m-{i}"), "u"))
+            .inspect(|p| assert_eq!(p.time, Duration::from_secs(4)))
+            .filter(|p| p.fails)
+            .count();
+        assert!((420..580).contains(&failing), "about half: {failing}");
+        assert_eq!(plan_migration(None, None, "ns", "m", "u"), MigrationPlan { time: MIGRATION_TIME, fails: false });
         assert_eq!(
             plan_vmi(None, None, "ns", "v", "u"),
             VmiPlan { boot_time: Duration::ZERO, fails: false, guest_agent: false }

@@ -102,8 +102,8 @@ impl Expected {
 
 struct VmiLoop {
     sim: Arc<VmiSimulator>,
-    /// VMI UID → its launcher pod.
-    launchers: HashMap<String, ObjectRef<SlimPod>>,
+    /// VMI UID → its launcher pods (two while a migration's target pod runs).
+    launchers: HashMap<String, Vec<ObjectRef<SlimPod>>>,
     /// VMI UID → its write (one at a time).
     attempts: HashMap<String, Attempts>,
     /// VMI UID → what was written but not seen yet.
@@ -141,7 +141,7 @@ impl VmiSimulator {
         // Launcher pods that exist already (the pod store synced before this started).
         for pod in l.sim.pods.state() {
             if let Some(uid) = launcher_of(&pod) {
-                l.launchers.insert(uid.to_string(), ObjectRef::from_obj(pod.as_ref()));
+                l.launchers.entry(uid.to_string()).or_default().push(ObjectRef::from_obj(pod.as_ref()));
             }
         }
         // Every VMI gets looked at now (the first list may have gone to other subscribers
@@ -190,11 +190,17 @@ impl VmiLoop {
         let Some(vmi_uid) = launcher_of(pod) else { return };
         let key = ObjectRef::from_obj(pod);
         if deleted {
-            if self.launchers.get(vmi_uid) == Some(&key) {
-                self.launchers.remove(vmi_uid);
+            if let Some(list) = self.launchers.get_mut(vmi_uid) {
+                list.retain(|k| *k != key);
+                if list.is_empty() {
+                    self.launchers.remove(vmi_uid);
+                }
             }
         } else {
-            self.launchers.insert(vmi_uid.to_string(), key);
+            let list = self.launchers.entry(vmi_uid.to_string()).or_default();
+            if !list.contains(&key) {
+                list.push(key);
+            }
         }
         // The VMI is the pod's controller owner.
         let owner =
@@ -242,9 +248,15 @@ impl VmiLoop {
         }
     }
 
-    /// The VMI's launcher pod as the store shows it.
-    fn launcher(&self, uid: &str) -> Option<Arc<SlimPod>> {
-        self.sim.pods.get(self.launchers.get(uid)?)
+    /// The VMI's launcher pod as the store shows it: the one on the VMI's node once it has
+    /// one (a migration's target pod becomes it when the VMI moves), else the first one
+    /// (never a migration's target).
+    fn launcher(&self, vmi: &VirtualMachineInstance, uid: &str) -> Option<Arc<SlimPod>> {
+        let pods: Vec<Arc<SlimPod>> = self.launchers.get(uid)?.iter().filter_map(|k| self.sim.pods.get(k)).collect();
+        let node = vmi.status.as_ref().and_then(|s| s.node_name.as_deref());
+        let on_node = pods.iter().find(|p| node.is_some() && p.node_name.as_deref() == node);
+        let first = || pods.iter().find(|p| p.label(super::super::migration::MIGRATION_JOB_LABEL).is_none());
+        on_node.or_else(first).cloned()
     }
 
     fn managed(&self, node: Option<&str>) -> bool {
@@ -261,7 +273,7 @@ impl VmiLoop {
         if self.attempts.get(&uid).is_some_and(|a| a.in_flight) {
             return;
         }
-        let pod = self.launcher(&uid);
+        let pod = self.launcher(vmi, &uid);
         let controller = self.sim.role == KubevirtRole::Controller;
         let node = if controller {
             pod.as_ref().and_then(|p| p.node_name.clone())

@@ -1,0 +1,505 @@
+//! Live migration without KubeVirt: plays virt-controller's migration and evacuation
+//! controllers and the handlers' part for VirtualMachineInstanceMigrations (the stand-in CRD
+//! `--child-crds` installs). Each migration is decided from the stores
+//! ([`super::migration_plan`]), one step at a time; a drained node's VMIs (marked by the
+//! eviction webhook with `status.evacuationNodeName`) get migrations as KubeVirt's evacuation
+//! controller makes them, at most 5 at once in the cluster and 2 out of a node.
+
+use super::super::kubevirt::VirtualMachineInstance;
+use super::super::migration::{
+    EVACUATION_ANNOTATION, MIGRATION_JOB_LABEL, VMI_NAME_LABEL, VirtualMachineInstanceMigration,
+};
+use super::migration_plan::{self as mp, Seen, Step};
+use super::status::{CREATED_BY_LABEL, unpause_patch};
+use crate::informer::Change;
+use crate::informer::pod::SlimPod;
+use crate::kubelet::recorder::KubeletRecorder;
+use crate::shard::Shard;
+use crate::simulator::lifecycle::Lifecycles;
+use crate::simulator::manage::Manage;
+use crate::simulator::selector::Selector;
+use crate::telemetry::metrics::Metrics;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::api::{DeleteParams, Patch, PostParams, Preconditions};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+/// KubeVirt's default `parallelMigrationsPerCluster`.
+pub const PER_CLUSTER: usize = 5;
+/// KubeVirt's default `parallelOutboundMigrationsPerNode`.
+pub const PER_NODE: usize = 2;
+
+/// How long a step done is not done again while the stores do not show it.
+const SETTLE: Duration = Duration::from_secs(10);
+
+pub struct MigrationController {
+    pub client: Client,
+    /// Which VMIs are simulated (their migrations with them).
+    pub selector: Selector,
+    pub shard: Shard,
+    pub manage: Manage,
+    pub lifecycles: Lifecycles,
+    pub migrations: Store<VirtualMachineInstanceMigration>,
+    pub vmis: Store<VirtualMachineInstance>,
+    pub pods: Store<SlimPod>,
+    pub nodes: Store<Node>,
+    pub metrics: Arc<Metrics>,
+    pub recorder: KubeletRecorder,
+}
+
+#[derive(Clone)]
+struct Loop {
+    c: Arc<MigrationController>,
+    /// Migration UID → a step in flight.
+    busy: Arc<Mutex<HashSet<String>>>,
+    /// Migration UID → the last step done and when (not repeated while the stores lag).
+    done: Arc<Mutex<HashMap<String, (Step, Instant)>>>,
+    /// VMI UID → when an evacuation migration was created for it.
+    evacuating: Arc<Mutex<HashMap<String, Instant>>>,
+    again: UnboundedSender<ObjectRef<VirtualMachineInstanceMigration>>,
+}
+
+impl MigrationController {
+    pub async fn run(
+        self,
+        mut migrations: UnboundedReceiver<Change<VirtualMachineInstanceMigration>>,
+        mut vmis: UnboundedReceiver<Change<VirtualMachineInstance>>,
+        mut pods: UnboundedReceiver<Change<SlimPod>>,
+    ) {
+        let (again, mut looks) = unbounded_channel();
+        let l =
+            Loop { c: Arc::new(self), busy: Arc::default(), done: Arc::default(), evacuating: Arc::default(), again };
+        let mut tick = tokio::time::interval(Duration::from_secs(10));
+        loop {
+            tokio::select! {
+                c = migrations.recv() => match c {
+                    Some(Change::Applied(m)) => {
+                        l.look(&m);
+                        if m.ended() {
+                            l.evacuate_all();
+                        }
+                    }
+                    Some(Change::Deleted(m)) => {
+                        let uid = m.metadata.uid.clone().unwrap_or_default();
+                        crate::sync::lock(&l.done).remove(&uid);
+                        l.evacuate_all();
+                    }
+                    Some(Change::Synced) => {}
+                    None => return,
+                },
+                c = vmis.recv() => match c {
+                    Some(Change::Applied(vmi)) => {
+                        l.look_vmi(&vmi);
+                        l.evacuate(&vmi);
+                    }
+                    Some(Change::Deleted(vmi)) => l.look_vmi(&vmi),
+                    Some(Change::Synced) => {}
+                    None => return,
+                },
+                c = pods.recv() => match c {
+                    Some(Change::Applied(p) | Change::Deleted(p)) => l.look_pod(&p),
+                    Some(Change::Synced) => {}
+                    None => return,
+                },
+                Some(key) = looks.recv() => {
+                    if let Some(m) = l.c.migrations.get(&key) {
+                        l.look(&m);
+                    }
+                }
+                _ = tick.tick() => {
+                    for m in l.c.migrations.state() {
+                        l.look(&m);
+                    }
+                    l.evacuate_all();
+                }
+            }
+        }
+    }
+}
+
+/// The migrations of a VMI (by namespace and name), in the store.
+fn of_vmi(
+    store: &Store<VirtualMachineInstanceMigration>,
+    ns: &str,
+    vmi: &str,
+) -> Vec<Arc<VirtualMachineInstanceMigration>> {
+    store
+        .state()
+        .into_iter()
+        .filter(|m| m.metadata.namespace.as_deref() == Some(ns) && m.spec.vmi_name == vmi)
+        .collect()
+}
+
+impl Loop {
+    fn look_vmi(&self, vmi: &VirtualMachineInstance) {
+        let ns = vmi.namespace().unwrap_or_default();
+        for m in of_vmi(&self.c.migrations, &ns, &vmi.name_any()) {
+            if !m.ended() || m.phase() == "Succeeded" || m.phase() == "Failed" {
+                self.look(&m);
+            }
+        }
+    }
+
+    fn look_pod(&self, pod: &SlimPod) {
+        if pod.label(CREATED_BY_LABEL).is_none() {
+            return;
+        }
+        let ns = pod.namespace().unwrap_or_default();
+        let job = pod.label(MIGRATION_JOB_LABEL);
+        for m in self.c.migrations.state() {
+            if m.metadata.namespace.as_deref() != Some(ns.as_str()) {
+                continue;
+            }
+            // Its target, or (once it succeeded) the source pod it ends.
+            if job == m.metadata.uid.as_deref() || m.phase() == "Succeeded" {
+                self.look(&m);
+            }
+        }
+    }
+
+    /// The VMI's launcher pods in the store (by its UID label).
+    fn launchers(&self, vmi: &VirtualMachineInstance) -> Vec<Arc<SlimPod>> {
+        let uid = vmi.metadata.uid.as_deref().unwrap_or_default();
+        let ns = vmi.namespace();
+        self.c
+            .pods
+            .state()
+            .into_iter()
+            .filter(|p| p.label(CREATED_BY_LABEL) == Some(uid) && p.namespace() == ns)
+            .collect()
+    }
+
+    fn look(&self, m: &Arc<VirtualMachineInstanceMigration>) {
+        let (ns, uid) = (m.namespace().unwrap_or_default(), m.metadata.uid.clone().unwrap_or_default());
+        let vmi = self.c.vmis.get(&ObjectRef::new(&m.spec.vmi_name).within(&ns));
+        let labels = vmi.as_ref().map_or(m.metadata.labels.as_ref(), |v| v.metadata.labels.as_ref());
+        if !self.c.selector.matches(labels) || !self.c.shard.owns(&Shard::vmi_key(&ns, &m.spec.vmi_name)) {
+            return;
+        }
+        if crate::sync::lock(&self.busy).contains(&uid) {
+            return;
+        }
+        let pods = vmi.as_deref().map(|v| self.launchers(v)).unwrap_or_default();
+        let target = pods.iter().find(|p| p.label(MIGRATION_JOB_LABEL) == Some(uid.as_str())).cloned();
+        let vmi_node = vmi.as_ref().and_then(|v| v.status.as_ref()).and_then(|s| s.node_name.clone());
+        // The source: the VMI's pod on the node it ran on when this migration began (its
+        // handoff), else on its node now; never this migration's target.
+        let state_source = vmi
+            .as_deref()
+            .and_then(|v| mp::state_of(v, &uid))
+            .and_then(|s| s.get("sourcePod"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let source = pods
+            .iter()
+            .filter(|p| p.label(MIGRATION_JOB_LABEL) != Some(uid.as_str()))
+            .find(|p| match &state_source {
+                Some(name) => p.name() == name,
+                None => p.node_name.is_some() && p.node_name == vmi_node,
+            })
+            .cloned();
+        let other = of_vmi(&self.c.migrations, &ns, &m.spec.vmi_name)
+            .into_iter()
+            .filter(|o| o.metadata.uid != m.metadata.uid && !o.ended() && !o.phase().is_empty())
+            .find(|o| o.metadata.creation_timestamp <= m.metadata.creation_timestamp)
+            .map(|o| o.name_any());
+        let target_managed = target
+            .as_ref()
+            .and_then(|p| p.node_name.as_deref())
+            .and_then(|n| self.c.nodes.get(&ObjectRef::new(n)))
+            .is_some_and(|n| self.c.manage.manages(&n));
+        let refs = vmi.as_ref().map(|v| v.owner_references().to_vec()).unwrap_or_default();
+        let plan = super::plan::of_migration(&self.c.lifecycles, &refs, &ns, &m.name_any(), &uid);
+        let seen = Seen {
+            vmi: vmi.as_deref(),
+            target: target.as_deref(),
+            source: source.as_deref(),
+            other_active: other.as_deref(),
+            target_managed,
+            plan: &plan,
+            now: k8s_openapi::jiff::Timestamp::now(),
+        };
+        let step = mp::next_step(m, &seen);
+        if let Step::Wait(wait) = step {
+            if let Some(wait) = wait {
+                self.look_in(m, wait);
+            }
+            return;
+        }
+        {
+            let mut done = crate::sync::lock(&self.done);
+            if let Some((last, at)) = done.get(&uid)
+                && *last == step
+                && at.elapsed() < SETTLE
+            {
+                drop(done);
+                self.look_in(m, SETTLE);
+                return;
+            }
+            done.remove(&uid);
+        }
+        crate::sync::lock(&self.busy).insert(uid.clone());
+        let l = self.clone();
+        let m = m.clone();
+        tokio::spawn(async move {
+            let ok = act(&l.c, &m, vmi.as_deref(), source.as_deref(), target.as_deref(), &step).await;
+            crate::sync::lock(&l.busy).remove(&uid);
+            if ok {
+                crate::sync::lock(&l.done).insert(uid, (step, Instant::now()));
+                let _ = l.again.send(ObjectRef::from_obj(m.as_ref()));
+            } else {
+                l.look_in(&m, Duration::from_secs(2));
+            }
+        });
+    }
+
+    fn look_in(&self, m: &VirtualMachineInstanceMigration, wait: Duration) {
+        let (again, key) = (self.again.clone(), ObjectRef::from_obj(m));
+        tokio::spawn(async move {
+            tokio::time::sleep(wait + Duration::from_millis(100)).await;
+            let _ = again.send(key);
+        });
+    }
+
+    fn evacuate_all(&self) {
+        for vmi in self.c.vmis.state() {
+            self.evacuate(&vmi);
+        }
+    }
+
+    /// A VMI marked for evacuation off the node it runs on gets a migration, as KubeVirt's
+    /// evacuation controller makes one, within the parallel limits.
+    fn evacuate(&self, vmi: &VirtualMachineInstance) {
+        let Some(status) = vmi.status.as_ref() else { return };
+        let Some(from) = status.rest.get("evacuationNodeName").and_then(Value::as_str) else { return };
+        if status.node_name.as_deref() != Some(from)
+            || vmi.phase() != "Running"
+            || vmi.metadata.deletion_timestamp.is_some()
+        {
+            return;
+        }
+        let (ns, name, uid) =
+            (vmi.namespace().unwrap_or_default(), vmi.name_any(), vmi.metadata.uid.clone().unwrap_or_default());
+        if !self.c.selector.matches(vmi.metadata.labels.as_ref()) || !self.c.shard.owns(&Shard::vmi_key(&ns, &name)) {
+            return;
+        }
+        let active: Vec<Arc<VirtualMachineInstanceMigration>> =
+            self.c.migrations.state().into_iter().filter(|m| !m.ended()).collect();
+        if active.iter().any(|m| m.metadata.namespace.as_deref() == Some(ns.as_str()) && m.spec.vmi_name == name) {
+            crate::sync::lock(&self.evacuating).remove(&uid);
+            return;
+        }
+        let mut evacuating = crate::sync::lock(&self.evacuating);
+        evacuating.retain(|_, at| at.elapsed() < Duration::from_secs(30));
+        if evacuating.contains_key(&uid) {
+            return;
+        }
+        let from_node = |m: &VirtualMachineInstanceMigration| {
+            let key = ObjectRef::new(&m.spec.vmi_name).within(m.metadata.namespace.as_deref().unwrap_or_default());
+            self.c.vmis.get(&key).and_then(|v| v.status.as_ref()?.node_name.clone()).as_deref() == Some(from)
+        };
+        let in_flight = active.len() + evacuating.len();
+        let out_of_node = active.iter().filter(|m| from_node(m)).count()
+            + evacuating
+                .keys()
+                .filter(|u| {
+                    self.c.vmis.state().iter().any(|v| {
+                        v.metadata.uid.as_deref() == Some(u.as_str())
+                            && v.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(from)
+                    })
+                })
+                .count();
+        if in_flight >= PER_CLUSTER || out_of_node >= PER_NODE {
+            return; // looked at again when a migration ends
+        }
+        evacuating.insert(uid, Instant::now());
+        let (c, evac) = (self.c.clone(), self.evacuating.clone());
+        let (from, vmi_uid) = (from.to_string(), vmi.metadata.uid.clone().unwrap_or_default());
+        tokio::spawn(async move {
+            let api: Api<VirtualMachineInstanceMigration> = Api::namespaced(c.client.clone(), &ns);
+            let mut m = VirtualMachineInstanceMigration::of(&name);
+            m.metadata.generate_name = Some("kubevirt-evacuation-".into());
+            m.metadata.annotations = Some([(EVACUATION_ANNOTATION.to_string(), from.clone())].into());
+            m.metadata.labels = Some([(VMI_NAME_LABEL.to_string(), name.clone())].into());
+            let r = api.create(&PostParams::default(), &m).await;
+            c.metrics.write("virtualmachineinstancemigrations", "create", r.is_ok());
+            match r {
+                Ok(m) => {
+                    tracing::info!(vmi = %name, namespace = %ns, node = %from, migration = %m.name_any(), "evacuating the VMI off its drained node")
+                }
+                Err(e) => {
+                    tracing::warn!(vmi = %name, namespace = %ns, error = %e, "cannot create the evacuation migration; trying again");
+                    crate::sync::lock(&evac).remove(&vmi_uid);
+                }
+            }
+        });
+    }
+}
+
+fn now() -> Value {
+    json!(k8s_openapi::jiff::Timestamp::now().to_string())
+}
+
+/// Carries out one step; whether it went through (or needs no retry).
+async fn act(
+    c: &MigrationController,
+    m: &VirtualMachineInstanceMigration,
+    vmi: Option<&VirtualMachineInstance>,
+    source: Option<&SlimPod>,
+    target: Option<&SlimPod>,
+    step: &Step,
+) -> bool {
+    let result = play(c, m, vmi, source, target, step).await;
+    match result {
+        Ok(()) => true,
+        Err(_) if crate::simulator::machinery::object_gone(&result) => true,
+        Err(e) => {
+            let (name, ns) = (m.name_any(), m.namespace().unwrap_or_default());
+            tracing::warn!(migration = %name, namespace = %ns, step = ?step, error = %e, "migration write failed; trying again");
+            false
+        }
+    }
+}
+
+/// The writes of one step.
+async fn play(
+    c: &MigrationController,
+    m: &VirtualMachineInstanceMigration,
+    vmi: Option<&VirtualMachineInstance>,
+    source: Option<&SlimPod>,
+    target: Option<&SlimPod>,
+    step: &Step,
+) -> kube::Result<()> {
+    let ns = m.namespace().unwrap_or_default();
+    let uid = m.metadata.uid.clone().unwrap_or_default();
+    let now = now();
+    let state = || vmi.and_then(|v| mp::state_of(v, &uid)).cloned();
+    let phase = |p: &'static str| phase(c, m, mp::phase_patch(m, p, None, &now));
+    match step {
+        Step::Wait(_) => Ok(()),
+        Step::Pending => phase("Pending").await,
+        Step::Fail(why) => {
+            tracing::info!(migration = %m.name_any(), namespace = %ns, reason = %why, "migration failed");
+            if let Some(v) = vmi
+                && state().is_some_and(|s| s.get("completed") != Some(&json!(true)))
+            {
+                patch_vmi(c, v, mp::aborted_patch(v, &now)).await?;
+            }
+            self::phase(c, m, mp::failed_patch(m, why, state().as_ref(), &now)).await
+        }
+        Step::CreateTarget => {
+            let Some(v) = vmi else { return Ok(()) };
+            let api: Api<Pod> = Api::namespaced(c.client.clone(), &ns);
+            let pp =
+                PostParams { field_manager: Some(crate::api::conventions::FIELD_MANAGER.into()), ..Default::default() };
+            let r = api.create(&pp, &mp::target_pod(v, &uid)).await.map(|_| ());
+            c.metrics.write("pods", "create", r.is_ok());
+            match r {
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                other => other?,
+            }
+            phase("Scheduling").await
+        }
+        Step::UnpauseTarget => match target {
+            Some(p) => {
+                let api: Api<Pod> = Api::namespaced(c.client.clone(), &ns);
+                let patch = unpause_patch(p, &now);
+                let r = crate::simulator::machinery::status_patch(&api, p.name(), p.uid(), patch).await.map(|_| ());
+                c.metrics.write("pods", "patch-status", r.is_ok());
+                r
+            }
+            None => Ok(()),
+        },
+        Step::Scheduled => match (vmi, target) {
+            (Some(v), Some(t)) => {
+                patch_vmi(c, v, mp::handoff_patch(v, &uid, source, t)).await?;
+                phase("Scheduled").await
+            }
+            _ => Ok(()),
+        },
+        Step::PreparingTarget => phase("PreparingTarget").await,
+        Step::TargetReady => phase("TargetReady").await,
+        Step::Running => {
+            if let Some(v) = vmi {
+                patch_vmi(c, v, mp::started_patch(v, &now)).await?;
+            }
+            phase("Running").await
+        }
+        Step::Complete => match (vmi, target) {
+            (Some(v), Some(t)) => {
+                patch_vmi(c, v, mp::completed_patch(v, source, t, &now)).await?;
+                let node = t.node_name.clone().unwrap_or_default();
+                event(c, v, EventType::Normal, format!("The VirtualMachineInstance migrated to node {node}.")).await;
+                Ok(())
+            }
+            _ => Ok(()),
+        },
+        Step::Abort => match vmi {
+            Some(v) => {
+                patch_vmi(c, v, mp::aborted_patch(v, &now)).await?;
+                let why = format!("VirtualMachineInstance migration uid {uid} failed. reason: {}", mp::FAILED_COPY);
+                event(c, v, EventType::Warning, why).await;
+                Ok(())
+            }
+            None => Ok(()),
+        },
+        Step::Finish(true) => self::phase(c, m, mp::phase_patch(m, "Succeeded", state().as_ref(), &now)).await,
+        Step::Finish(false) => self::phase(c, m, mp::failed_patch(m, mp::FAILED_COPY, state().as_ref(), &now)).await,
+        Step::DeleteSource => delete_pod(c, &ns, source).await,
+        Step::DeleteTarget => delete_pod(c, &ns, target).await,
+    }
+}
+
+async fn phase(c: &MigrationController, m: &VirtualMachineInstanceMigration, patch: Value) -> kube::Result<()> {
+    let api: Api<VirtualMachineInstanceMigration> =
+        Api::namespaced(c.client.clone(), &m.namespace().unwrap_or_default());
+    let pp = crate::api::conventions::patch_params();
+    let r = api.patch_status(&m.name_any(), &pp, &Patch::Merge(&patch)).await.map(|_| ());
+    c.metrics.write("virtualmachineinstancemigrations/status", "patch", r.is_ok());
+    r
+}
+
+async fn patch_vmi(c: &MigrationController, vmi: &VirtualMachineInstance, patch: Value) -> kube::Result<()> {
+    let api: Api<VirtualMachineInstance> = Api::namespaced(c.client.clone(), &vmi.namespace().unwrap_or_default());
+    let pp = crate::api::conventions::patch_params();
+    let r = api.patch(&vmi.name_any(), &pp, &Patch::Merge(&patch)).await.map(|_| ());
+    c.metrics.write("virtualmachineinstances", "patch", r.is_ok());
+    r
+}
+
+async fn delete_pod(c: &MigrationController, ns: &str, pod: Option<&SlimPod>) -> kube::Result<()> {
+    let Some(pod) = pod else { return Ok(()) };
+    let api: Api<Pod> = Api::namespaced(c.client.clone(), ns);
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
+        ..Default::default()
+    };
+    let r = api.delete(pod.name(), &dp).await.map(|_| ());
+    c.metrics.write("pods", "delete", r.is_ok());
+    match r {
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        other => other,
+    }
+}
+
+/// The handler's `Migrated` event on the VMI.
+async fn event(c: &MigrationController, vmi: &VirtualMachineInstance, type_: EventType, note: String) {
+    let regarding = ObjectReference {
+        api_version: Some("kubevirt.io/v1".into()),
+        kind: Some("VirtualMachineInstance".into()),
+        name: vmi.metadata.name.clone(),
+        namespace: vmi.metadata.namespace.clone(),
+        uid: vmi.metadata.uid.clone(),
+        ..Default::default()
+    };
+    let ev = Event { type_, reason: "Migrated".into(), note: Some(note), action: "Migrate".into(), secondary: None };
+    if let Err(e) = c.recorder.publish(&ev, &regarding).await {
+        tracing::debug!(error = %e, "migration event not recorded");
+    }
+}
