@@ -75,6 +75,9 @@ pub struct Seen<'a> {
     pub other_active: Option<&'a str>,
     /// The target pod's node is one this simulator manages.
     pub target_managed: bool,
+    /// A migration may start now: fewer than the parallel limits run, in the cluster and out
+    /// of the VMI's node.
+    pub slot: bool,
     pub plan: &'a MigrationPlan,
     pub now: Timestamp,
 }
@@ -152,10 +155,9 @@ pub fn next_step(m: &VirtualMachineInstanceMigration, seen: &Seen) -> Step {
             Step::Fail("the VMI stopped running during the migration".into())
         }
         _ if flag("completed") => Step::Finish(!flag("failed")),
-        "Pending" => match seen.target {
-            None => Step::CreateTarget,
-            Some(_) => Step::CreateTarget, // created before a restart: Scheduling
-        },
+        // Queued until a slot frees (a target pod created before a restart goes on).
+        "Pending" if seen.target.is_none() && !seen.slot => Step::Wait(None),
+        "Pending" => Step::CreateTarget,
         "Scheduling" => {
             let Some(target) = seen.target else {
                 // Just created, the pod store may not show it yet.

@@ -30,10 +30,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-/// KubeVirt's default `parallelMigrationsPerCluster`.
-pub const PER_CLUSTER: usize = 5;
-/// KubeVirt's default `parallelOutboundMigrationsPerNode`.
-pub const PER_NODE: usize = 2;
+/// How many migrations run at once (KubeVirt's `parallelMigrationsPerCluster` and
+/// `parallelOutboundMigrationsPerNode`, 5 and 2 by default).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub per_cluster: usize,
+    pub per_node: usize,
+}
 
 /// How long a step done is not done again while the stores do not show it.
 const SETTLE: Duration = Duration::from_secs(10);
@@ -42,6 +45,7 @@ pub struct MigrationController {
     pub client: Client,
     /// Which VMIs are simulated (their migrations with them).
     pub selector: Selector,
+    pub limits: Limits,
     pub shard: Shard,
     pub manage: Manage,
     pub lifecycles: Lifecycles,
@@ -53,6 +57,18 @@ pub struct MigrationController {
     pub recorder: KubeletRecorder,
 }
 
+/// An evacuation migration asked for.
+struct Evacuating {
+    /// The node it moves the VMI off.
+    node: String,
+    at: Instant,
+    /// Its namespace and name, once created.
+    made: Option<(String, String)>,
+}
+
+/// Migration UID → (source node, when its target pod was asked for).
+type Starting = HashMap<String, (Option<String>, Instant)>;
+
 #[derive(Clone)]
 struct Loop {
     c: Arc<MigrationController>,
@@ -60,8 +76,11 @@ struct Loop {
     busy: Arc<Mutex<HashSet<String>>>,
     /// Migration UID → the last step done and when (not repeated while the stores lag).
     done: Arc<Mutex<HashMap<String, (Step, Instant)>>>,
-    /// VMI UID → when an evacuation migration was created for it.
-    evacuating: Arc<Mutex<HashMap<String, Instant>>>,
+    /// VMI UID → the evacuation migration made for it, until the store shows it.
+    evacuating: Arc<Mutex<HashMap<String, Evacuating>>>,
+    /// Migration UID → (source node, when its target pod was asked for) until the store
+    /// shows it past Pending: counted as running.
+    starting: Arc<Mutex<Starting>>,
     again: UnboundedSender<ObjectRef<VirtualMachineInstanceMigration>>,
 }
 
@@ -73,8 +92,14 @@ impl MigrationController {
         mut pods: UnboundedReceiver<Change<SlimPod>>,
     ) {
         let (again, mut looks) = unbounded_channel();
-        let l =
-            Loop { c: Arc::new(self), busy: Arc::default(), done: Arc::default(), evacuating: Arc::default(), again };
+        let l = Loop {
+            c: Arc::new(self),
+            busy: Arc::default(),
+            done: Arc::default(),
+            evacuating: Arc::default(),
+            starting: Arc::default(),
+            again,
+        };
         let mut tick = tokio::time::interval(Duration::from_secs(10));
         loop {
             tokio::select! {
@@ -82,12 +107,15 @@ impl MigrationController {
                     Some(Change::Applied(m)) => {
                         l.look(&m);
                         if m.ended() {
+                            l.look_queued();
                             l.evacuate_all();
                         }
                     }
                     Some(Change::Deleted(m)) => {
                         let uid = m.metadata.uid.clone().unwrap_or_default();
                         crate::sync::lock(&l.done).remove(&uid);
+                        crate::sync::lock(&l.starting).remove(&uid);
+                        l.look_queued();
                         l.evacuate_all();
                     }
                     Some(Change::Synced) => {}
@@ -136,7 +164,45 @@ fn of_vmi(
         .collect()
 }
 
+/// Whether a migration is running: past Pending and not ended.
+fn running(m: &VirtualMachineInstanceMigration) -> bool {
+    !m.ended() && !matches!(m.phase(), "" | "Pending")
+}
+
 impl Loop {
+    /// Migrations waiting for a slot.
+    fn look_queued(&self) {
+        for m in self.c.migrations.state() {
+            if m.phase() == "Pending" {
+                self.look(&m);
+            }
+        }
+    }
+
+    /// The node a migration's VMI runs on now.
+    fn source_node(&self, m: &VirtualMachineInstanceMigration) -> Option<String> {
+        let key = ObjectRef::new(&m.spec.vmi_name).within(m.metadata.namespace.as_deref().unwrap_or_default());
+        self.c.vmis.get(&key).and_then(|v| v.status.as_ref()?.node_name.clone())
+    }
+
+    /// Whether a migration out of `node` may start now, within the parallel limits.
+    fn slot(&self, node: Option<&str>) -> bool {
+        let all = self.c.migrations.state();
+        let mut starting = crate::sync::lock(&self.starting);
+        let shown: HashSet<&str> =
+            all.iter().filter(|m| running(m)).filter_map(|m| m.metadata.uid.as_deref()).collect();
+        // Asked for and still Pending in the store (or not there yet): counted as running.
+        let queued: HashSet<&str> = all
+            .iter()
+            .filter(|m| matches!(m.phase(), "" | "Pending"))
+            .filter_map(|m| m.metadata.uid.as_deref())
+            .collect();
+        starting.retain(|uid, (_, at)| queued.contains(uid.as_str()) && at.elapsed() < Duration::from_secs(30));
+        let from_node = all.iter().filter(|m| running(m)).filter(|m| self.source_node(m).as_deref() == node).count()
+            + starting.values().filter(|(n, _)| n.as_deref() == node).count();
+        shown.len() + starting.len() < self.c.limits.per_cluster && from_node < self.c.limits.per_node
+    }
+
     fn look_vmi(&self, vmi: &VirtualMachineInstance) {
         let ns = vmi.namespace().unwrap_or_default();
         for m in of_vmi(&self.c.migrations, &ns, &vmi.name_any()) {
@@ -163,6 +229,24 @@ impl Loop {
         }
     }
 
+    /// Migration `uid`'s target pod and source pod: the VMI's pod on the node it ran on when
+    /// the migration began (its handoff), else on its node now; never the target.
+    fn pods_of(&self, vmi: &VirtualMachineInstance, uid: &str) -> (Option<Arc<SlimPod>>, Option<Arc<SlimPod>>) {
+        let pods = self.launchers(vmi);
+        let target = pods.iter().find(|p| p.label(MIGRATION_JOB_LABEL) == Some(uid)).cloned();
+        let vmi_node = vmi.status.as_ref().and_then(|s| s.node_name.clone());
+        let state_source = mp::state_of(vmi, uid).and_then(|s| s.get("sourcePod")).and_then(Value::as_str);
+        let source = pods
+            .iter()
+            .filter(|p| p.label(MIGRATION_JOB_LABEL) != Some(uid))
+            .find(|p| match state_source {
+                Some(name) => p.name() == name,
+                None => p.node_name.is_some() && p.node_name == vmi_node,
+            })
+            .cloned();
+        (target, source)
+    }
+
     /// The VMI's launcher pods in the store (by its UID label).
     fn launchers(&self, vmi: &VirtualMachineInstance) -> Vec<Arc<SlimPod>> {
         let uid = vmi.metadata.uid.as_deref().unwrap_or_default();
@@ -185,25 +269,8 @@ impl Loop {
         if crate::sync::lock(&self.busy).contains(&uid) {
             return;
         }
-        let pods = vmi.as_deref().map(|v| self.launchers(v)).unwrap_or_default();
-        let target = pods.iter().find(|p| p.label(MIGRATION_JOB_LABEL) == Some(uid.as_str())).cloned();
+        let (target, source) = vmi.as_deref().map(|v| self.pods_of(v, &uid)).unwrap_or_default();
         let vmi_node = vmi.as_ref().and_then(|v| v.status.as_ref()).and_then(|s| s.node_name.clone());
-        // The source: the VMI's pod on the node it ran on when this migration began (its
-        // handoff), else on its node now; never this migration's target.
-        let state_source = vmi
-            .as_deref()
-            .and_then(|v| mp::state_of(v, &uid))
-            .and_then(|s| s.get("sourcePod"))
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        let source = pods
-            .iter()
-            .filter(|p| p.label(MIGRATION_JOB_LABEL) != Some(uid.as_str()))
-            .find(|p| match &state_source {
-                Some(name) => p.name() == name,
-                None => p.node_name.is_some() && p.node_name == vmi_node,
-            })
-            .cloned();
         let other = of_vmi(&self.c.migrations, &ns, &m.spec.vmi_name)
             .into_iter()
             .filter(|o| o.metadata.uid != m.metadata.uid && !o.ended() && !o.phase().is_empty())
@@ -214,6 +281,7 @@ impl Loop {
             .and_then(|p| p.node_name.as_deref())
             .and_then(|n| self.c.nodes.get(&ObjectRef::new(n)))
             .is_some_and(|n| self.c.manage.manages(&n));
+        let slot = m.phase() == "Pending" && target.is_none() && self.slot(vmi_node.as_deref());
         let refs = vmi.as_ref().map(|v| v.owner_references().to_vec()).unwrap_or_default();
         let plan = super::plan::of_migration(&self.c.lifecycles, &refs, &ns, &m.name_any(), &uid);
         let seen = Seen {
@@ -222,6 +290,7 @@ impl Loop {
             source: source.as_deref(),
             other_active: other.as_deref(),
             target_managed,
+            slot,
             plan: &plan,
             now: k8s_openapi::jiff::Timestamp::now(),
         };
@@ -243,6 +312,9 @@ impl Loop {
                 return;
             }
             done.remove(&uid);
+        }
+        if step == Step::CreateTarget {
+            crate::sync::lock(&self.starting).insert(uid.clone(), (vmi_node.clone(), Instant::now()));
         }
         crate::sync::lock(&self.busy).insert(uid.clone());
         let l = self.clone();
@@ -289,36 +361,30 @@ impl Loop {
         if !self.c.selector.matches(vmi.metadata.labels.as_ref()) || !self.c.shard.owns(&Shard::vmi_key(&ns, &name)) {
             return;
         }
-        let active: Vec<Arc<VirtualMachineInstanceMigration>> =
-            self.c.migrations.state().into_iter().filter(|m| !m.ended()).collect();
+        let all = self.c.migrations.state();
+        let active: Vec<&Arc<VirtualMachineInstanceMigration>> = all.iter().filter(|m| !m.ended()).collect();
         if active.iter().any(|m| m.metadata.namespace.as_deref() == Some(ns.as_str()) && m.spec.vmi_name == name) {
-            crate::sync::lock(&self.evacuating).remove(&uid);
             return;
         }
         let mut evacuating = crate::sync::lock(&self.evacuating);
-        evacuating.retain(|_, at| at.elapsed() < Duration::from_secs(30));
+        // Made and not in the store yet (or still being made): counted beside the store's.
+        let names: HashSet<(&str, &str)> =
+            all.iter().filter_map(|m| Some((m.metadata.namespace.as_deref()?, m.metadata.name.as_deref()?))).collect();
+        evacuating.retain(|_, e| {
+            e.at.elapsed() < Duration::from_secs(30)
+                && e.made.as_ref().is_none_or(|(ns, n)| !names.contains(&(ns.as_str(), n.as_str())))
+        });
         if evacuating.contains_key(&uid) {
             return;
         }
-        let from_node = |m: &VirtualMachineInstanceMigration| {
-            let key = ObjectRef::new(&m.spec.vmi_name).within(m.metadata.namespace.as_deref().unwrap_or_default());
-            self.c.vmis.get(&key).and_then(|v| v.status.as_ref()?.node_name.clone()).as_deref() == Some(from)
-        };
+        let from_node = |m: &VirtualMachineInstanceMigration| self.source_node(m).as_deref() == Some(from);
         let in_flight = active.len() + evacuating.len();
-        let out_of_node = active.iter().filter(|m| from_node(m)).count()
-            + evacuating
-                .keys()
-                .filter(|u| {
-                    self.c.vmis.state().iter().any(|v| {
-                        v.metadata.uid.as_deref() == Some(u.as_str())
-                            && v.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(from)
-                    })
-                })
-                .count();
-        if in_flight >= PER_CLUSTER || out_of_node >= PER_NODE {
+        let out_of_node =
+            active.iter().filter(|m| from_node(m)).count() + evacuating.values().filter(|e| e.node == from).count();
+        if in_flight >= self.c.limits.per_cluster || out_of_node >= self.c.limits.per_node {
             return; // looked at again when a migration ends
         }
-        evacuating.insert(uid, Instant::now());
+        evacuating.insert(uid, Evacuating { node: from.to_string(), at: Instant::now(), made: None });
         let (c, evac) = (self.c.clone(), self.evacuating.clone());
         let (from, vmi_uid) = (from.to_string(), vmi.metadata.uid.clone().unwrap_or_default());
         tokio::spawn(async move {
@@ -331,7 +397,10 @@ impl Loop {
             c.metrics.write("virtualmachineinstancemigrations", "create", r.is_ok());
             match r {
                 Ok(m) => {
-                    tracing::info!(vmi = %name, namespace = %ns, node = %from, migration = %m.name_any(), "evacuating the VMI off its drained node")
+                    tracing::info!(vmi = %name, namespace = %ns, node = %from, migration = %m.name_any(), "evacuating the VMI off its drained node");
+                    if let Some(e) = crate::sync::lock(&evac).get_mut(&vmi_uid) {
+                        e.made = Some((ns.clone(), m.name_any()));
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(vmi = %name, namespace = %ns, error = %e, "cannot create the evacuation migration; trying again");

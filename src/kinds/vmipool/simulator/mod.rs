@@ -41,6 +41,14 @@ pub struct VmiFlags {
     /// puts back status written by anyone else).
     #[arg(long, default_value = "system:serviceaccount:kubevirt:kubevirt-handler")]
     pub kubevirt_handler_user: String,
+    /// Without KubeVirt, how many live migrations run at once in the cluster (KubeVirt's
+    /// `migrations.parallelMigrationsPerCluster`); more wait Pending.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub parallel_migrations_per_cluster: u32,
+    /// Without KubeVirt, how many live migrations run at once out of one node (KubeVirt's
+    /// `migrations.parallelOutboundMigrationsPerNode`).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub parallel_outbound_migrations_per_node: u32,
 }
 
 impl VmiFlags {
@@ -174,8 +182,18 @@ async fn run(flags: VmiFlags, sim: SimContext) {
     if role == KubevirtRole::Controller {
         let selector = flags.vmi_selector.clone().unwrap_or_default();
         tokio::spawn(run_vms(selector.clone(), sim.clone(), vmis.store(), vmis.subscribe()));
-        let migrating =
-            Migrating { selector, sim: sim.clone(), vmis: vmis.store(), pods: pods.store(), nodes: nodes.store() };
+        let limits = migrations::Limits {
+            per_cluster: flags.parallel_migrations_per_cluster as usize,
+            per_node: flags.parallel_outbound_migrations_per_node as usize,
+        };
+        let migrating = Migrating {
+            selector,
+            limits,
+            sim: sim.clone(),
+            vmis: vmis.store(),
+            pods: pods.store(),
+            nodes: nodes.store(),
+        };
         tokio::spawn(run_migrations(migrating, vmis.subscribe(), pods.subscribe()));
     }
     let simulator = VmiSimulator {
@@ -234,6 +252,7 @@ async fn run_vms(
 /// What the migration controller reads besides migrations.
 struct Migrating {
     selector: Selector,
+    limits: migrations::Limits,
     sim: SimContext,
     vmis: kube::runtime::reflector::Store<VirtualMachineInstance>,
     pods: kube::runtime::reflector::Store<SlimPod>,
@@ -266,6 +285,7 @@ async fn run_migrations(
     let controller = migrations::MigrationController {
         client: m.sim.client.clone(),
         selector: m.selector,
+        limits: m.limits,
         shard: m.sim.shard.clone(),
         manage: m.sim.manage.clone(),
         lifecycles: m.sim.lifecycles.clone(),

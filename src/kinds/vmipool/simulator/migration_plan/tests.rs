@@ -51,8 +51,16 @@ fn step(
     now: i64,
 ) -> Step {
     let source = pod("src", Some("n1"), "Running", true);
-    let seen =
-        Seen { vmi, target, source: Some(&source), other_active: None, target_managed: true, plan, now: at(now) };
+    let seen = Seen {
+        vmi,
+        target,
+        source: Some(&source),
+        other_active: None,
+        target_managed: true,
+        slot: true,
+        plan,
+        now: at(now),
+    };
     next_step(m, &seen)
 }
 
@@ -126,6 +134,7 @@ fn kubevirt_refuses_what_cannot_move_with_its_reasons() {
         source: None,
         other_active: Some("first"),
         target_managed: true,
+        slot: true,
         plan: &plan,
         now: at(0),
     };
@@ -191,4 +200,25 @@ fn completion_moves_the_vmi_and_its_addresses_to_the_target() {
         (Some("n1"), Some("n2"), Some("PreCopy"))
     );
     assert_eq!((s["sourcePod"].as_str(), s["targetPod"].as_str()), (Some("src"), Some("t")));
+}
+
+#[test]
+fn a_pending_migration_waits_for_a_slot_within_the_parallel_limits() {
+    let plan = MigrationPlan { time: Duration::ZERO, fails: false };
+    let running = vmi("Running", json!({}));
+    let pending = migration("Pending", &[]);
+    let seen = |slot, target| Seen {
+        vmi: Some(&running),
+        target,
+        source: None,
+        other_active: None,
+        target_managed: true,
+        slot,
+        plan: &plan,
+        now: at(0),
+    };
+    assert_eq!(next_step(&pending, &seen(false, None)), Step::Wait(None));
+    assert_eq!(next_step(&pending, &seen(true, None)), Step::CreateTarget);
+    let made = pod("t", None, "Pending", false);
+    assert_eq!(next_step(&pending, &seen(false, Some(&made))), Step::CreateTarget, "its pod exists: it goes on");
 }
