@@ -266,6 +266,35 @@ async fn a_failing_migration_ends_failed_and_a_non_migratable_vmi_is_refused_wit
     let message = conditions[0]["message"].as_str().unwrap();
     assert!(message.starts_with("Cannot migrate VMI, Reason: InterfaceNotLiveMigratable, Message: "), "{message}");
     assert_eq!(phases(&m), ["Failed"], "refused before anything moved");
+
+    // A migration deleted while it copies: its target pod goes, the VMI stays where it was.
+    apply(&vmipool("slow", &ns.name, &scope, 1, true, "  lifecycle: {vmis: {migrationTime: {fixed: 5m}}}\n"));
+    let slow = wait_running(&client, &ns.name, "slow", 1).await.remove(0);
+    let (slow_name, slow_from) = (slow.metadata.name.clone().unwrap(), node_of(&slow));
+    apply(&migration("cancelled", &ns.name, &scope, &slow_name));
+    wait_for("the slow migration Running", T, || async {
+        let m = api.get("cancelled").await.map_err(|e| e.to_string())?;
+        if m.phase() == "Running" { Ok(()) } else { Err(format!("phase {:?}", m.phase())) }
+    })
+    .await;
+    kubectl_ok(&["delete", "vmim", "cancelled", "-n", &ns.name]);
+    wait_for("the cancelled migration's target pod gone, the VMI where it was", T, || async {
+        let v = vapi.get(&slow_name).await.map_err(|e| e.to_string())?;
+        let state = &v.status.as_ref().unwrap().rest["migrationState"];
+        let pods: Vec<Pod> = launchers(&client, &ns.name)
+            .await
+            .into_iter()
+            .filter(|p| p.metadata.labels.as_ref().unwrap().get("kubevirt.io/created-by") == slow.metadata.uid.as_ref())
+            .collect();
+        let (failed, reason) = (state["failed"].as_bool(), state["failureReason"].as_str());
+        if pods.len() == 1 && failed == Some(true) && running(&v) && node_of(&v) == slow_from {
+            assert_eq!(reason, Some("the migration was deleted"));
+            Ok(())
+        } else {
+            Err(format!("{} pods, failed {failed:?}", pods.len()))
+        }
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -11,6 +11,7 @@ use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kwok_pools::kinds::vmipool::kubevirt::VirtualMachineInstance;
+use kwok_pools::kinds::vmipool::migration::VirtualMachineInstanceMigration;
 use kwok_pools::kinds::vmipool::vm::VirtualMachine;
 use std::time::Duration;
 
@@ -210,6 +211,24 @@ async fn the_sample_vm_runs_as_written() {
     apply(&serde_yaml::to_string(&vm).unwrap());
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns.name);
     let uid = vms.get("cirros").await.unwrap().metadata.uid.unwrap();
-    running_vmi(&client, &ns.name, "cirros", &uid).await;
+    let vmi_uid = running_vmi(&client, &ns.name, "cirros", &uid).await;
+    wait_printable(&vms, "cirros", "Running").await;
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &ns.name);
+    let node = |v: &VirtualMachineInstance| v.status.as_ref().and_then(|s| s.node_name.clone()).unwrap();
+    let from = node(&vmis.get("cirros").await.unwrap());
+
+    // The migration sample as written, in this test's namespace: the VM moves to the other node.
+    let mut m: serde_yaml::Value = serde_yaml::from_str(&read_repo_file("samples/migration.yaml")).unwrap();
+    m["metadata"]["namespace"] = ns.name.clone().into();
+    apply(&serde_yaml::to_string(&m).unwrap());
+    let migrations: Api<VirtualMachineInstanceMigration> = Api::namespaced(client.clone(), &ns.name);
+    wait_for("the sample migration Succeeded", T, || async {
+        let m = migrations.get("cirros-migration").await.map_err(|e| e.to_string())?;
+        if m.phase() == "Succeeded" { Ok(()) } else { Err(format!("phase {:?}", m.phase())) }
+    })
+    .await;
+    let moved = vmis.get("cirros").await.unwrap();
+    assert_eq!(moved.metadata.uid.as_deref(), Some(vmi_uid.as_str()), "the same VMI");
+    assert_ne!(node(&moved), from, "on the other node");
     wait_printable(&vms, "cirros", "Running").await;
 }

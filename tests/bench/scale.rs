@@ -1,7 +1,7 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
 //! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [events[=N]] [vmis] [webhook] [shards[=N]]
 //! [unrelated[=N]] [leases[=N]] [kubelet[=NODES[:PODS_PER_NODE]]] [devices[=NODES[:PODS]]] [many-pools[=PODS]]
-//! [policies[=PODS]] [karpenter[=PODS]] [storage[=PODS]] [--quick]
+//! [policies[=PODS]] [karpenter[=PODS]] [storage[=PODS]] [vms[=VMS]] [--quick]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 mod devices;
@@ -17,6 +17,7 @@ mod shards;
 mod storage;
 mod unrelated;
 mod vmis;
+mod vms;
 mod webhook;
 
 use std::time::Duration;
@@ -67,6 +68,18 @@ async fn main() {
             vmis::run(10, 100).await;
         } else {
             vmis::run(100, 1000).await;
+        }
+    }
+    // vms[=VMS]: VirtualMachines to Running on VMS/10 nodes, then VMS/10 live migrations.
+    let vm_counts: Vec<u32> =
+        picked.iter().filter_map(|a| a.strip_prefix("vms=")).filter_map(|v| v.parse().ok()).collect();
+    if let Some(n) = vm_counts.first() {
+        vms::run(*n, (*n / 10).max(1)).await;
+    } else if all || picked.contains(&"vms") {
+        if quick {
+            vms::run(100, 10).await;
+        } else {
+            vms::run(1000, 100).await;
         }
     }
     let shard_nodes: Vec<u32> =

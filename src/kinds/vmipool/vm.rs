@@ -14,12 +14,24 @@ use std::borrow::Cow;
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualMachine {
+    #[serde(default = "api_version")]
+    pub api_version: String,
+    #[serde(default = "kind")]
+    pub kind: String,
     #[serde(default)]
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: VmSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<VmStatus>,
+}
+
+fn api_version() -> String {
+    format!("{GROUP}/{VERSION}")
+}
+
+fn kind() -> String {
+    "VirtualMachine".into()
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

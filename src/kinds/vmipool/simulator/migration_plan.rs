@@ -337,12 +337,12 @@ pub fn completed_patch(vmi: &VirtualMachineInstance, source: Option<&SlimPod>, t
     })
 }
 
-/// The copy failed: the VMI stays where it is.
-pub fn aborted_patch(vmi: &VirtualMachineInstance, now: &Value) -> Value {
+/// The migration failed (`why`): the VMI stays where it is.
+pub fn aborted_patch(vmi: &VirtualMachineInstance, why: &str, now: &Value) -> Value {
     json!({
         "metadata": {"uid": vmi.metadata.uid, "labels": {TARGET_NODE_LABEL: null}},
         "status": {"migrationState": {"endTimestamp": now, "completed": true, "failed": true,
-            "failureReason": FAILED_COPY}},
+            "failureReason": why}},
     })
 }
 

@@ -115,6 +115,7 @@ impl MigrationController {
                         let uid = m.metadata.uid.clone().unwrap_or_default();
                         crate::sync::lock(&l.done).remove(&uid);
                         crate::sync::lock(&l.starting).remove(&uid);
+                        l.cancel(&m);
                         l.look_queued();
                         l.evacuate_all();
                     }
@@ -170,6 +171,34 @@ fn running(m: &VirtualMachineInstanceMigration) -> bool {
 }
 
 impl Loop {
+    /// A migration deleted before it ended (KubeVirt's finalizer is not kept): the VMI's
+    /// migration state says it failed and its target pod goes; the VMI stays where it is.
+    fn cancel(&self, m: &VirtualMachineInstanceMigration) {
+        let uid = m.metadata.uid.clone().unwrap_or_default();
+        let ns = m.namespace().unwrap_or_default();
+        let Some(vmi) = self.c.vmis.get(&ObjectRef::new(&m.spec.vmi_name).within(&ns)) else { return };
+        if m.ended() || !self.c.selector.matches(vmi.metadata.labels.as_ref()) {
+            return;
+        }
+        let state = mp::state_of(&vmi, &uid).cloned();
+        if state.as_ref().is_some_and(|s| s.get("completed") == Some(&json!(true))) {
+            return; // it finished; the store was behind
+        }
+        let (target, _) = self.pods_of(&vmi, &uid);
+        let c = self.c.clone();
+        tokio::spawn(async move {
+            if state.is_some() {
+                let now = now();
+                if let Err(e) = patch_vmi(&c, &vmi, mp::aborted_patch(&vmi, "the migration was deleted", &now)).await {
+                    tracing::debug!(error = %e, "the VMI's migration state not written after its migration was deleted");
+                }
+            }
+            if let Err(e) = delete_pod(&c, &ns, target.as_deref()).await {
+                tracing::warn!(error = %e, "the target pod of a deleted migration was not deleted");
+            }
+        });
+    }
+
     /// Migrations waiting for a slot.
     fn look_queued(&self) {
         for m in self.c.migrations.state() {
@@ -458,7 +487,7 @@ async fn play(
             if let Some(v) = vmi
                 && state().is_some_and(|s| s.get("completed") != Some(&json!(true)))
             {
-                patch_vmi(c, v, mp::aborted_patch(v, &now)).await?;
+                patch_vmi(c, v, mp::aborted_patch(v, why, &now)).await?;
             }
             self::phase(c, m, mp::failed_patch(m, why, state().as_ref(), &now)).await
         }
@@ -511,7 +540,7 @@ async fn play(
         },
         Step::Abort => match vmi {
             Some(v) => {
-                patch_vmi(c, v, mp::aborted_patch(v, &now)).await?;
+                patch_vmi(c, v, mp::aborted_patch(v, mp::FAILED_COPY, &now)).await?;
                 let why = format!("VirtualMachineInstance migration uid {uid} failed. reason: {}", mp::FAILED_COPY);
                 event(c, v, EventType::Warning, why).await;
                 Ok(())
