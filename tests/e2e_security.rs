@@ -632,6 +632,8 @@ async fn a_failed_webhook_registration_leaves_the_replica_simulating_and_not_rea
     kubectl_ok(&["apply", "--server-side", "-f", registration.to_str().unwrap()]);
     op.wait_ready().await;
     assert!(op.is_running());
+    // The pool goes with the test, while its operator runs (else its node outlives both).
+    kubectl_ok(&["delete", "nodepool", &scope, "--timeout=60s"]);
     op.stop();
     let _ = kubectl(&["delete", "-f", registration.to_str().unwrap(), "--ignore-not-found"]);
     for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
