@@ -206,6 +206,22 @@ async fn a_migration_moves_the_vmi_to_another_node_through_kubevirts_phases() {
     .await;
     assert_eq!(events[0].note.as_deref(), Some(format!("The VirtualMachineInstance migrated to node {to}.").as_str()));
 
+    // A second migration moves it on; the first one's cleanup never touches the pod the VMI
+    // runs in now (looked at again over a resync).
+    apply(&migration("move-again", &ns.name, &scope, &name));
+    let again = wait_ended(&api, "move-again").await;
+    assert_eq!(again.phase(), "Succeeded");
+    let third = node_of(&vapi.get(&name).await.unwrap());
+    assert_ne!(third, to);
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let now = vapi.get(&name).await.unwrap();
+    assert!(running(&now) && node_of(&now) == third, "still Running on {third}");
+    let live: Vec<Pod> =
+        launchers(&client, &ns.name).await.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+    assert_eq!(live.len(), 1, "one launcher pod");
+    assert_eq!(live[0].spec.as_ref().unwrap().node_name.as_deref(), Some(third.as_str()));
+    assert!(pod_ready(&live[0]));
+
     // The VMI still goes away cleanly with its pool.
     kubectl_ok(&["delete", "vmipool", "vms", "-n", &ns.name, "--wait=false"]);
     wait_for("no VMI and no launcher pod left", T, || async {

@@ -23,6 +23,18 @@ pub const TARGET_NODE_LABEL: &str = "kubevirt.io/migrationTargetNodeName";
 /// How long after its creation a target pod the pod store does not show is waited for.
 pub const STORE_LAG: Duration = Duration::from_secs(15);
 
+/// How long a target pod may stay pending for any other reason (KubeVirt's
+/// `catchAllPendingTimeoutSeconds`).
+pub const CATCH_ALL_TIMEOUT: Duration = Duration::from_secs(900);
+
+fn pending_too_long(waited: Duration) -> String {
+    format!("the target pod did not start within {}s", waited.as_secs())
+}
+
+fn vmi_node(seen: &Seen) -> Option<String> {
+    seen.vmi.and_then(|v| v.status.as_ref()).and_then(|s| s.node_name.clone())
+}
+
 /// Why a copy failed, as the simulator says it.
 pub const FAILED_COPY: &str =
     "the live migration failed (simulated by kwok-pools: spec.lifecycle.vmis.migrationFailPercent)";
@@ -142,8 +154,10 @@ pub fn next_step(m: &VirtualMachineInstanceMigration, seen: &Seen) -> Step {
             Some(why) => Step::Fail(why),
             None => Step::Pending,
         },
+        // Only the pod it moved the VMI out of: never one on the VMI's node now (a later
+        // migration's target the VMI runs in).
         "Succeeded" => match seen.source {
-            Some(p) if p.metadata.deletion_timestamp.is_none() => Step::DeleteSource,
+            Some(p) if p.metadata.deletion_timestamp.is_none() && p.node_name != vmi_node(seen) => Step::DeleteSource,
             _ => Step::Wait(None),
         },
         "Failed" => match seen.target {
@@ -155,6 +169,11 @@ pub fn next_step(m: &VirtualMachineInstanceMigration, seen: &Seen) -> Step {
             Step::Fail("the VMI stopped running during the migration".into())
         }
         _ if flag("completed") => Step::Finish(!flag("failed")),
+        // Two made at once: the first one goes on, as KubeVirt's admission would have it.
+        "Pending" if seen.target.is_none() && seen.other_active.is_some() => match refusal(m, seen) {
+            Some(why) => Step::Fail(why),
+            None => Step::Wait(None),
+        },
         // Queued until a slot frees (a target pod created before a restart goes on).
         "Pending" if seen.target.is_none() && !seen.slot => Step::Wait(None),
         "Pending" => Step::CreateTarget,
@@ -171,18 +190,24 @@ pub fn next_step(m: &VirtualMachineInstanceMigration, seen: &Seen) -> Step {
             if ended(target) {
                 return Step::Fail(format!("the target pod {} ended", target.name()));
             }
+            let waited = elapsed(phase_since(m, "Scheduling"), seen.now);
             if target.node_name.is_none() {
-                let waited = elapsed(phase_since(m, "Scheduling"), seen.now);
                 return match target.unschedulable.as_deref() {
                     Some((_, why)) if waited >= UNSCHEDULABLE_TIMEOUT => {
                         Step::Fail(format!("the target pod was unschedulable for {}s: {why}", waited.as_secs()))
                     }
                     Some(_) => Step::Wait(Some(UNSCHEDULABLE_TIMEOUT.saturating_sub(waited))),
-                    None => Step::Wait(None),
+                    None if waited >= CATCH_ALL_TIMEOUT => Step::Fail(pending_too_long(waited)),
+                    None => Step::Wait(Some(CATCH_ALL_TIMEOUT.saturating_sub(waited))),
                 };
             }
             if !seen.target_managed {
-                Step::Wait(None)
+                // On a node no simulator here runs: nothing will start it.
+                if waited >= CATCH_ALL_TIMEOUT {
+                    Step::Fail(pending_too_long(waited))
+                } else {
+                    Step::Wait(Some(CATCH_ALL_TIMEOUT.saturating_sub(waited)))
+                }
             } else if target.condition(UNPAUSED_GATE) != Some("True") {
                 Step::UnpauseTarget
             } else if target.phase() == "Running" {

@@ -174,26 +174,42 @@ impl Loop {
     /// A migration deleted before it ended (KubeVirt's finalizer is not kept): the VMI's
     /// migration state says it failed and its target pod goes; the VMI stays where it is.
     fn cancel(&self, m: &VirtualMachineInstanceMigration) {
-        let uid = m.metadata.uid.clone().unwrap_or_default();
-        let ns = m.namespace().unwrap_or_default();
-        let Some(vmi) = self.c.vmis.get(&ObjectRef::new(&m.spec.vmi_name).within(&ns)) else { return };
-        if m.ended() || !self.c.selector.matches(vmi.metadata.labels.as_ref()) {
+        if m.ended() {
             return;
         }
-        let state = mp::state_of(&vmi, &uid).cloned();
-        if state.as_ref().is_some_and(|s| s.get("completed") == Some(&json!(true))) {
-            return; // it finished; the store was behind
-        }
-        let (target, _) = self.pods_of(&vmi, &uid);
-        let c = self.c.clone();
+        let (l, m) = (self.clone(), m.clone());
         tokio::spawn(async move {
+            // A step in flight finishes first, and the stores catch up with it and with a
+            // target pod just created.
+            let uid = m.metadata.uid.clone().unwrap_or_default();
+            for _ in 0..300 {
+                if !crate::sync::lock(&l.busy).contains(&uid) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tokio::time::sleep(mp::STORE_LAG.min(Duration::from_secs(3))).await;
+            let ns = m.namespace().unwrap_or_default();
+            let Some(vmi) = l.c.vmis.get(&ObjectRef::new(&m.spec.vmi_name).within(&ns)) else { return };
+            if !l.c.selector.matches(vmi.metadata.labels.as_ref()) {
+                return;
+            }
+            let state = mp::state_of(&vmi, &uid).cloned();
+            if state.as_ref().is_some_and(|s| s.get("completed") == Some(&json!(true))) {
+                return; // it finished: the VMI may run in the target pod now
+            }
+            let (target, _) = l.pods_of(&vmi, &m);
             if state.is_some() {
                 let now = now();
-                if let Err(e) = patch_vmi(&c, &vmi, mp::aborted_patch(&vmi, "the migration was deleted", &now)).await {
+                if let Err(e) = patch_vmi(&l.c, &vmi, mp::aborted_patch(&vmi, "the migration was deleted", &now)).await
+                {
                     tracing::debug!(error = %e, "the VMI's migration state not written after its migration was deleted");
                 }
             }
-            if let Err(e) = delete_pod(&c, &ns, target.as_deref()).await {
+            let on_vmi_node = target.as_ref().is_some_and(|t| {
+                t.node_name.is_some() && t.node_name == vmi.status.as_ref().and_then(|s| s.node_name.clone())
+            });
+            if !on_vmi_node && let Err(e) = delete_pod(&l.c, &ns, target.as_deref()).await {
                 tracing::warn!(error = %e, "the target pod of a deleted migration was not deleted");
             }
         });
@@ -258,21 +274,31 @@ impl Loop {
         }
     }
 
-    /// Migration `uid`'s target pod and source pod: the VMI's pod on the node it ran on when
-    /// the migration began (its handoff), else on its node now; never the target.
-    fn pods_of(&self, vmi: &VirtualMachineInstance, uid: &str) -> (Option<Arc<SlimPod>>, Option<Arc<SlimPod>>) {
+    /// Migration `m`'s target pod and source pod: the pod its migration state names (its
+    /// own copy, else the VMI's), else — before it succeeded — the VMI's pod on its node now;
+    /// never the target.
+    fn pods_of(
+        &self,
+        vmi: &VirtualMachineInstance,
+        m: &VirtualMachineInstanceMigration,
+    ) -> (Option<Arc<SlimPod>>, Option<Arc<SlimPod>>) {
+        let uid = m.metadata.uid.as_deref().unwrap_or_default();
         let pods = self.launchers(vmi);
         let target = pods.iter().find(|p| p.label(MIGRATION_JOB_LABEL) == Some(uid)).cloned();
         let vmi_node = vmi.status.as_ref().and_then(|s| s.node_name.clone());
-        let state_source = mp::state_of(vmi, uid).and_then(|s| s.get("sourcePod")).and_then(Value::as_str);
-        let source = pods
-            .iter()
-            .filter(|p| p.label(MIGRATION_JOB_LABEL) != Some(uid))
-            .find(|p| match state_source {
-                Some(name) => p.name() == name,
-                None => p.node_name.is_some() && p.node_name == vmi_node,
-            })
-            .cloned();
+        let own = m.status.as_ref().and_then(|s| s.rest.get("migrationState"));
+        let recorded = [own, mp::state_of(vmi, uid)]
+            .into_iter()
+            .flatten()
+            .find_map(|s| s.get("sourcePod").and_then(Value::as_str));
+        let others = || pods.iter().filter(|p| p.label(MIGRATION_JOB_LABEL) != Some(uid));
+        let source = match recorded {
+            Some(name) => others().find(|p| p.name() == name).cloned(),
+            None if m.phase() != "Succeeded" => {
+                others().find(|p| p.node_name.is_some() && p.node_name == vmi_node).cloned()
+            }
+            None => None,
+        };
         (target, source)
     }
 
@@ -298,12 +324,17 @@ impl Loop {
         if crate::sync::lock(&self.busy).contains(&uid) {
             return;
         }
-        let (target, source) = vmi.as_deref().map(|v| self.pods_of(v, &uid)).unwrap_or_default();
+        let (target, source) = vmi.as_deref().map(|v| self.pods_of(v, m)).unwrap_or_default();
         let vmi_node = vmi.as_ref().and_then(|v| v.status.as_ref()).and_then(|s| s.node_name.clone());
         let other = of_vmi(&self.c.migrations, &ns, &m.spec.vmi_name)
             .into_iter()
-            .filter(|o| o.metadata.uid != m.metadata.uid && !o.ended() && !o.phase().is_empty())
-            .find(|o| o.metadata.creation_timestamp <= m.metadata.creation_timestamp)
+            .filter(|o| o.metadata.uid != m.metadata.uid && !o.ended())
+            .find(|o| {
+                let key = |x: &VirtualMachineInstanceMigration| {
+                    (x.metadata.creation_timestamp.clone().map(|t| t.0), x.metadata.uid.clone())
+                };
+                key(o) < key(m)
+            })
             .map(|o| o.name_any());
         let target_managed = target
             .as_ref()
@@ -385,12 +416,23 @@ impl Loop {
         {
             return;
         }
+        // KubeVirt's evacuation controller migrates only what migrates on eviction; an
+        // `External` VMI is left to whoever set that strategy.
+        let migratable = vmi.condition("LiveMigratable").is_some_and(|c| c.status == "True");
+        match vmi.spec.eviction_strategy.as_deref() {
+            Some("LiveMigrate") => {}
+            Some("LiveMigrateIfPossible") if migratable => {}
+            _ => return,
+        }
         let (ns, name, uid) =
             (vmi.namespace().unwrap_or_default(), vmi.name_any(), vmi.metadata.uid.clone().unwrap_or_default());
         if !self.c.selector.matches(vmi.metadata.labels.as_ref()) || !self.c.shard.owns(&Shard::vmi_key(&ns, &name)) {
             return;
         }
         let all = self.c.migrations.state();
+        if evacuation_backoff(&all, &ns, &name, k8s_openapi::jiff::Timestamp::now()).is_some() {
+            return; // looked at again on the next tick
+        }
         let active: Vec<&Arc<VirtualMachineInstanceMigration>> = all.iter().filter(|m| !m.ended()).collect();
         if active.iter().any(|m| m.metadata.namespace.as_deref() == Some(ns.as_str()) && m.spec.vmi_name == name) {
             return;
@@ -438,6 +480,27 @@ impl Loop {
             }
         });
     }
+}
+
+/// How long a VMI whose evacuation migrations failed waits before the next one: 20 s after
+/// the last, doubling per failure, at most 5 minutes (`None`: go now).
+fn evacuation_backoff(
+    all: &[Arc<VirtualMachineInstanceMigration>],
+    ns: &str,
+    vmi: &str,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<Duration> {
+    let failed: Vec<k8s_openapi::jiff::Timestamp> = all
+        .iter()
+        .filter(|m| m.metadata.namespace.as_deref() == Some(ns) && m.spec.vmi_name == vmi && m.phase() == "Failed")
+        .filter(|m| m.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(EVACUATION_ANNOTATION)))
+        .filter_map(|m| mp::phase_since(m, "Failed"))
+        .collect();
+    let last = failed.iter().max()?;
+    let exp = u32::try_from(failed.len().saturating_sub(1)).unwrap_or(u32::MAX).min(4);
+    let backoff = (Duration::from_secs(20) * 2u32.pow(exp)).min(Duration::from_secs(300));
+    let since = Duration::from_secs_f64((now - *last).total(k8s_openapi::jiff::Unit::Second).unwrap_or(0.0).max(0.0));
+    (since < backoff).then(|| backoff - since)
 }
 
 fn now() -> Value {
@@ -599,5 +662,32 @@ async fn event(c: &MigrationController, vmi: &VirtualMachineInstance, type_: Eve
     let ev = Event { type_, reason: "Migrated".into(), note: Some(note), action: "Migrate".into(), secondary: None };
     if let Err(e) = c.recorder.publish(&ev, &regarding).await {
         tracing::debug!(error = %e, "migration event not recorded");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed_evacuation(vmi: &str, at: &str) -> Arc<VirtualMachineInstanceMigration> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "m", "namespace": "d", "annotations": {EVACUATION_ANNOTATION: "n1"}},
+                "spec": {"vmiName": vmi},
+                "status": {"phase": "Failed", "phaseTransitionTimestamps": [{"phase": "Failed", "phaseTransitionTimestamp": at}]},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn failed_evacuations_back_off_doubling_to_five_minutes() {
+        let t = |s: &str| s.parse::<k8s_openapi::jiff::Timestamp>().unwrap();
+        let one = vec![failed_evacuation("vm", "2026-01-01T00:00:00Z")];
+        assert_eq!(evacuation_backoff(&one, "d", "vm", t("2026-01-01T00:00:05Z")), Some(Duration::from_secs(15)));
+        assert_eq!(evacuation_backoff(&one, "d", "vm", t("2026-01-01T00:00:21Z")), None);
+        assert_eq!(evacuation_backoff(&one, "d", "other", t("2026-01-01T00:00:05Z")), None);
+        let many: Vec<_> = (0..8).map(|_| failed_evacuation("vm", "2026-01-01T00:00:00Z")).collect();
+        assert_eq!(evacuation_backoff(&many, "d", "vm", t("2026-01-01T00:00:00Z")), Some(Duration::from_secs(300)));
     }
 }

@@ -81,7 +81,7 @@ fn a_migration_goes_through_kubevirts_phases_in_order() {
         "the store lags"
     );
     assert!(matches!(step(&scheduling, Some(&running), None, &plan, 16), Step::Fail(_)), "the target pod is gone");
-    assert_eq!(step(&scheduling, Some(&running), Some(&unbound), &plan, 1), Step::Wait(None));
+    assert_eq!(step(&scheduling, Some(&running), Some(&unbound), &plan, 1), Step::Wait(Some(Duration::from_secs(899))));
     assert_eq!(step(&scheduling, Some(&running), Some(&bound), &plan, 1), Step::UnpauseTarget);
     assert_eq!(step(&scheduling, Some(&running), Some(&gated), &plan, 1), Step::Wait(None));
     assert_eq!(step(&scheduling, Some(&running), Some(&up), &plan, 1), Step::Scheduled);
@@ -93,7 +93,9 @@ fn a_migration_goes_through_kubevirts_phases_in_order() {
     assert_eq!(step(&copying, Some(&running), Some(&up), &plan, 3), Step::Complete);
     let moved = vmi("Running", json!({"migrationState": {"migrationUid": "u-m", "completed": true, "failed": false}}));
     assert_eq!(step(&copying, Some(&moved), Some(&up), &plan, 4), Step::Finish(true));
-    assert_eq!(step(&migration("Succeeded", &[]), Some(&moved), Some(&up), &plan, 4), Step::DeleteSource);
+    let mut arrived = moved.clone();
+    arrived.status.as_mut().unwrap().node_name = Some("n2".into());
+    assert_eq!(step(&migration("Succeeded", &[]), Some(&arrived), Some(&up), &plan, 4), Step::DeleteSource);
 }
 
 #[test]
@@ -221,4 +223,70 @@ fn a_pending_migration_waits_for_a_slot_within_the_parallel_limits() {
     assert_eq!(next_step(&pending, &seen(true, None)), Step::CreateTarget);
     let made = pod("t", None, "Pending", false);
     assert_eq!(next_step(&pending, &seen(false, Some(&made))), Step::CreateTarget, "its pod exists: it goes on");
+}
+
+#[test]
+fn a_later_migration_never_ends_the_pod_the_vmi_now_runs_in() {
+    let plan = MigrationPlan { time: Duration::ZERO, fails: false };
+    // The VMI moved on to n3 (a later migration); this one's recorded source is a pod there.
+    let mut moved = vmi("Running", json!({}));
+    moved.status.as_mut().unwrap().node_name = Some("n3".into());
+    let current = pod("t2", Some("n3"), "Running", true);
+    let old_source = pod("src", Some("n1"), "Running", true);
+    let done = migration("Succeeded", &[]);
+    let seen = |source| Seen {
+        vmi: Some(&moved),
+        target: None,
+        source,
+        other_active: None,
+        target_managed: true,
+        slot: true,
+        plan: &plan,
+        now: at(0),
+    };
+    assert_eq!(next_step(&done, &seen(Some(&current))), Step::Wait(None));
+    assert_eq!(next_step(&done, &seen(Some(&old_source))), Step::DeleteSource);
+}
+
+#[test]
+fn of_two_migrations_made_at_once_the_later_fails_and_a_stuck_target_times_out() {
+    let plan = MigrationPlan { time: Duration::ZERO, fails: false };
+    let running = vmi("Running", json!({}));
+    let pending = migration("Pending", &[]);
+    let seen = Seen {
+        vmi: Some(&running),
+        target: None,
+        source: None,
+        other_active: Some("first"),
+        target_managed: true,
+        slot: true,
+        plan: &plan,
+        now: at(0),
+    };
+    let Step::Fail(why) = next_step(&pending, &seen) else { panic!("the later one fails") };
+    assert!(why.starts_with("in-flight migration detected"), "{why}");
+    // A target pod with no node and no reason, or on a node nobody here runs: 15 minutes.
+    let scheduling = migration("Scheduling", &[("Scheduling", T0)]);
+    let unbound = pod("t", None, "Pending", false);
+    assert_eq!(
+        step(&scheduling, Some(&running), Some(&unbound), &plan, 100),
+        Step::Wait(Some(Duration::from_secs(800)))
+    );
+    assert!(matches!(step(&scheduling, Some(&running), Some(&unbound), &plan, 901), Step::Fail(_)));
+    let elsewhere = pod("t", Some("real"), "Pending", false);
+    let unmanaged = |now| {
+        let seen = Seen {
+            vmi: Some(&running),
+            target: Some(&elsewhere),
+            source: None,
+            other_active: None,
+            target_managed: false,
+            slot: true,
+            plan: &plan,
+            now: at(now),
+        };
+        next_step(&scheduling, &seen)
+    };
+    assert!(matches!(unmanaged(10), Step::Wait(Some(_))));
+    assert!(matches!(unmanaged(901), Step::Fail(_)));
 }
