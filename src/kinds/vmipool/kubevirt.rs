@@ -7,11 +7,9 @@ use crate::api::schema;
 use k8s_openapi::api::core::v1::{Affinity, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::{NamespaceResourceScope, Resource};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 // Every field decodes leniently (defaults where KubeVirt requires a value): the simulator
@@ -390,7 +388,8 @@ pub struct VirtualMachineInstance {
     pub status: Option<VmiStatus>,
 }
 
-fn api_version() -> String {
+/// `kubevirt.io/v1`, the apiVersion of every KubeVirt object written here.
+pub fn api_version() -> String {
     format!("{GROUP}/{VERSION}")
 }
 
@@ -413,26 +412,34 @@ impl VirtualMachineInstance {
     }
 }
 
-impl Resource for VirtualMachineInstance {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
+/// `kube::Resource` for a namespaced KubeVirt type of kubevirt.io/v1 with a `metadata` field.
+macro_rules! kubevirt_resource {
+    ($type:ty, $kind:literal, $plural:literal) => {
+        impl kube::core::Resource for $type {
+            type DynamicType = ();
+            type Scope = kube::core::NamespaceResourceScope;
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        "VirtualMachineInstance".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        VERSION.into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "virtualmachineinstances".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                $crate::kinds::vmipool::kubevirt::GROUP.into()
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                $crate::kinds::vmipool::kubevirt::VERSION.into()
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
+pub(crate) use kubevirt_resource;
+
+kubevirt_resource!(VirtualMachineInstance, "VirtualMachineInstance", "virtualmachineinstances");

@@ -79,37 +79,13 @@ pub fn vm_crd() -> CustomResourceDefinition {
         {"name": "Status", "type": "string", "description": "Human Readable Status", "jsonPath": ".status.printableStatus"},
         {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status"},
     ]);
-    let version = |name: &str, storage: bool| {
-        let mut v = json!({
-            "name": name, "served": true, "storage": storage,
-            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-            "subresources": {"status": {}},
-            "additionalPrinterColumns": columns,
-        });
-        if !storage {
-            v["deprecated"] = json!(true);
-            v["deprecationWarning"] =
-                json!(format!("kubevirt.io/{name} is now deprecated and will be removed in a future release."));
-        }
-        v
-    };
-    let value = json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": VM_NAME, "labels": {"app.kubernetes.io/managed-by": "kwok-pools"}},
-        "spec": {
-            "group": "kubevirt.io",
-            "scope": "Namespaced",
-            "names": {"plural": "virtualmachines", "singular": "virtualmachine", "kind": "VirtualMachine",
-                      "shortNames": ["vm", "vms"], "categories": ["all"]},
-            "versions": [version("v1", true), version("v1alpha3", false)]
-        }
-    });
-    // A fixed, valid document: it always converts.
-    serde_json::from_value(value).unwrap_or_default()
+    let names = json!({"plural": "virtualmachines", "singular": "virtualmachine", "kind": "VirtualMachine",
+                       "shortNames": ["vm", "vms"], "categories": ["all"]});
+    with_status(VM_NAME, names, &columns, |v| {
+        format!("kubevirt.io/{v} is now deprecated and will be removed in a future release.")
+    })
 }
 
-/// The stand-ins for KubeVirt's other CRDs the simulator plays (its VirtualMachine).
 /// KubeVirt's VirtualMachineInstanceMigration CRD as KubeVirt installs it (names, columns,
 /// the status subresource), its schema left open.
 pub fn migration_crd() -> CustomResourceDefinition {
@@ -117,32 +93,35 @@ pub fn migration_crd() -> CustomResourceDefinition {
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "VMI", "type": "string", "jsonPath": ".spec.vmiName"},
     ]);
-    let version = |name: &str, storage: bool| {
-        let mut v = json!({
-            "name": name, "served": true, "storage": storage,
+    let names = json!({"plural": "virtualmachineinstancemigrations", "singular": "virtualmachineinstancemigration",
+                       "kind": "VirtualMachineInstanceMigration", "shortNames": ["vmim", "vmims"], "categories": ["all"]});
+    with_status(MIGRATION_NAME, names, &columns, |v| {
+        format!("kubevirt.io/{v} VirtualMachineInstanceMigration is now deprecated and will be removed in v2.")
+    })
+}
+
+/// A namespaced kubevirt.io CRD with an open schema and the status subresource, served as v1
+/// (stored) and v1alpha3 (deprecated, with `warning`).
+fn with_status(name: &str, names: Value, columns: &Value, warning: fn(&str) -> String) -> CustomResourceDefinition {
+    let version = |v: &str, storage: bool| {
+        let mut version = json!({
+            "name": v, "served": true, "storage": storage,
             "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
             "subresources": {"status": {}},
             "additionalPrinterColumns": columns,
         });
         if !storage {
-            v["deprecated"] = json!(true);
-            v["deprecationWarning"] = json!(format!(
-                "kubevirt.io/{name} VirtualMachineInstanceMigration is now deprecated and will be removed in v2."
-            ));
+            version["deprecated"] = json!(true);
+            version["deprecationWarning"] = json!(warning(v));
         }
-        v
+        version
     };
     let value = json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": MIGRATION_NAME, "labels": {"app.kubernetes.io/managed-by": "kwok-pools"}},
-        "spec": {
-            "group": "kubevirt.io",
-            "scope": "Namespaced",
-            "names": {"plural": "virtualmachineinstancemigrations", "singular": "virtualmachineinstancemigration",
-                      "kind": "VirtualMachineInstanceMigration", "shortNames": ["vmim", "vmims"], "categories": ["all"]},
-            "versions": [version("v1", true), version("v1alpha3", false)]
-        }
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "kwok-pools"}},
+        "spec": {"group": "kubevirt.io", "scope": "Namespaced", "names": names,
+                 "versions": [version("v1", true), version("v1alpha3", false)]}
     });
     serde_json::from_value(value).unwrap_or_default()
 }

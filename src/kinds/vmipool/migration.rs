@@ -2,12 +2,9 @@
 //! reads and writes of it: the VMI it moves, its phase and the times it entered each. No
 //! crate has these types; they follow KubeVirt's JSON names and decode leniently.
 
-use super::kubevirt::{GROUP, VERSION};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::{NamespaceResourceScope, Resource};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// The label KubeVirt puts on a migration's target launcher pod: the migration's UID.
@@ -20,7 +17,7 @@ pub const EVACUATION_ANNOTATION: &str = "kubevirt.io/evacuationMigration";
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualMachineInstanceMigration {
-    #[serde(default = "api_version")]
+    #[serde(default = "super::kubevirt::api_version")]
     pub api_version: String,
     #[serde(default = "kind")]
     pub kind: String,
@@ -30,10 +27,6 @@ pub struct VirtualMachineInstanceMigration {
     pub spec: MigrationSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<MigrationStatus>,
-}
-
-fn api_version() -> String {
-    format!("{GROUP}/{VERSION}")
 }
 
 fn kind() -> String {
@@ -65,7 +58,7 @@ impl VirtualMachineInstanceMigration {
     /// A new migration of `vmi` (metadata to be filled in).
     pub fn of(vmi: &str) -> Self {
         Self {
-            api_version: api_version(),
+            api_version: super::kubevirt::api_version(),
             kind: kind(),
             metadata: ObjectMeta::default(),
             spec: MigrationSpec { vmi_name: vmi.to_string(), rest: BTreeMap::new() },
@@ -84,26 +77,8 @@ impl VirtualMachineInstanceMigration {
     }
 }
 
-impl Resource for VirtualMachineInstanceMigration {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "VirtualMachineInstanceMigration".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        VERSION.into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "virtualmachineinstancemigrations".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+super::kubevirt::kubevirt_resource!(
+    VirtualMachineInstanceMigration,
+    "VirtualMachineInstanceMigration",
+    "virtualmachineinstancemigrations"
+);

@@ -4,17 +4,14 @@
 //! has these types; they follow KubeVirt's JSON names, and every field decodes leniently (one
 //! malformed VM must not stop the watch).
 
-use super::kubevirt::{GROUP, VERSION};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::{NamespaceResourceScope, Resource};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::borrow::Cow;
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualMachine {
-    #[serde(default = "api_version")]
+    #[serde(default = "super::kubevirt::api_version")]
     pub api_version: String,
     #[serde(default = "kind")]
     pub kind: String,
@@ -24,10 +21,6 @@ pub struct VirtualMachine {
     pub spec: VmSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<VmStatus>,
-}
-
-fn api_version() -> String {
-    format!("{GROUP}/{VERSION}")
 }
 
 fn kind() -> String {
@@ -96,26 +89,4 @@ pub struct StartFailure {
     pub retry_after_timestamp: Option<String>,
 }
 
-impl Resource for VirtualMachine {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "VirtualMachine".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        VERSION.into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "virtualmachines".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+super::kubevirt::kubevirt_resource!(VirtualMachine, "VirtualMachine", "virtualmachines");

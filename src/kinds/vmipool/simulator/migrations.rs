@@ -20,7 +20,7 @@ use crate::simulator::manage::Manage;
 use crate::simulator::selector::Selector;
 use crate::telemetry::metrics::Metrics;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
-use kube::api::{DeleteParams, Patch, PostParams, Preconditions};
+use kube::api::{Patch, PostParams};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
@@ -209,7 +209,7 @@ impl Loop {
             let on_vmi_node = target.as_ref().is_some_and(|t| {
                 t.node_name.is_some() && t.node_name == vmi.status.as_ref().and_then(|s| s.node_name.clone())
             });
-            if !on_vmi_node && let Err(e) = delete_pod(&l.c, &ns, target.as_deref()).await {
+            if !on_vmi_node && let Err(e) = delete_pod(&l.c, target.as_deref()).await {
                 tracing::warn!(error = %e, "the target pod of a deleted migration was not deleted");
             }
         });
@@ -612,8 +612,8 @@ async fn play(
         },
         Step::Finish(true) => self::phase(c, m, mp::phase_patch(m, "Succeeded", state().as_ref(), &now)).await,
         Step::Finish(false) => self::phase(c, m, mp::failed_patch(m, mp::FAILED_COPY, state().as_ref(), &now)).await,
-        Step::DeleteSource => delete_pod(c, &ns, source).await,
-        Step::DeleteTarget => delete_pod(c, &ns, target).await,
+        Step::DeleteSource => delete_pod(c, source).await,
+        Step::DeleteTarget => delete_pod(c, target).await,
     }
 }
 
@@ -627,23 +627,13 @@ async fn phase(c: &MigrationController, m: &VirtualMachineInstanceMigration, pat
 }
 
 async fn patch_vmi(c: &MigrationController, vmi: &VirtualMachineInstance, patch: Value) -> kube::Result<()> {
-    let api: Api<VirtualMachineInstance> = Api::namespaced(c.client.clone(), &vmi.namespace().unwrap_or_default());
-    let pp = crate::api::conventions::patch_params();
-    let r = api.patch(&vmi.name_any(), &pp, &Patch::Merge(&patch)).await.map(|_| ());
-    c.metrics.write("virtualmachineinstances", "patch", r.is_ok());
-    r
+    super::vmis::write_vmi(&c.client, &c.metrics, vmi, patch).await
 }
 
-async fn delete_pod(c: &MigrationController, ns: &str, pod: Option<&SlimPod>) -> kube::Result<()> {
+/// Deletes a launcher pod (a replaced one is not this pod: done).
+async fn delete_pod(c: &MigrationController, pod: Option<&SlimPod>) -> kube::Result<()> {
     let Some(pod) = pod else { return Ok(()) };
-    let api: Api<Pod> = Api::namespaced(c.client.clone(), ns);
-    let dp = DeleteParams {
-        preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
-        ..Default::default()
-    };
-    let r = api.delete(pod.name(), &dp).await.map(|_| ());
-    c.metrics.write("pods", "delete", r.is_ok());
-    match r {
+    match super::vmis::remove_pod(&c.client, &c.metrics, pod).await {
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         other => other,
     }

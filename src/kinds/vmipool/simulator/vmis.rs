@@ -408,10 +408,20 @@ async fn act(
 }
 
 async fn patch_vmi(sim: &VmiSimulator, vmi: &VirtualMachineInstance, patch: serde_json::Value) -> kube::Result<()> {
-    let api: Api<VirtualMachineInstance> = Api::namespaced(sim.client.clone(), &vmi.namespace().unwrap_or_default());
+    write_vmi(&sim.client, &sim.metrics, vmi, patch).await
+}
+
+/// A merge patch of a VMI (status travels with it), counted; shared with the migrations.
+pub(super) async fn write_vmi(
+    client: &Client,
+    metrics: &Metrics,
+    vmi: &VirtualMachineInstance,
+    patch: serde_json::Value,
+) -> kube::Result<()> {
+    let api: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &vmi.namespace().unwrap_or_default());
     let pp = crate::api::conventions::patch_params();
     let r = api.patch(&vmi.name_any(), &pp, &Patch::Merge(&patch)).await.map(|_| ());
-    sim.metrics.write("virtualmachineinstances", "patch", r.is_ok());
+    metrics.write("virtualmachineinstances", "patch", r.is_ok());
     r
 }
 
@@ -436,12 +446,17 @@ async fn patch_pod_status(sim: &VmiSimulator, pod: &SlimPod, patch: serde_json::
 }
 
 async fn delete_pod(sim: &VmiSimulator, pod: &SlimPod) -> kube::Result<()> {
-    let api: Api<Pod> = Api::namespaced(sim.pod_client.clone(), &pod.namespace().unwrap_or_default());
+    remove_pod(&sim.pod_client, &sim.metrics, pod).await
+}
+
+/// Deletes a launcher pod guarded by its UID, counted; shared with the migrations.
+pub(super) async fn remove_pod(client: &Client, metrics: &Metrics, pod: &SlimPod) -> kube::Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
     let dp = DeleteParams {
         preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
         ..Default::default()
     };
     let r = api.delete(pod.name(), &dp).await.map(|_| ());
-    sim.metrics.write("pods", "delete", r.is_ok());
+    metrics.write("pods", "delete", r.is_ok());
     r
 }
