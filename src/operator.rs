@@ -124,6 +124,22 @@ impl Visitor for Wiring<'_> {
     }
 }
 
+/// The controllers of the registry's views ([`kinds::visit_views`]): the pools are the
+/// registered kind's (its webhook, its knobs), only the children differ.
+struct Views<'a, 'b>(&'a mut Wiring<'b>);
+
+impl Visitor for Views<'_, '_> {
+    fn visit<K: Kind>(&mut self) {
+        let w = &mut *self.0;
+        match K::env(&w.config.kinds.get::<K>(), w.shared) {
+            Ok(env) => w.wire_controller::<K>(crate::informer::shared::pools::<K>(&w.shared.informers), env),
+            Err(e) => {
+                w.error.get_or_insert(format!("{}: {e}", K::kind(&())));
+            }
+        }
+    }
+}
+
 impl Wiring<'_> {
     fn wire_controller<K: Kind>(&mut self, pools: Arc<crate::informer::Informer<K>>, env: K::Env) {
         self.syncs.push(sync_wait(K::plural(&()).into_owned(), pools.store()));
@@ -610,6 +626,9 @@ fn wire_kinds<'a>(
     };
     if config.controllers || config.simulate {
         kinds::visit_all(&mut wiring);
+    }
+    if config.controllers {
+        kinds::visit_views(&mut Views(&mut wiring));
     }
     match wiring.error.take() {
         Some(e) => Err(anyhow::anyhow!("{e}")),

@@ -13,27 +13,34 @@ pub fn policy_name(name: &str) -> String {
     format!("{name}-pool-creators")
 }
 
-/// The CEL validation of every registered kind: (expression, message expression).
+/// The CEL validations of every registered kind: (expression, message expression). One per
+/// kind of object its pools create: the children, and what a spec field asks for besides.
 fn validations() -> Vec<(String, String)> {
-    kinds::names()
-        .into_iter()
-        .map(|n| {
-            let scope = if n.namespaced { ".namespace(request.namespace)" } else { "" };
-            let place = if n.namespaced { "\" in namespace \" + request.namespace" } else { "\" in the cluster\"" };
-            let check = format!(
-                "authorizer.group('{}').resource('{}'){scope}.check('create').allowed()",
-                n.child_group, n.child_plural
-            );
-            let expression = format!("request.resource.resource != '{}' || {check}", n.plural);
-            // CEL's double-quoted strings, in a YAML single-quoted scalar ('' is a quote).
-            let message = format!(
-                "request.userInfo.username + \" may not create {child}\" + {place} + \": a {kind} creates its {child} on its creator''s behalf, so creating or changing one needs create on {child} there too (ask an administrator for it)\"",
-                child = n.child_plural,
-                kind = n.kind,
-            );
-            (expression, message)
-        })
-        .collect()
+    let mut out = Vec::new();
+    for n in kinds::names() {
+        let resources = std::iter::once((None, n.child_group.as_str(), n.child_plural.as_str()))
+            .chain(n.also.iter().map(|a| (Some(a.field), a.group, a.plural)));
+        for (field, group, plural) in resources {
+            out.push(validation(&n, field, group, plural));
+        }
+    }
+    out
+}
+
+/// Creating or changing a pool of kind `n` (whose spec sets `field`, if given) needs create on
+/// `group`/`plural` where its children go.
+fn validation(n: &kinds::Names, field: Option<&str>, group: &str, plural: &str) -> (String, String) {
+    let scope = if n.namespaced { ".namespace(request.namespace)" } else { "" };
+    let place = if n.namespaced { "\" in namespace \" + request.namespace" } else { "\" in the cluster\"" };
+    let check = format!("authorizer.group('{group}').resource('{plural}'){scope}.check('create').allowed()");
+    let asks = field.map(|f| format!(" || !has(object.spec.{f})")).unwrap_or_default();
+    let expression = format!("request.resource.resource != '{}'{asks} || {check}", n.plural);
+    // CEL's double-quoted strings, in a YAML single-quoted scalar ('' is a quote).
+    let message = format!(
+        "request.userInfo.username + \" may not create {plural}\" + {place} + \": a {kind} creates its {plural} on its creator''s behalf, so creating or changing one needs create on {plural} there too (ask an administrator for it)\"",
+        kind = n.kind,
+    );
+    (expression, message)
 }
 
 /// The policy and its binding as YAML documents (each starting `---`): `name` as the install
@@ -101,7 +108,12 @@ mod tests {
         let spec = policy.spec.unwrap();
         assert_eq!(spec.failure_policy.as_deref(), Some("Fail"), "fails closed");
         let v = spec.validations.unwrap();
-        assert_eq!(v.len(), kinds::names().len());
+        let also: usize = kinds::names().iter().map(|n| n.also.len()).sum();
+        assert_eq!(
+            v.len(),
+            kinds::names().len() + also,
+            "one per kind of child, and one per spec field asking for more"
+        );
         assert!(
             v[0].expression.contains("authorizer.group('').resource('nodes').check('create')"),
             "{}",
@@ -109,6 +121,11 @@ mod tests {
         );
         assert!(v[1].expression.contains("resource('pods').namespace(request.namespace)"), "{}", v[1].expression);
         assert!(v[2].expression.contains("group('kubevirt.io').resource('virtualmachineinstances')"));
+        assert_eq!(
+            v[3].expression,
+            "request.resource.resource != 'vmipools' || !has(object.spec.virtualMachine) || authorizer.group('kubevirt.io').resource('virtualmachines').namespace(request.namespace).check('create').allowed()",
+            "a VMIPool that keeps VirtualMachines needs create on them too"
+        );
         assert_eq!(binding.spec.validation_actions, vec!["Deny".to_string()]);
         let message = v[1].message_expression.as_deref().unwrap();
         assert!(

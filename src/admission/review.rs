@@ -99,15 +99,36 @@ async fn judge<K: PoolKind>(req: &AdmissionRequest<DynamicObject>, judge: &Judge
 }
 
 /// Whether the person asking may create the pool's children where the pool would (a
-/// SubjectAccessReview for them): `Some(refusal)` says what they lack.
+/// SubjectAccessReview for each kind of child the pool asks for): `Some(refusal)` says what
+/// they lack.
 async fn may_create_children<K: PoolKind>(
     client: &kube::Client,
     req: &AdmissionRequest<DynamicObject>,
     pool: &K,
 ) -> kube::Result<Option<String>> {
+    let child =
+        (<K::Child as kube::Resource>::group(&()).into_owned(), <K::Child as kube::Resource>::plural(&()).into_owned());
+    let spec = serde_json::to_value(pool).ok().and_then(|v| v.get("spec").cloned()).unwrap_or_default();
+    let also = K::ALSO_CREATES.iter().filter(|a| !spec.get(a.field).unwrap_or(&serde_json::Value::Null).is_null());
+    let wanted = std::iter::once(child).chain(also.map(|a| (a.group.to_string(), a.plural.to_string())));
+    for (group, resource) in wanted {
+        if let Some(refusal) = may_create::<K>(client, req, pool, &group, &resource).await? {
+            return Ok(Some(refusal));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether the person asking may create `resource` where the pool would create its children.
+async fn may_create<K: PoolKind>(
+    client: &kube::Client,
+    req: &AdmissionRequest<DynamicObject>,
+    pool: &K,
+    group: &str,
+    resource: &str,
+) -> kube::Result<Option<String>> {
     use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
     let user = &req.user_info;
-    let (group, resource) = (<K::Child as kube::Resource>::group(&()), <K::Child as kube::Resource>::plural(&()));
     let namespace = pool.meta().namespace.clone();
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
@@ -133,9 +154,8 @@ async fn may_create_children<K: PoolKind>(
     let who = user.username.clone().unwrap_or_else(|| "the requester".into());
     let place = namespace.map_or_else(|| "in the cluster".to_string(), |ns| format!("in namespace {ns}"));
     Ok(Some(format!(
-        "{who} may not create {resource} {place}: a {} creates its {}s on its creator's behalf, so creating or changing one needs create on {resource} there too (ask an administrator for it)",
+        "{who} may not create {resource} {place}: a {} creates its {resource} on its creator's behalf, so creating or changing one needs create on {resource} there too (ask an administrator for it)",
         K::kind(&()),
-        K::NOUN
     )))
 }
 

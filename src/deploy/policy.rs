@@ -16,6 +16,8 @@
 //! - VMIs as Pods (also when it writes as KubeVirt's handler, whose impersonated requests carry
 //!   the extra `kwok-pools-impersonator=simulator`), where a VMI it plays virt-controller for
 //!   is marked `pools.kwok.x-k8s.io/simulated` when it admits it;
+//! - any VirtualMachine it creates or changes whose template does not select simulated nodes
+//!   (unless the namespace is labelled unconfined), since KubeVirt would run it on a real node;
 //! - any ResourceSlice that is not labelled as a device pool's (`pools.kwok.x-k8s.io/device-pool`)
 //!   and owned by the Node it names;
 //! - with the `webhookCertSecret` bundle, any change to its own webhook configurations but
@@ -125,6 +127,7 @@ fn policies(s: &Spelling) -> String {
     node_policy(s)
         + &pod_policy(s)
         + &vmi_policy(s)
+        + &vm_policy(s)
         + &slice_policy(s)
         + &crate::admission::creators::yaml(s.name, s.labels)
 }
@@ -281,6 +284,32 @@ fn vmi_policy(s: &Spelling) -> String {
         unconfined = unconfined(),
     );
     bound(s, "simulated-vmis", &body)
+}
+
+/// VirtualMachines (a VMIPool's that keeps them) are created and changed only if the VMI they
+/// run selects simulated nodes: KubeVirt would otherwise start it on a real node.
+fn vm_policy(s: &Spelling) -> String {
+    let template = "has(object.spec.template) && has(object.spec.template.spec)";
+    let validations = validation(
+        &format!("variables.unconfined || ({template} && {})", selects_simulated("object.spec.template")),
+        &format!(
+            "'kwok-pools writes only VirtualMachines whose template selects simulated nodes (nodeSelector {TYPE_LABEL}={TYPE_VALUE}); label the namespace {UNCONFINED_LABEL}=true to allow others in ' + request.namespace"
+        ),
+    );
+    let body = format!(
+        r#"  matchConstraints:
+    resourceRules:
+    - apiGroups: [kubevirt.io]
+      apiVersions: ["*"]
+      operations: [CREATE, UPDATE]
+      resources: [virtualmachines]
+{matches}  variables:
+{unconfined}  validations:
+{validations}"#,
+        matches = the_operator(s),
+        unconfined = unconfined(),
+    );
+    bound(s, "simulated-vms", &body)
 }
 
 fn slice_policy(s: &Spelling) -> String {

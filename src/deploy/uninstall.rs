@@ -42,14 +42,17 @@ pub fn webhook_name(instance: &str) -> String {
     if instance == "kwok-pools" { instance.to_string() } else { format!("kwok-pools-{instance}") }
 }
 
-/// The admission policies (and their bindings, named alike) an install named `name` has:
-/// the ones that confine the operator's identity and the pool creators' check.
+/// The admission policies (and their bindings, named alike) an install named `name` may have:
+/// the ones that confine the operator's identity, the CA-only one of the `webhookCertSecret`
+/// bundle, and the pool creators' check.
 pub fn policy_names(name: &str) -> Vec<String> {
-    vec![
-        format!("{name}-simulated-nodes"),
-        format!("{name}-simulated-pods"),
-        crate::admission::creators::policy_name(name),
-    ]
+    let confining = ["simulated-nodes", "simulated-pods", "simulated-vmis", "simulated-vms", "simulated-slices"];
+    confining
+        .iter()
+        .chain(&["webhook-ca-only"])
+        .map(|suffix| format!("{name}-{suffix}"))
+        .chain([crate::admission::creators::policy_name(name)])
+        .collect()
 }
 
 #[cfg(test)]
@@ -107,8 +110,18 @@ mod tests {
         assert_eq!(webhook_name("team-a"), "kwok-pools-team-a");
         assert!(policy_names("kwok-pools").contains(&"kwok-pools-pool-creators".to_string()));
         let config = crate::deploy::policy::config_yaml();
-        for name in policy_names("kwok-pools") {
+        for name in policy_names("kwok-pools").into_iter().filter(|n| !n.ends_with("-webhook-ca-only")) {
             assert!(config.contains(&format!("name: {name}")), "config/policy.yaml has no {name}");
+        }
+        // And the other way round: uninstall removes every policy an install has.
+        let installed: Vec<&str> = config
+            .split("---\n")
+            .filter(|d| d.contains("kind: ValidatingAdmissionPolicy\n"))
+            .filter_map(|d| d.lines().find_map(|l| l.strip_prefix("  name: ")))
+            .collect();
+        assert!(installed.len() >= 6, "{installed:?}");
+        for name in installed {
+            assert!(policy_names("kwok-pools").iter().any(|n| n == name), "uninstall leaves {name}");
         }
     }
 }

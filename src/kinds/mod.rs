@@ -32,6 +32,13 @@ kinds! {
     #[cfg(feature = "test-kinds")] configmappool::ConfigMapPool,
 }
 
+/// Second views of registered kinds' pools whose children are of another kind (a VMIPool
+/// that keeps VirtualMachines): their controllers are wired beside the kinds'; the rest (CRD,
+/// admission, flags, RBAC, simulators) is the registered kind's.
+pub fn visit_views(visitor: &mut impl Visitor) {
+    visitor.visit::<vmipool::VmPool>();
+}
+
 /// Evictions of VMIs' launcher pods, judged as KubeVirt's webhook does (the admission room
 /// reaches a kind only through the registry).
 pub use vmipool::eviction;
@@ -73,6 +80,8 @@ pub struct Names {
     pub child_group: String,
     pub child_plural: String,
     pub namespaced: bool,
+    /// Objects of other kinds its pools create when their spec asks.
+    pub also: &'static [crate::pool::AlsoCreates],
 }
 
 /// The names of every kind.
@@ -86,6 +95,7 @@ pub fn names() -> Vec<Names> {
                 child_group: <K::Child as kube::Resource>::group(&()).into_owned(),
                 child_plural: <K::Child as kube::Resource>::plural(&()).into_owned(),
                 namespaced: K::crd().spec.scope == "Namespaced",
+                also: K::ALSO_CREATES,
             });
         }
     }

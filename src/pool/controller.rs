@@ -67,7 +67,7 @@ pub async fn run<P>(
     let store = pools.store();
     let ours = {
         let handles = handles.clone();
-        move |pool: &P| handles.matches(pool.meta().labels.as_ref())
+        move |pool: &P| pool.handled_here() && handles.matches(pool.meta().labels.as_ref())
     };
     // Every pool stored now, then each pool's changes (deletions included: its reconcile
     // finds it gone and forgets it). Subscribed first, so nothing falls between.
@@ -171,7 +171,7 @@ pub async fn await_child_crd<P: PoolKind>(client: &Client, crd: ChildCrd, pools:
                 tracing::warn!(crd = crd.name, error = %e, "cannot read CRDs (the operator needs get on customresourcedefinitions); retrying")
             }
         }
-        for pool in pools.state() {
+        for pool in pools.state().into_iter().filter(|p| p.handled_here()) {
             let key = (pool.meta().uid.clone(), pool.meta().generation);
             if told.contains(&key) {
                 continue;

@@ -81,6 +81,14 @@ pub struct ChildCrd {
 
 /// What a pool kind tells the core: the one trait a kind implements (see
 /// docs/adding-a-kind.md). Everything per kind hangs off it; [`crate::kinds`] lists the kinds.
+/// Objects of another kind a pool creates when `spec.<field>` is set ([`PoolKind::ALSO_CREATES`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AlsoCreates {
+    pub field: &'static str,
+    pub group: &'static str,
+    pub plural: &'static str,
+}
+
 pub trait PoolKind:
     Resource<DynamicType = ()> + CustomResourceExt + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static
 {
@@ -110,6 +118,18 @@ pub trait PoolKind:
 
     /// The controller patches children (in-place updates): the RBAC it is granted says so.
     const PATCHES_CHILDREN: bool = false;
+
+    /// Whether this kind's controller handles the pool. A kind whose objects come in two
+    /// shapes with different children (a VMIPool of VMIs, or of VirtualMachines) has one view
+    /// per shape, each handling its own pools and leaving the others alone.
+    fn handled_here(&self) -> bool {
+        true
+    }
+
+    /// Objects of other kinds a pool creates when its spec asks for them (a VMIPool's
+    /// `virtualMachine`: VirtualMachines). Whoever sets the field must be allowed to create
+    /// them too (the webhook and the creators' admission policy ask).
+    const ALSO_CREATES: &'static [AlsoCreates] = &[];
 
     /// How many children the pool wants.
     fn count(&self) -> u32;

@@ -53,6 +53,9 @@ use serde::{Deserialize, Serialize};
     ),
     cel
 )]
+#[x_kube(validation = Rule::new("has(self.virtualMachine) == has(oldSelf.virtualMachine)")
+    .message("cannot be added or removed on an existing pool (its children would change kind): create a new VMIPool instead")
+    .field_path(".virtualMachine"))]
 #[serde(rename_all = "camelCase")]
 pub struct VMIPoolSpec {
     /// How many VMIs the pool keeps (0 to 100000).
@@ -80,11 +83,59 @@ pub struct VMIPoolSpec {
     #[garde(skip)]
     pub placement: Placement,
 
+    /// Keep VirtualMachines instead of bare VMIs: the pool keeps `vmiCount` VirtualMachines
+    /// `<pool>-<index>` whose template is `vmiTemplate`, each running its VMI as
+    /// `runStrategy` says (KubeVirt's VM controller, or the simulator's without KubeVirt,
+    /// starts and stops the VMIs). Set when the pool is created; it cannot be added or removed
+    /// later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(skip)]
+    pub virtual_machine: Option<VirtualMachineChoice>,
+
     /// How the VMIs behave: boot time (Scheduled → Running) and a share that fails to boot,
     /// reproducible with `seed`. See docs/lifecycle.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(custom(validation::lifecycle))]
     pub lifecycle: Option<VmiPoolLifecycle>,
+}
+
+/// `spec.virtualMachine`: the pool keeps VirtualMachines.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineChoice {
+    /// How every VM runs its VMI (KubeVirt's `spec.runStrategy`; default `Always`). A change
+    /// reaches every VM at once: `Halted` stops them all, `Always` starts them again.
+    #[serde(default)]
+    pub run_strategy: RunStrategy,
+}
+
+/// KubeVirt's run strategies.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RunStrategy {
+    /// A VMI always runs: created again whenever it ends.
+    #[default]
+    Always,
+    /// The VMI is created again only when it fails (not when it succeeds).
+    RerunOnFailure,
+    /// Nothing starts or stops the VMI but `virtctl start/stop` (KubeVirt's API server).
+    Manual,
+    /// No VMI runs.
+    Halted,
+    /// The VMI runs once and is not created again when it ends.
+    Once,
+}
+
+impl RunStrategy {
+    /// The name KubeVirt spells.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStrategy::Always => "Always",
+            RunStrategy::RerunOnFailure => "RerunOnFailure",
+            RunStrategy::Manual => "Manual",
+            RunStrategy::Halted => "Halted",
+            RunStrategy::Once => "Once",
+        }
+    }
 }
 
 /// `spec.lifecycle` of a VMIPool: a seed and what the VMIs do (VMIPool's own section; the

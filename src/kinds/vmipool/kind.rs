@@ -10,9 +10,13 @@ use crate::pool::placement::{confine, fake_node_selector, with_fake_node_tolerat
 use crate::pool::plan::UpdateMode;
 use crate::pool::stamp::from_template;
 use crate::pool::status::Problem;
-use crate::pool::{ChildCrd, ChildId, PoolKind, Shared, hash};
+use crate::pool::{AlsoCreates, ChildCrd, ChildId, PoolKind, Shared, hash};
 use kube::{Api, Client, ResourceExt};
 use std::sync::Arc;
+
+/// Why a pool cannot switch between keeping VMIs and keeping VirtualMachines (also the CRD's
+/// rule, which the API server applies first).
+pub const MODE_CHANGE: &str = "spec.virtualMachine: cannot be added or removed on an existing pool (its children would change kind): create a new VMIPool instead";
 
 /// Nothing beyond the pool is needed to render a VMI.
 #[derive(Clone, Default)]
@@ -26,12 +30,19 @@ impl PoolKind for VMIPool {
     const NOUN: &'static str = "VMI";
     const TEMPLATE_PATH: &'static str = "spec.vmiTemplate";
     const CREATE_WITH_POST: bool = true;
+    const ALSO_CREATES: &'static [AlsoCreates] =
+        &[AlsoCreates { field: "virtualMachine", group: "kubevirt.io", plural: "virtualmachines" }];
     const CHILD_CRD: Option<ChildCrd> = Some(ChildCrd {
         name: kubevirt_crd::NAME,
         install: "install KubeVirt, or KubeVirt's VMI CRD alone with `kwok-pools crd --child-crds | kubectl apply --server-side -f -`",
         stand_in: kubevirt_crd::crd,
         companions: kubevirt_crd::companions,
     });
+
+    /// Pools of bare VMIs; those that keep VirtualMachines are [`super::vm_pool::VmPool`]'s.
+    fn handled_here(&self) -> bool {
+        self.spec.virtual_machine.is_none()
+    }
 
     fn validation_env() -> VmiEnv {
         VmiEnv
@@ -61,8 +72,12 @@ impl PoolKind for VMIPool {
         UpdateMode::replace(self.spec.max_unavailable.as_ref(), self.count())
     }
 
-    fn problems(&self, _old: Option<&Self>, _peers: &[Arc<Self>]) -> Vec<String> {
-        VMIPool::problems(self)
+    fn problems(&self, old: Option<&Self>, _peers: &[Arc<Self>]) -> Vec<String> {
+        let mut out = VMIPool::problems(self);
+        if old.is_some_and(|o| o.spec.virtual_machine.is_some() != self.spec.virtual_machine.is_some()) {
+            out.push(MODE_CHANGE.into());
+        }
+        out
     }
 
     fn env(_flags: &VmiFlags, _shared: &Shared) -> Result<VmiEnv, crate::setup::SetupError> {

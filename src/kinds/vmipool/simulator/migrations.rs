@@ -342,7 +342,7 @@ impl Loop {
             .and_then(|n| self.c.nodes.get(&ObjectRef::new(n)))
             .is_some_and(|n| self.c.manage.manages(&n));
         let slot = m.phase() == "Pending" && target.is_none() && self.slot(vmi_node.as_deref());
-        let refs = vmi.as_ref().map(|v| v.owner_references().to_vec()).unwrap_or_default();
+        let refs = vmi.as_ref().map(|v| super::plan::pool_refs(&v.metadata)).unwrap_or_default();
         let plan = super::plan::of_migration(&self.c.lifecycles, &refs, &ns, &m.name_any(), &uid);
         let seen = Seen {
             vmi: vmi.as_deref(),

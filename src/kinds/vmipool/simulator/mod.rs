@@ -89,6 +89,18 @@ impl Simulate for VMIPool {
                 "VirtualMachines, without KubeVirt: their VMIs started and stopped (playing virt-controller)",
             ),
             Rule::cluster("kubevirt.io", &["virtualmachines/status"], &["patch"], "a VM's status: printableStatus, ready, requests"),
+            Rule::pool_namespaces(
+                "kubevirt.io",
+                &["virtualmachines"],
+                &["create", "patch"],
+                "VirtualMachines of VMIPools that keep them (spec.virtualMachine): created, their run strategy changed",
+            ),
+            Rule::cluster(
+                "kubevirt.io",
+                &["virtualmachines"],
+                &["delete"],
+                "VirtualMachines of VMIPools that keep them: deleted on scale-down",
+            ),
             Rule::cluster(
                 "kubevirt.io",
                 &["virtualmachineinstancemigrations"],

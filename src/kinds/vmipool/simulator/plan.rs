@@ -2,9 +2,13 @@
 //! boots, whether the boot fails, whether a guest agent runs. Pure, seeded as every knob.
 
 use super::super::api::{VMIPool, VmiLifecycle};
+use super::super::vm_pool::POOL_UID_ANNOTATION;
+use crate::api::conventions::POOL_LABEL;
 use crate::api::duration::unit;
 use crate::simulator::lifecycle::{Lifecycles, sample};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
 use std::time::Duration;
 
 /// What is decided for one VMI: how long its VM boots, and whether the boot fails.
@@ -60,6 +64,27 @@ pub fn plan_migration(
     MigrationPlan {
         time: sample(s.migration_time.as_ref(), seed, &key, "migration").unwrap_or(MIGRATION_TIME),
         fails: roll < f64::from(s.migration_fail_percent.unwrap_or(0).min(100)),
+    }
+}
+
+/// The owner references the knobs of a VMI are found by: its own, or — for the VMI of a VM a
+/// VMIPool keeps (its controller is the VM) — its pool's, named by the pool label and the
+/// pool UID its VM's template carries ([`POOL_UID_ANNOTATION`]).
+pub fn pool_refs(vmi: &ObjectMeta) -> Vec<OwnerReference> {
+    let refs = vmi.owner_references.clone().unwrap_or_default();
+    let by_vm = refs.iter().any(|o| o.controller == Some(true) && o.kind == "VirtualMachine");
+    let pool = vmi.labels.as_ref().and_then(|l| l.get(POOL_LABEL));
+    let uid = vmi.annotations.as_ref().and_then(|a| a.get(POOL_UID_ANNOTATION));
+    match (by_vm, pool, uid) {
+        (true, Some(pool), Some(uid)) => vec![OwnerReference {
+            api_version: VMIPool::api_version(&()).into_owned(),
+            kind: VMIPool::kind(&()).into_owned(),
+            name: pool.clone(),
+            uid: uid.clone(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }],
+        _ => refs,
     }
 }
 

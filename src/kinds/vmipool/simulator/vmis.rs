@@ -334,7 +334,7 @@ impl VmiLoop {
     /// `failPercent` share of VMIs fail then.
     fn boot(&self, vmi: &VirtualMachineInstance, uid: &str) -> Boot {
         let (ns, name) = (vmi.namespace().unwrap_or_default(), vmi.name_any());
-        let plan = super::plan::of(&self.sim.lifecycles, vmi.owner_references(), &ns, &name, uid);
+        let plan = super::plan::of(&self.sim.lifecycles, &super::plan::pool_refs(&vmi.metadata), &ns, &name, uid);
         let since = vmi_status::phase_since(vmi, "Scheduled");
         let booted = since.map_or(0.0, |at| {
             (k8s_openapi::jiff::Timestamp::now() - at).total(k8s_openapi::jiff::Unit::Second).unwrap_or(0.0)
@@ -379,7 +379,8 @@ async fn act(
         Step::Running => {
             let ips = pod.map(|p| p.pod_ips.clone()).unwrap_or_default();
             let uid = vmi.metadata.uid.as_deref().unwrap_or_default();
-            let agent = super::plan::of(&sim.lifecycles, vmi.owner_references(), &ns, &name, uid).guest_agent;
+            let agent =
+                super::plan::of(&sim.lifecycles, &super::plan::pool_refs(&vmi.metadata), &ns, &name, uid).guest_agent;
             patch_vmi(sim, vmi, vmi_status::running_patch(vmi, &ips, agent, &now)).await
         }
         Step::Fail(why) => patch_vmi(sim, vmi, vmi_status::failed_patch(vmi, why, &now)).await,
