@@ -527,6 +527,51 @@ async fn the_operator_identity_writes_no_untainted_node_real_vmi_other_slice_or_
         r#"{"metadata":{"finalizers":null}}"#,
     ]);
 
+    // VirtualMachines (a VMIPool's): only those whose VMI selects simulated nodes, even where
+    // it may create VMs (a pool namespace).
+    apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: kwok-pools-pool-children, namespace: {}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kwok-pools-pool-children}}\nsubjects: [{{kind: ServiceAccount, name: kwok-pools, namespace: kwok-pools}}]\n",
+        ns.name
+    ));
+    let vms: kube::Api<kwok_pools::kinds::vmipool::vm::VirtualMachine> = kube::Api::namespaced(op.clone(), &ns.name);
+    let vm = |name: &str, selector: serde_json::Value| -> kwok_pools::kinds::vmipool::vm::VirtualMachine {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"runStrategy": "Halted", "template": {"spec": {"nodeSelector": selector, "domain": {"devices": {}}}}},
+        }))
+        .unwrap()
+    };
+    let real_vm = vm("real-vm", serde_json::json!({"disk": "ssd"}));
+    let vms_c = vms.clone();
+    wait_for("the policy to refuse a VM that may run on a real node", T, || {
+        let (vms, real_vm) = (vms_c.clone(), real_vm.clone());
+        async move {
+            match vms.create(&kube::api::PostParams::default(), &real_vm).await {
+                Err(kube::Error::Api(s))
+                    if s.code == 403
+                        && s.message.contains("only VirtualMachines whose template selects simulated nodes") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    vms.create(&post, &vm("fake-vm", serde_json::json!({"type": "kwok"})))
+        .await
+        .expect("a VM for simulated nodes is the operator's to create");
+    refused_saying(
+        vms.patch(
+            "fake-vm",
+            &pp,
+            &kube::api::Patch::Merge(&serde_json::json!({"spec": {"template": {"spec": {"nodeSelector": null}}}})),
+        )
+        .await,
+        "moving its VM to real nodes",
+        "only VirtualMachines whose template selects simulated nodes",
+    );
+
     delete_quietly("node", &fake);
     delete_quietly("resourceslice", &slice_name);
 }
