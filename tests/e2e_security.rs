@@ -561,15 +561,21 @@ async fn the_operator_identity_writes_no_untainted_node_real_vmi_other_slice_or_
     vms.create(&post, &vm("fake-vm", serde_json::json!({"type": "kwok"})))
         .await
         .expect("a VM for simulated nodes is the operator's to create");
+    // A VM that is no VMIPool's (its own, or somebody's) it may neither change nor delete.
     refused_saying(
-        vms.patch(
-            "fake-vm",
-            &pp,
-            &kube::api::Patch::Merge(&serde_json::json!({"spec": {"template": {"spec": {"nodeSelector": null}}}})),
-        )
-        .await,
-        "moving its VM to real nodes",
-        "only VirtualMachines whose template selects simulated nodes",
+        vms.patch("fake-vm", &pp, &kube::api::Patch::Merge(&serde_json::json!({"spec": {"runStrategy": "Always"}})))
+            .await,
+        "changing a VM that is no pool's",
+        "only the VirtualMachines of VMIPools",
+    );
+    apply(&format!(
+        "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata: {{name: users-vm, namespace: {}}}\nspec: {{runStrategy: Halted, template: {{spec: {{domain: {{devices: {{}}}}}}}}}}\n",
+        ns.name
+    ));
+    refused_saying(
+        vms.delete("users-vm", &Default::default()).await.map(|_| ()),
+        "deleting a user's VM",
+        "only the VirtualMachines of VMIPools",
     );
 
     delete_quietly("node", &fake);

@@ -54,6 +54,9 @@ pub const SIMULATOR_CONFLICT_ANNOTATION: &str = "pools.kwok.x-k8s.io/simulator-c
 /// The annotation the simulator puts on a VMI it plays virt-controller for (no KubeVirt runs)
 /// when it admits it: the operator's admission policy lets its identity write such VMIs.
 pub const SIMULATED_VMI_ANNOTATION: &str = "pools.kwok.x-k8s.io/simulated";
+/// On an object a pool's child makes (the VMI of a VMIPool's VirtualMachine): the UID of the
+/// pool, whose knobs govern it and whose uninstall sweeps it, though its owner is the child.
+pub const POOL_UID_ANNOTATION: &str = "pools.kwok.x-k8s.io/pool-uid";
 /// The user-info extra the simulator sends when it writes VMIs as KubeVirt's handler
 /// (impersonating it), so the operator's admission policy knows those writes for its own.
 pub const IMPERSONATOR_EXTRA: &str = "kwok-pools-impersonator";

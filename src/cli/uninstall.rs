@@ -4,7 +4,7 @@
 //! on request, the CRDs. Works whether the operator still runs or not; what it does to each
 //! object is decided in [`crate::deploy::uninstall`].
 
-use crate::api::conventions::{INSTANCE_LABEL, POOL_LABEL};
+use crate::api::conventions::{INSTANCE_LABEL, POOL_LABEL, POOL_UID_ANNOTATION};
 use crate::api::duration::parse_flag_duration;
 use crate::deploy::uninstall::{Act, act, policy_names, webhook_name};
 use crate::kinds::{self, Kind, Visitor};
@@ -89,8 +89,13 @@ impl<K: Kind> Sweep for KindSweep<K> {
             let all: Api<K::Child> = Api::all(client.clone());
             let kind = <K::Child as Resource>::kind(&()).into_owned();
             for child in all.list(&ListParams::default().labels(POOL_LABEL)).await?.items {
-                let owner =
-                    child.owner_references().iter().find(|o| self.pools.contains_key(&o.uid)).map(|o| o.uid.clone());
+                // Owned by a deleted pool, or made by a child of one (the VMI of a VMIPool's VM).
+                let owner = child
+                    .owner_references()
+                    .iter()
+                    .find(|o| self.pools.contains_key(&o.uid))
+                    .map(|o| o.uid.clone())
+                    .or_else(|| child.annotations().get(POOL_UID_ANNOTATION).cloned());
                 let Some(pool) = owner.and_then(|uid| self.pools.get(&uid)) else { continue };
                 if kind == "Node" {
                     nodes.insert(child.name_any());

@@ -17,7 +17,8 @@
 //!   the extra `kwok-pools-impersonator=simulator`), where a VMI it plays virt-controller for
 //!   is marked `pools.kwok.x-k8s.io/simulated` when it admits it;
 //! - any VirtualMachine it creates or changes whose template does not select simulated nodes
-//!   (unless the namespace is labelled unconfined), since KubeVirt would run it on a real node;
+//!   (unless the namespace is labelled unconfined), since KubeVirt would run it on a real node,
+//!   and any change or deletion of a VirtualMachine that is not a VMIPool's;
 //! - any ResourceSlice that is not labelled as a device pool's (`pools.kwok.x-k8s.io/device-pool`)
 //!   and owned by the Node it names;
 //! - with the `webhookCertSecret` bundle, any change to its own webhook configurations but
@@ -287,21 +288,33 @@ fn vmi_policy(s: &Spelling) -> String {
 }
 
 /// VirtualMachines (a VMIPool's that keeps them) are created and changed only if the VMI they
-/// run selects simulated nodes: KubeVirt would otherwise start it on a real node.
+/// run selects simulated nodes (KubeVirt would otherwise start it on a real node), and changed
+/// or deleted only if they are a VMIPool's.
 fn vm_policy(s: &Spelling) -> String {
     let template = "has(object.spec.template) && has(object.spec.template.spec)";
-    let validations = validation(
-        &format!("variables.unconfined || ({template} && {})", selects_simulated("object.spec.template")),
-        &format!(
-            "'kwok-pools writes only VirtualMachines whose template selects simulated nodes (nodeSelector {TYPE_LABEL}={TYPE_VALUE}); label the namespace {UNCONFINED_LABEL}=true to allow others in ' + request.namespace"
+    let pools = "has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(o, o.kind == 'VMIPool' && o.apiVersion.startsWith('pools.kwok.x-k8s.io/'))";
+    let validations = [
+        validation(
+            &format!(
+                "request.operation == 'DELETE' || variables.unconfined || ({template} && {})",
+                selects_simulated("object.spec.template")
+            ),
+            &format!(
+                "'kwok-pools writes only VirtualMachines whose template selects simulated nodes (nodeSelector {TYPE_LABEL}={TYPE_VALUE}); label the namespace {UNCONFINED_LABEL}=true to allow others in ' + request.namespace"
+            ),
         ),
-    );
+        validation(
+            &format!("request.operation == 'CREATE' || ({pools})"),
+            "'kwok-pools changes and deletes only the VirtualMachines of VMIPools; VM ' + request.namespace + '/' + request.name + ' is not one'",
+        ),
+    ]
+    .concat();
     let body = format!(
         r#"  matchConstraints:
     resourceRules:
     - apiGroups: [kubevirt.io]
       apiVersions: ["*"]
-      operations: [CREATE, UPDATE]
+      operations: [CREATE, UPDATE, DELETE]
       resources: [virtualmachines]
 {matches}  variables:
 {unconfined}  validations:

@@ -1,7 +1,7 @@
 //! `make bench`: scale benchmarks against a fresh local control plane, printing numbers.
 //! Usage: cargo bench --bench scale -- [nodes[=N,..]] [pods[=N]] [events[=N]] [vmis] [webhook] [shards[=N]]
 //! [unrelated[=N]] [leases[=N]] [kubelet[=NODES[:PODS_PER_NODE]]] [devices[=NODES[:PODS]]] [many-pools[=PODS]]
-//! [policies[=PODS]] [karpenter[=PODS]] [storage[=PODS]] [vms[=VMS]] [--quick]
+//! [policies[=PODS]] [karpenter[=PODS]] [storage[=PODS]] [vms[=VMS]] [vmpool[=VMS]] [--quick]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // test code: a failed unwrap is a failed test
 
 mod devices;
@@ -16,6 +16,7 @@ mod policies;
 mod shards;
 mod storage;
 mod unrelated;
+mod vm_pools;
 mod vmis;
 mod vms;
 mod webhook;
@@ -81,6 +82,14 @@ async fn main() {
         } else {
             vms::run(1000, 100).await;
         }
+    }
+    // vmpool=VMS: one VMIPool of VMS VirtualMachines run, stopped and started by its runStrategy.
+    let vm_pool_counts: Vec<u32> =
+        picked.iter().filter_map(|a| a.strip_prefix("vmpool=")).filter_map(|v| v.parse().ok()).collect();
+    if let Some(n) = vm_pool_counts.first() {
+        vm_pools::run(*n).await;
+    } else if all || picked.contains(&"vmpool") {
+        vm_pools::run(if quick { 50 } else { 500 }).await;
     }
     let shard_nodes: Vec<u32> =
         picked.iter().filter_map(|a| a.strip_prefix("shards=")).filter_map(|v| v.parse().ok()).collect();

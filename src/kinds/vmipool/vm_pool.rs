@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 /// On the template of a pool's VM (so on the VMI KubeVirt makes from it): the UID of the
 /// VMIPool, so that the pool's lifecycle knobs govern a VMI whose controller is its VM.
-pub const POOL_UID_ANNOTATION: &str = "pools.kwok.x-k8s.io/pool-uid";
+pub use crate::api::conventions::POOL_UID_ANNOTATION;
 
 /// A VMIPool seen as a pool of VirtualMachines (the same object, serialized as is).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -89,6 +89,9 @@ fn template(vmi: &VirtualMachineInstance) -> Result<serde_json::Value, Problem> 
     if let Some(annotations) = &vmi.metadata.annotations {
         metadata["annotations"] = json!(annotations);
     }
+    if let Some(finalizers) = &vmi.metadata.finalizers {
+        metadata["finalizers"] = json!(finalizers);
+    }
     Ok(json!({"metadata": metadata, "spec": spec}))
 }
 
@@ -99,8 +102,10 @@ impl PoolKind for VmPool {
     type Flags = NoFlags;
     const NOUN: &'static str = "VM";
     const TEMPLATE_PATH: &'static str = "spec.vmiTemplate";
-    // VMs are updated in place (a new run strategy reaches every VM at once), by apply.
+    // VMs are updated in place (a new run strategy reaches every VM at once), by apply; they
+    // are created by POST, which never takes over a VM of the same name.
     const PATCHES_CHILDREN: bool = true;
+    const CREATE_WITH_POST: bool = true;
     const CHILD_CRD: Option<ChildCrd> = Some(ChildCrd {
         name: kubevirt_crd::VM_NAME,
         install: "install KubeVirt, or KubeVirt's CRDs alone with `kwok-pools crd --child-crds | kubectl apply --server-side -f -`",
@@ -161,9 +166,11 @@ impl PoolKind for VmPool {
 
     fn confine(vm: &mut VirtualMachine) {
         let Some(template) = vm.spec.template.as_mut() else { return };
-        let Ok(mut spec) = serde_json::from_value::<VmiSpec>(template["spec"].take()) else { return };
+        let Ok(mut spec) = serde_json::from_value::<VmiSpec>(template["spec"].clone()) else { return };
         crate::pool::placement::confine(&mut spec.node_selector, &mut spec.tolerations);
-        template["spec"] = serde_json::to_value(spec).unwrap_or_default();
+        if let Ok(spec) = serde_json::to_value(spec) {
+            template["spec"] = spec;
+        }
     }
 
     /// The VM: the VMI the VMIPool renders as its template (with the pool's labels, so the
@@ -173,9 +180,11 @@ impl PoolKind for VmPool {
         let labels = vmi.metadata.labels.get_or_insert_default();
         labels.insert(POOL_LABEL.into(), self.name_any());
         labels.insert(INDEX_LABEL.into(), id.index.to_string());
-        if let Some(instance) = self.labels().get(INSTANCE_LABEL) {
-            labels.insert(INSTANCE_LABEL.into(), instance.clone());
-        }
+        // A named instance's pool: its VMIs are that instance's to simulate (as `stamp` does).
+        match self.labels().get(INSTANCE_LABEL) {
+            Some(instance) => labels.insert(INSTANCE_LABEL.into(), instance.clone()),
+            None => labels.remove(INSTANCE_LABEL),
+        };
         if let Some(uid) = self.uid() {
             vmi.metadata.annotations.get_or_insert_default().insert(POOL_UID_ANNOTATION.into(), uid);
         }
@@ -184,7 +193,9 @@ impl PoolKind for VmPool {
             run_strategy: Some(self.run_strategy().as_str().into()),
             template: Some(template(&vmi)?),
         };
-        let metadata = crate::pool::stamp::from_template(self.0.spec.vmi_template.metadata.as_ref());
+        // The VM carries the template's labels and annotations; its finalizers are the VMI's.
+        let mut metadata = crate::pool::stamp::from_template(self.0.spec.vmi_template.metadata.as_ref());
+        metadata.finalizers = None;
         let (api_version, kind) = (super::kubevirt::api_version(), VirtualMachine::kind(&()).into_owned());
         Ok(VirtualMachine { api_version, kind, metadata, spec, status: None })
     }

@@ -116,3 +116,22 @@ fn a_vms_vmi_is_governed_by_the_pool_its_template_names() {
     meta.annotations = None;
     assert_eq!(pool_refs(&meta)[0].kind, "VirtualMachine");
 }
+
+#[test]
+fn finalizers_go_to_the_vmi_and_a_stray_instance_label_goes() {
+    let p = pool(&POOL.replace(
+        "metadata: {labels: {app: web}, annotations: {team: a}}",
+        "metadata: {labels: {app: web}, finalizers: [example.com/keep]}",
+    ));
+    let vm = crate::pool::child(&p, 0, "h", &VmiEnv).unwrap();
+    assert_eq!(vm.metadata.finalizers, None, "the VM itself holds nothing");
+    assert_eq!(vm.spec.template.as_ref().unwrap()["metadata"]["finalizers"], json!(["example.com/keep"]));
+    let mut stray = p.clone();
+    let labels = stray.0.spec.vmi_template.metadata.as_mut().unwrap().labels.as_mut().unwrap();
+    labels.insert(INSTANCE_LABEL.into(), "other".into());
+    let t = crate::pool::child(&stray, 0, "h", &VmiEnv).unwrap().spec.template.unwrap();
+    assert!(t["metadata"]["labels"].get(INSTANCE_LABEL).is_none(), "another instance must not take its VMIs");
+    stray.0.metadata.labels = Some([(INSTANCE_LABEL.to_string(), "team-a".to_string())].into());
+    let t = crate::pool::child(&stray, 0, "h", &VmiEnv).unwrap().spec.template.unwrap();
+    assert_eq!(t["metadata"]["labels"][INSTANCE_LABEL], "team-a");
+}
