@@ -313,6 +313,11 @@ async fn e_uninstall_leaves_nothing_behind_even_with_the_operator_gone_first() {
         "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: VMIPool\nmetadata: {{name: vms, namespace: {ns}, labels: {labels}}}\nspec:\n  vmiCount: 2\n  vmiTemplate:\n    metadata: {{labels: {{{SCOPE_LABEL}: {scope}}}}}\n    spec:\n      nodeSelector: {{{SCOPE_LABEL}: {scope}}}\n      domain:\n        devices: {{disks: [{{disk: {{bus: virtio}}, name: d}}]}}\n        memory: {{guest: 128Mi}}\n      volumes: [{{name: d, containerDisk: {{image: example/cirros}}}}]\n",
         ns = ns.name
     ));
+    // And a VMIPool of VirtualMachines: their VMIs are owned by the VMs, not the pool.
+    apply(&format!(
+        "apiVersion: pools.kwok.x-k8s.io/v1alpha1\nkind: VMIPool\nmetadata: {{name: vm-pool, namespace: {ns}, labels: {labels}}}\nspec:\n  vmiCount: 2\n  virtualMachine: {{runStrategy: Always}}\n  vmiTemplate:\n    metadata: {{labels: {{{SCOPE_LABEL}: {scope}}}}}\n    spec:\n      nodeSelector: {{{SCOPE_LABEL}: {scope}}}\n      domain:\n        devices: {{disks: [{{disk: {{bus: virtio}}, name: d}}]}}\n        memory: {{guest: 128Mi}}\n      volumes: [{{name: d, containerDisk: {{image: example/cirros}}}}]\n",
+        ns = ns.name
+    ));
     wait_ready_nodes(&client, &nodes, 2, T).await;
     let phases = |what: &str| {
         String::from_utf8_lossy(
@@ -320,11 +325,11 @@ async fn e_uninstall_leaves_nothing_behind_even_with_the_operator_gone_first() {
         )
         .into_owned()
     };
-    wait_for("3 pods and 2 VMIs Running", T, || async {
+    wait_for("3 pods and 4 VMIs Running", T, || async {
         let (pods, vmis) = (phases("pods"), phases("virtualmachineinstances"));
         // The PodPool's 3 pods, and the VMIs' launcher pods beside them.
         let up = |s: &str| s.split_whitespace().filter(|p| *p == "Running").count();
-        if up(&pods) >= 3 && up(&vmis) == 2 { Ok(()) } else { Err(format!("pods: {pods}; vmis: {vmis}")) }
+        if up(&pods) >= 3 && up(&vmis) == 4 { Ok(()) } else { Err(format!("pods: {pods}; vmis: {vmis}")) }
     })
     .await;
     let finalized = kubectl_ok(&[
