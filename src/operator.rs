@@ -132,7 +132,11 @@ impl Visitor for Views<'_, '_> {
     fn visit<K: Kind>(&mut self) {
         let w = &mut *self.0;
         match K::env(&w.config.kinds.get::<K>(), w.shared) {
-            Ok(env) => w.wire_controller::<K>(crate::informer::shared::pools::<K>(&w.shared.informers), env),
+            Ok(env) => {
+                // Only the view's own pools are kept (the kind's informer holds them all).
+                let keep: crate::informer::Keep<K> = Arc::new(|p: &K| p.handled_here());
+                w.wire_controller::<K>(crate::informer::shared::pools_kept::<K>(&w.shared.informers, keep), env);
+            }
             Err(e) => {
                 w.error.get_or_insert(format!("{}: {e}", K::kind(&())));
             }

@@ -64,6 +64,17 @@ where
     informers.shared(|i: &Arc<Informer<P>>, client| i.start(Api::<P>::all(client), watcher::Config::default(), trimmed))
 }
 
+/// The pools of kind `P` that `keep` keeps: the store of a second view of a kind (a VMIPool
+/// that keeps VirtualMachines), which holds only its own pools (a watch of its own).
+pub fn pools_kept<P>(informers: &Informers, keep: super::Keep<P>) -> Arc<Informer<P>>
+where
+    P: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    informers.shared(|i: &Arc<Informer<P>>, client| {
+        i.start_filtered(Api::<P>::all(client), watcher::Config::default(), trimmed, Some(keep))
+    })
+}
+
 /// Every object of `K` in the cluster, trimmed (for a child CRD, ask only once it is installed).
 pub fn all<K>(informers: &Informers) -> Arc<Informer<K>>
 where
