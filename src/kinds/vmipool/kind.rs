@@ -18,6 +18,9 @@ use std::sync::Arc;
 /// rule, which the API server applies first).
 pub const MODE_CHANGE: &str = "spec.virtualMachine: cannot be added or removed on an existing pool (its children would change kind): create a new VMIPool instead";
 
+/// The warning for a `maxUnavailable` that a pool of VMs does not use.
+pub const MAX_UNAVAILABLE_UNUSED: &str = "spec.maxUnavailable has no effect with spec.virtualMachine: the VMs are updated in place (a new runStrategy at once; a new vmiTemplate reaches each VMI when it next starts), so nothing is unavailable for a roll";
+
 /// Nothing beyond the pool is needed to render a VMI.
 #[derive(Clone, Default)]
 pub struct VmiEnv;
@@ -42,6 +45,14 @@ impl PoolKind for VMIPool {
     /// Pools of bare VMIs; those that keep VirtualMachines are [`super::vm_pool::VmPool`]'s.
     fn handled_here(&self) -> bool {
         self.spec.virtual_machine.is_none()
+    }
+
+    /// A `maxUnavailable` beside `virtualMachine` does nothing: VMs are updated in place.
+    fn warnings(&self) -> Vec<String> {
+        if self.spec.virtual_machine.is_some() && self.spec.max_unavailable.is_some() {
+            return vec![MAX_UNAVAILABLE_UNUSED.into()];
+        }
+        Vec::new()
     }
 
     fn validation_env() -> VmiEnv {

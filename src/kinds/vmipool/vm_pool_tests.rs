@@ -78,6 +78,11 @@ fn each_pool_is_handled_by_one_view_and_cannot_switch() {
     let back = <VMIPool as PoolKind>::problems(&vms.0, Some(&vmis), &[]);
     assert_eq!(back, vec![super::super::kind::MODE_CHANGE.to_string()]);
     assert!(VmPool::example().problems(None, &[]).is_empty());
+    // A roll budget beside VMs is accepted with a warning: it does nothing.
+    let mut budget = vms.0.clone();
+    budget.spec.max_unavailable = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2));
+    assert_eq!(budget.warnings(), vec![super::super::kind::MAX_UNAVAILABLE_UNUSED.to_string()]);
+    assert!(vms.0.warnings().is_empty() && vmis.warnings().is_empty());
 }
 
 #[test]
