@@ -272,19 +272,25 @@ fn vmi_policy(s: &Spelling) -> String {
         ),
     ]
     .concat();
-    let body = format!(
+    let body = kubevirt_body("virtualmachineinstances, virtualmachineinstances/status", &matches, &validations);
+    bound(s, "simulated-vmis", &body)
+}
+
+/// The body of a policy on KubeVirt's `resources` (every write), for requests `matches`
+/// selects, with the `unconfined` variable.
+fn kubevirt_body(resources: &str, matches: &str, validations: &str) -> String {
+    format!(
         r#"  matchConstraints:
     resourceRules:
     - apiGroups: [kubevirt.io]
       apiVersions: ["*"]
       operations: [CREATE, UPDATE, DELETE]
-      resources: [virtualmachineinstances, virtualmachineinstances/status]
+      resources: [{resources}]
 {matches}  variables:
 {unconfined}  validations:
 {validations}"#,
         unconfined = unconfined(),
-    );
-    bound(s, "simulated-vmis", &body)
+    )
 }
 
 /// VirtualMachines (a VMIPool's that keeps them) are created and changed only if the VMI they
@@ -309,19 +315,7 @@ fn vm_policy(s: &Spelling) -> String {
         ),
     ]
     .concat();
-    let body = format!(
-        r#"  matchConstraints:
-    resourceRules:
-    - apiGroups: [kubevirt.io]
-      apiVersions: ["*"]
-      operations: [CREATE, UPDATE, DELETE]
-      resources: [virtualmachines]
-{matches}  variables:
-{unconfined}  validations:
-{validations}"#,
-        matches = the_operator(s),
-        unconfined = unconfined(),
-    );
+    let body = kubevirt_body("virtualmachines", &the_operator(s), &validations);
     bound(s, "simulated-vms", &body)
 }
 
