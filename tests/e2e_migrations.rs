@@ -19,23 +19,6 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(120);
 
-/// Deletes the NodePool when dropped, pass or fail.
-struct PoolCleanup(String);
-
-impl Drop for PoolCleanup {
-    fn drop(&mut self) {
-        delete_quietly("nodepool", &self.0);
-    }
-}
-
-/// `count` nodes with the KVM device, in the scope.
-fn kvm_nodes(pool: &str, scope: &str, count: u32) -> String {
-    NodePoolYaml::new(pool, scope)
-        .count(count)
-        .capacity(Some("{cpu: 64, memory: 256Gi, pods: 110, devices.kubevirt.io/kvm: 1k}"))
-        .yaml()
-}
-
 /// A VMIPool of cirros VMIs on the scope's nodes. `masquerade`: the pod network through
 /// masquerade (live-migratable), else KubeVirt's default bridge (not migratable).
 fn vmipool(name: &str, ns: &str, scope: &str, count: u32, masquerade: bool, extra_spec: &str) -> String {
@@ -141,8 +124,8 @@ async fn a_migration_moves_the_vmi_to_another_node_through_kubevirts_phases() {
     let scope = unique("mig");
     let ns = TestNamespace::new(&client, "mig").await;
     let _op = Operator::start(&scope, &[]);
-    let _pool = PoolCleanup(scope.clone());
-    apply(&kvm_nodes(&scope, &scope, 3));
+    let _pool = NodePoolCleanup(scope.clone());
+    apply(&kvm_nodepool(&scope, &scope, 3));
     wait_ready_nodes(&client, &scope, 3, T).await;
     apply(&vmipool("vms", &ns.name, &scope, 1, true, ""));
     let vmi = wait_running(&client, &ns.name, "vms", 1).await.remove(0);
@@ -237,8 +220,8 @@ async fn a_failing_migration_ends_failed_and_a_non_migratable_vmi_is_refused_wit
     let scope = unique("migfail");
     let ns = TestNamespace::new(&client, "migfail").await;
     let _op = Operator::start(&scope, &[]);
-    let _pool = PoolCleanup(scope.clone());
-    apply(&kvm_nodes(&scope, &scope, 2));
+    let _pool = NodePoolCleanup(scope.clone());
+    apply(&kvm_nodepool(&scope, &scope, 2));
     wait_ready_nodes(&client, &scope, 2, T).await;
     let knobs = "  lifecycle: {vmis: {migrationTime: {fixed: 1s}, migrationFailPercent: 100}}\n";
     apply(&vmipool("flaky", &ns.name, &scope, 1, true, knobs));
@@ -319,15 +302,15 @@ async fn draining_a_node_of_live_migrate_vmis_moves_them_all_and_loses_none() {
     let scope = unique("drain");
     let ns = TestNamespace::new(&client, "drain").await;
     let _op = Operator::start(&scope, &[]);
-    let _pool = PoolCleanup(scope.clone());
+    let _pool = NodePoolCleanup(scope.clone());
     // Every VMI starts on the one node there is; then two more come.
-    apply(&kvm_nodes(&scope, &scope, 1));
+    apply(&kvm_nodepool(&scope, &scope, 1));
     let node = wait_ready_nodes(&client, &scope, 1, T).await.remove(0).metadata.name.unwrap();
     apply(&vmipool("vms", &ns.name, &scope, 20, true, "  lifecycle: {vmis: {migrationTime: {fixed: 1s}}}\n"));
     let before = wait_running(&client, &ns.name, "vms", 20).await;
     assert!(before.iter().all(|v| node_of(v) == node));
     let uids: HashSet<String> = before.iter().map(|v| v.metadata.uid.clone().unwrap()).collect();
-    apply(&kvm_nodes(&scope, &scope, 3));
+    apply(&kvm_nodepool(&scope, &scope, 3));
     wait_ready_nodes(&client, &scope, 3, T).await;
 
     // At most 2 migrations run out of one node at once (KubeVirt's default): sampled while

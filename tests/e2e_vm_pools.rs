@@ -18,23 +18,6 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(120);
 
-/// Deletes the NodePool when dropped, pass or fail.
-struct PoolCleanup(String);
-
-impl Drop for PoolCleanup {
-    fn drop(&mut self) {
-        delete_quietly("nodepool", &self.0);
-    }
-}
-
-/// Two nodes that advertise the KVM device, in the scope.
-fn kvm_nodes(pool: &str, scope: &str) -> String {
-    NodePoolYaml::new(pool, scope)
-        .count(2)
-        .capacity(Some("{cpu: 16, memory: 64Gi, pods: 110, devices.kubevirt.io/kvm: 1k}"))
-        .yaml()
-}
-
 /// A VMIPool of `count` VMs in the scope; `vm` is the `virtualMachine` value.
 fn vm_pool(name: &str, ns: &str, scope: &str, count: u32, vm: &str) -> String {
     format!(
@@ -137,8 +120,8 @@ async fn a_vmipool_keeps_vms_that_scale_stop_and_start_with_its_run_strategy() {
     let _op = Operator::start(&scope, &[]);
     let ns = TestNamespace::new(&client, "vmpool").await;
     let nodes = format!("{scope}-kvm");
-    let _nodes = PoolCleanup(nodes.clone());
-    apply(&kvm_nodes(&nodes, &scope));
+    let _nodes = NodePoolCleanup(nodes.clone());
+    apply(&kvm_nodepool(&nodes, &scope, 2));
     wait_ready_nodes(&client, &nodes, 2, T).await;
     let pool = "web";
     apply(&vm_pool(pool, &ns.name, &scope, 4, "{runStrategy: Always}"));
@@ -276,8 +259,8 @@ async fn the_sample_pool_of_vms_runs_as_written() {
     let _op = Operator::start(&scope, &[]);
     let ns = TestNamespace::new(&client, "vmpoolsmp").await;
     let nodes = format!("{scope}-kvm");
-    let _nodes = PoolCleanup(nodes.clone());
-    apply(&kvm_nodes(&nodes, &scope));
+    let _nodes = NodePoolCleanup(nodes.clone());
+    apply(&kvm_nodepool(&nodes, &scope, 2));
     wait_ready_nodes(&client, &nodes, 2, T).await;
     // The sample as written, in this test's namespace and scope (the pool's labels and its
     // VMs', so this test's operator takes them, and their placement on the scope's nodes).

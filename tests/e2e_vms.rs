@@ -17,23 +17,6 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(120);
 
-/// Deletes the NodePool when dropped, pass or fail.
-struct PoolCleanup(String);
-
-impl Drop for PoolCleanup {
-    fn drop(&mut self) {
-        delete_quietly("nodepool", &self.0);
-    }
-}
-
-/// Two nodes that advertise the KVM device, in the scope.
-fn kvm_nodes(pool: &str, scope: &str) -> String {
-    NodePoolYaml::new(pool, scope)
-        .count(2)
-        .capacity(Some("{cpu: 16, memory: 64Gi, pods: 110, devices.kubevirt.io/kvm: 1k}"))
-        .yaml()
-}
-
 /// A VM in the scope (its labels and its VMI's) with `strategy`, KubeVirt's cirros example
 /// as its template.
 fn vm(name: &str, ns: &str, scope: &str, strategy: &str) -> String {
@@ -109,8 +92,8 @@ async fn a_vm_runs_stops_and_starts_again_as_its_run_strategy_says() {
     let _op = Operator::start(&scope, &[]);
     let ns = TestNamespace::new(&client, "vm").await;
     let pool = format!("{scope}-kvm");
-    let _pool = PoolCleanup(pool.clone());
-    apply(&kvm_nodes(&pool, &scope));
+    let _pool = NodePoolCleanup(pool.clone());
+    apply(&kvm_nodepool(&pool, &scope, 2));
     wait_ready_nodes(&client, &pool, 2, T).await;
     apply(&vm("db", &ns.name, &scope, "Always"));
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns.name);
@@ -160,8 +143,8 @@ async fn under_rerun_on_failure_a_failed_vmi_is_replaced() {
     let _op = Operator::start(&scope, &[]);
     let ns = TestNamespace::new(&client, "vmre").await;
     let pool = format!("{scope}-kvm");
-    let _pool = PoolCleanup(pool.clone());
-    apply(&kvm_nodes(&pool, &scope));
+    let _pool = NodePoolCleanup(pool.clone());
+    apply(&kvm_nodepool(&pool, &scope, 2));
     wait_ready_nodes(&client, &pool, 2, T).await;
     apply(&vm("web", &ns.name, &scope, "RerunOnFailure"));
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns.name);
@@ -197,8 +180,8 @@ async fn the_sample_vm_runs_as_written() {
     let _op = Operator::start(&scope, &[]);
     let ns = TestNamespace::new(&client, "vmsmp").await;
     let pool = format!("{scope}-kvm");
-    let _pool = PoolCleanup(pool.clone());
-    apply(&kvm_nodes(&pool, &scope));
+    let _pool = NodePoolCleanup(pool.clone());
+    apply(&kvm_nodepool(&pool, &scope, 2));
     wait_ready_nodes(&client, &pool, 2, T).await;
     // The sample as written, in this test's namespace and scope (its labels and its VMI's, so
     // this test's simulator takes them, and its VMI's placement on the scope's nodes).

@@ -17,16 +17,6 @@ const NS: &str = "default";
 const NODES: &str = "bench-vmpool-nodes";
 const POOL: &str = "bench-vmpool";
 
-fn node_pool(nodes: u32) -> serde_json::Value {
-    let capacity = serde_json::json!({"cpu": "256", "memory": "2Ti", "pods": "250", "devices.kubevirt.io/kvm": "1k"});
-    serde_json::json!({
-        "apiVersion": "pools.kwok.x-k8s.io/v1alpha1",
-        "kind": "NodePool",
-        "metadata": {"name": NODES},
-        "spec": {"nodeCount": nodes, "nodeTemplate": {"status": {"capacity": capacity, "allocatable": capacity}}}
-    })
-}
-
 fn vm_pool(vms: u32, strategy: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "pools.kwok.x-k8s.io/v1alpha1",
@@ -119,7 +109,7 @@ pub async fn run(vms: u32) {
     println!("\n## A VMIPool of {vms} VirtualMachines on {nodes} nodes: run, stop, start ({})", machine());
     let bench = Bench::cluster("bench-vmpool").await;
     let op = Operator::start(&bench, &[]).await;
-    if !nodes_ready(&bench.client, NODES, node_pool(nodes), nodes).await {
+    if !nodes_ready(&bench.client, NODES, super::vms::kvm_node_pool(NODES, nodes, false), nodes).await {
         println!("  ! {nodes} nodes not Ready; giving up");
         return;
     }

@@ -18,18 +18,20 @@ use std::time::Duration;
 const NS: &str = "default";
 const NODES: &str = "bench-vm-nodes";
 
-fn node_pool(nodes: u32) -> serde_json::Value {
+/// A NodePool `name` of `nodes` nodes that advertise the KVM device (room for many VMs each);
+/// `pod_cidr`: with a preset podCIDR range (else the controller manager assigns them).
+pub fn kvm_node_pool(name: &str, nodes: u32, pod_cidr: bool) -> serde_json::Value {
     let capacity = serde_json::json!({"cpu": "256", "memory": "2Ti", "pods": "250", "devices.kubevirt.io/kvm": "1k"});
-    serde_json::json!({
+    let mut pool = serde_json::json!({
         "apiVersion": "pools.kwok.x-k8s.io/v1alpha1",
         "kind": "NodePool",
-        "metadata": {"name": NODES},
-        "spec": {
-            "nodeCount": nodes,
-            "podCIDR": {"cidr": "10.0.0.0/12", "maskSize": 24},
-            "nodeTemplate": {"status": {"capacity": capacity, "allocatable": capacity}}
-        }
-    })
+        "metadata": {"name": name},
+        "spec": {"nodeCount": nodes, "nodeTemplate": {"status": {"capacity": capacity, "allocatable": capacity}}}
+    });
+    if pod_cidr {
+        pool["spec"]["podCIDR"] = serde_json::json!({"cidr": "10.0.0.0/12", "maskSize": 24});
+    }
+    pool
 }
 
 fn vm(i: u32) -> VirtualMachine {
@@ -76,7 +78,7 @@ pub async fn run(vms: u32, migrations: u32) {
     let bench = Bench::cluster("bench-vms").await;
     let op = Operator::start(&bench, &[]).await;
     let client = bench.client.clone();
-    if !nodes_ready(&client, NODES, node_pool(nodes), nodes).await {
+    if !nodes_ready(&client, NODES, kvm_node_pool(NODES, nodes, true), nodes).await {
         println!("  ! {nodes} nodes not Ready; giving up");
         return;
     }

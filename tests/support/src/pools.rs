@@ -271,3 +271,21 @@ spec:
 "
     )
 }
+
+/// Deletes the NodePool when dropped, pass or fail.
+pub struct NodePoolCleanup(pub String);
+
+impl Drop for NodePoolCleanup {
+    fn drop(&mut self) {
+        super::delete_quietly("nodepool", &self.0);
+    }
+}
+
+/// A NodePool of `count` nodes in the scope that advertise KubeVirt's KVM device (VMIs'
+/// launcher pods land on them).
+pub fn kvm_nodepool(pool: &str, scope: &str, count: u32) -> String {
+    NodePoolYaml::new(pool, scope)
+        .count(count)
+        .capacity(Some("{cpu: 64, memory: 256Gi, pods: 110, devices.kubevirt.io/kvm: 1k}"))
+        .yaml()
+}
