@@ -108,7 +108,11 @@ async fn may_create_children<K: PoolKind>(
 ) -> kube::Result<Option<String>> {
     let child =
         (<K::Child as kube::Resource>::group(&()).into_owned(), <K::Child as kube::Resource>::plural(&()).into_owned());
-    let spec = serde_json::to_value(pool).ok().and_then(|v| v.get("spec").cloned()).unwrap_or_default();
+    // The spec is read as JSON only for a kind whose fields ask for more.
+    let spec = match K::ALSO_CREATES {
+        [] => serde_json::Value::Null,
+        _ => serde_json::to_value(pool).ok().and_then(|v| v.get("spec").cloned()).unwrap_or_default(),
+    };
     let also = K::ALSO_CREATES.iter().filter(|a| !spec.get(a.field).unwrap_or(&serde_json::Value::Null).is_null());
     let wanted = std::iter::once(child).chain(also.map(|a| (a.group.to_string(), a.plural.to_string())));
     for (group, resource) in wanted {

@@ -79,8 +79,6 @@ pub struct ChildCrd {
         fn() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
 }
 
-/// What a pool kind tells the core: the one trait a kind implements (see
-/// docs/adding-a-kind.md). Everything per kind hangs off it; [`crate::kinds`] lists the kinds.
 /// Objects of another kind a pool creates when `spec.<field>` is set ([`PoolKind::ALSO_CREATES`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AlsoCreates {
@@ -89,6 +87,8 @@ pub struct AlsoCreates {
     pub plural: &'static str,
 }
 
+/// What a pool kind tells the core: the one trait a kind implements (see
+/// docs/adding-a-kind.md). Everything per kind hangs off it; [`crate::kinds`] lists the kinds.
 pub trait PoolKind:
     Resource<DynamicType = ()> + CustomResourceExt + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static
 {
