@@ -17,9 +17,14 @@ pub mod proxy;
 
 pub const SCOPE_LABEL: &str = "kwok-pools.test/scope";
 
-/// The repository root.
+/// The repository root: where cargo runs the test or bench from (`CARGO_MANIFEST_DIR` at run
+/// time, the root package's), else where this crate was compiled. Cargo may reuse this crate
+/// from a shared `CARGO_TARGET_DIR` compiled in another clone, whose path it would carry.
 pub fn repo() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.join("tests/support/Cargo.toml").is_file())
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")))
 }
 
 /// The `kwok-pools` binary cargo built beside the running test (`target/<profile>/`).
