@@ -8,7 +8,7 @@ mod summary;
 
 use std::path::Path;
 
-const HEADER: &str = "workload,tool,run,objects,seconds,tool_cpu_s,tool_peak_rss_mib,apiserver_cpu_s,leases_on_time,leases_late,leases_missed,nodes_not_ready";
+const HEADER: &str = "workload,tool,run,objects,seconds,tool_cpu_s,tool_peak_rss_mib,apiserver_cpu_s,leases_on_time,leases_late,leases_missed,nodes_not_ready,concurrency";
 
 fn regime(csv: &str) -> summary::Regime {
     summary::Regime {
@@ -21,10 +21,15 @@ fn regime(csv: &str) -> summary::Regime {
     }
 }
 
+/// The row of `workload` on the preset path (results without a path suffix preset it).
 fn row<'a>(md: &'a str, workload: &str) -> &'a str {
+    row_of(md, workload, "preset")
+}
+
+fn row_of<'a>(md: &'a str, workload: &str, path: &str) -> &'a str {
     md.lines()
-        .find(|l| l.starts_with(&format!("| {workload} |")))
-        .unwrap_or_else(|| panic!("no row {workload} in\n{md}"))
+        .find(|l| l.starts_with(&format!("| {workload} | {path}")))
+        .unwrap_or_else(|| panic!("no row {workload} ({path}) in\n{md}"))
 }
 
 #[test]
@@ -52,11 +57,13 @@ fn cells_are_medians_with_their_range_and_ratios_of_median_rates() {
          nodes-5000,bare,1,5000,40.5,,,1,0,0,0,0\n",
     )]);
     let r = row(&md, "nodes-5000");
-    assert!(r.contains("| 100.0 s (90.0–120.0) |"), "{r}");
-    assert!(r.contains("| 45.0 s (40.0–50.0) |"), "{r}");
-    assert!(r.contains("| 40.5 s |"), "{r}");
-    // 5000/45 ÷ 5000/100, and ÷ 5000/40.5.
-    assert!(r.ends_with("| 2.22 | 0.90 |"), "{r}");
+    // Each with the API server's CPU per object: 1 s over 5,000 nodes.
+    assert!(r.contains("| 100.0 s (90.0–120.0) · 0.20 ms |"), "{r}");
+    assert!(r.contains("| 45.0 s (40.0–50.0) · 0.20 ms |"), "{r}");
+    assert!(r.contains("| 40.5 s · 0.20 ms |"), "{r}");
+    // ÷ 5000/40.5 first (the headline), then 5000/45 ÷ 5000/100.
+    assert!(r.contains("| 0.90 | 40.5 s"), "{r}");
+    assert!(r.ends_with("| 2.22 |"), "{r}");
     assert!(md.contains("median of 3 runs per cell"), "{md}");
 }
 
@@ -68,9 +75,10 @@ fn a_run_with_nodes_not_ready_is_marked_and_so_are_its_ratios() {
          pods-10000,bare,1,10000,59.2,,,1,22590,1360,0,0\n",
     )]);
     let r = row(&md, "pods-10000");
-    assert!(r.contains("| 190.5 s † (3978 NotReady) |"), "{r}");
-    assert!(r.contains("| 36.5 s |"), "{r}");
-    assert!(r.contains("| 5.22 † | 1.62 |"), "{r}");
+    assert!(r.contains("| 190.5 s † (3978 NotReady) · 0.10 ms |"), "{r}");
+    assert!(r.contains("| 36.5 s · 0.10 ms |"), "{r}");
+    assert!(r.contains("| 1.62 | 59.2 s"), "{r}");
+    assert!(r.ends_with("| 5.22 † |"), "{r}");
 }
 
 #[test]
@@ -80,8 +88,9 @@ fn the_bare_writers_delete_says_how_many_writes_it_made() {
          delete-10000,bare,1,10000,100.4,,,1,45923,0,0,0\n",
     )]);
     let r = row(&md, "delete-10000");
-    assert!(r.contains("| 100.4 s (2 writes per pod) |"), "{r}");
-    assert!(r.ends_with("| — | 0.95 |"), "{r}");
+    assert!(r.contains("| 100.4 s · 0.10 ms (2 writes per pod) |"), "{r}");
+    assert!(r.contains("| 0.95 | 100.4 s"), "{r}");
+    assert!(r.ends_with("| — |"), "{r}");
 }
 
 #[test]
@@ -93,16 +102,36 @@ fn runs_that_timed_out_are_said_and_hold_windows_are_not_rows() {
          hold-10000,kwok-pools,1,10000,600.0,,,1,0,0,0,0\n",
     )]);
     let r = row(&md, "nodes-10000");
-    assert!(r.contains("| not done |"), "{r}");
-    assert!(r.contains("| 100.0 s, 1 of 2 not done |"), "{r}");
-    assert!(r.contains("| — | — |"), "no bare runs, no kwok rate: {r}");
+    assert!(r.contains("| not done · 0.10 ms |"), "{r}");
+    assert!(r.contains("| 100.0 s, 1 of 2 not done · 0.10 ms |"), "{r}");
+    assert!(r.contains("| — | — |"), "no bare runs: {r}");
+    assert!(r.ends_with("| — |"), "no kwok rate: {r}");
     assert!(!md.contains("| hold-10000 |"), "{md}");
 }
 
 #[test]
+fn each_podcidr_path_is_a_row_of_its_own_and_the_client_is_named() {
+    let md = summary::render(&[regime(&format!(
+        "{}\n{}\n{}\n{}\n",
+        "nodes-5000-assigned,kwok-pools,1,5000,20.0,,,25,0,0,0,0,128",
+        "nodes-5000-assigned,bare,1,5000,10.0,,,10,0,0,0,0,128",
+        "nodes-5000-preset,kwok-pools,1,5000,10.0,,,12.5,0,0,0,0,128",
+        "nodes-5000-preset,bare,1,5000,10.0,,,12.5,0,0,0,0,128",
+    ))]);
+    let assigned = row_of(&md, "nodes-5000", "controller manager");
+    assert!(assigned.contains("| 0.50 | 10.0 s · 2.00 ms | 20.0 s · 5.00 ms |"), "{assigned}");
+    let preset = row_of(&md, "nodes-5000", "preset");
+    assert!(preset.contains("| 1.00 | 10.0 s · 2.50 ms | 10.0 s · 2.50 ms |"), "{preset}");
+    assert!(md.contains("128 requests in flight"), "{md}");
+    assert!(!md.contains("nodes-5000-assigned"), "the path is a column, not part of the name: {md}");
+}
+
+#[test]
 fn a_malformed_results_file_names_the_line_and_column() {
-    let err = summary::parse(&format!("{HEADER}\nnodes-5000,kwok,1,5000,fast,,,1,0,0,0,0\n")).unwrap_err();
+    let err = summary::parse(&format!("{HEADER}\nnodes-5000,kwok,1,5000,fast,,,1,0,0,0,0,64\n")).unwrap_err();
     assert!(err.contains("line 2") && err.contains("seconds"), "{err}");
+    let err = summary::parse(&format!("{HEADER}\nnodes-5000,kwok,1,5000,1.0,,,1,0,0,0,0,many\n")).unwrap_err();
+    assert!(err.contains("line 2") && err.contains("concurrency"), "{err}");
     let err = summary::parse("workload,tool\nx,y\n").unwrap_err();
     assert!(err.contains("no column"), "{err}");
 }

@@ -87,6 +87,26 @@ impl Regime {
     }
 }
 
+/// Who gives each node its podCIDR (every tool alike): the workload names say which.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PodCidr {
+    /// The controller manager's node IPAM, as in most clusters: NodePools without
+    /// `spec.podCIDR` (the samples' shape), kwok's and the bare writer's nodes without one.
+    Assigned,
+    /// Set when the node is made: a NodePool's `spec.podCIDR`, the same /24 per node in the
+    /// cluster CIDR on kwok's and the bare writer's nodes.
+    Preset,
+}
+
+impl PodCidr {
+    pub fn slug(self) -> &'static str {
+        match self {
+            PodCidr::Assigned => "assigned",
+            PodCidr::Preset => "preset",
+        }
+    }
+}
+
 #[derive(Parser, Debug, Clone)]
 #[command(about = "kwok-pools vs kwok vs a bare writer, each in a fresh local cluster")]
 pub struct Args {
@@ -111,9 +131,13 @@ pub struct Args {
     /// Which tools, in this order.
     #[arg(long, value_delimiter = ',', default_value = "kwok,kwok-pools,bare")]
     tools: Vec<tools::Tool>,
-    /// Parallel requests of the shared client.
+    /// Parallel requests of the shared client (recorded with every run).
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// Who gives nodes their podCIDR, each variant a cluster of its own per node count
+    /// (`assigned`: the controller manager, the default path; `preset`: the pool / the writer).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "assigned,preset")]
+    pod_cidr: Vec<PodCidr>,
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
     /// Give up on a workload after this many seconds (the row then says so).

@@ -62,19 +62,13 @@ impl Bench {
 
     /// Every request the API server has answered, by (verb, resource[/subresource]).
     pub async fn requests(&self) -> BTreeMap<(String, String), f64> {
+        requests_in(&self.metrics_text().await)
+    }
+
+    /// The API server's /metrics page (empty when it cannot be read).
+    pub async fn metrics_text(&self) -> String {
         let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
-        let text = self.client.request_text(req).await.unwrap_or_default();
-        let mut out = BTreeMap::new();
-        for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
-            let Some((labels, value)) = line.rsplit_once(' ') else { continue };
-            let get = |k: &str| {
-                labels.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_string()
-            };
-            let sub = get("subresource");
-            let resource = if sub.is_empty() { get("resource") } else { format!("{}/{}", get("resource"), sub) };
-            *out.entry((get("verb"), resource)).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
-        }
-        out
+        self.client.request_text(req).await.unwrap_or_default()
     }
 
     /// Write requests the API server has answered, by resource (all verbs that write).
@@ -367,4 +361,54 @@ pub async fn ready_count(client: &kube::Client, name: &str) -> i32 {
         .and_then(|p| p.status)
         .map(|s| s.ready_replicas)
         .unwrap_or(0)
+}
+
+/// Every request in a /metrics page, by (verb, resource[/subresource]).
+pub fn requests_in(text: &str) -> BTreeMap<(String, String), f64> {
+    let mut out = BTreeMap::new();
+    for ([verb, resource, sub], n) in
+        parse_family(text, "apiserver_request_total", &["verb", "resource", "subresource"])
+    {
+        let resource = if sub.is_empty() { resource } else { format!("{resource}/{sub}") };
+        *out.entry((verb, resource)).or_insert(0.0) += n;
+    }
+    out
+}
+
+/// Metric `family` of a /metrics page summed by the values of `labels` (joined by a space),
+/// e.g. `apiserver_watch_events_total` by resource: the events sent to all watchers.
+pub fn metric_in<const N: usize>(text: &str, family: &str, labels: &[&str; N]) -> BTreeMap<String, f64>
+where
+    [String; N]: Default,
+{
+    let mut out = BTreeMap::new();
+    for (key, n) in parse_family(text, family, labels) {
+        *out.entry(key.join(" ")).or_insert(0.0) += n;
+    }
+    out
+}
+
+fn parse_family<const N: usize>(text: &str, family: &str, labels: &[&str; N]) -> Vec<([String; N], f64)>
+where
+    [String; N]: Default,
+{
+    let prefix = format!("{family}{{");
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with(&prefix)) {
+        let Some((set, value)) = line.rsplit_once(' ') else { continue };
+        let get = |k: &str| {
+            [format!("{{{k}=\""), format!(",{k}=\"")]
+                .iter()
+                .find_map(|at| set.split_once(at.as_str()).map(|(_, rest)| rest))
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or("")
+                .to_string()
+        };
+        let mut key: [String; N] = Default::default();
+        for (slot, k) in key.iter_mut().zip(labels) {
+            *slot = get(k);
+        }
+        out.push((key, value.parse::<f64>().unwrap_or(0.0)));
+    }
+    out
 }

@@ -125,7 +125,7 @@ pub fn write(out: &Path, args: &Args, outcomes: &[Outcome]) {
     ratios(&mut md, outcomes);
     request_tables(&mut md, args, outcomes);
     let _ = std::fs::write(out.join("compare.md"), md);
-    let _ = std::fs::write(out.join("runs.csv"), runs_csv(outcomes));
+    let _ = std::fs::write(out.join("runs.csv"), runs_csv(args, outcomes));
     write_series(out, args, outcomes);
 }
 
@@ -185,18 +185,48 @@ fn request_tables(md: &mut String, args: &Args, outcomes: &[Outcome]) {
         }
     }
     md.push('\n');
+    let _ = writeln!(
+        md,
+        "## Watch events sent and request bodies (run 1): the API server's work beyond the request count\n\n\
+         Watch events: what the API server sent to every watcher (one object change seen by four watchers is four), \
+         the five largest. Bodies: the mean size of the requests that carry one (creates, patches), the five most \
+         frequent.\n"
+    );
+    for w in workloads(outcomes) {
+        for &tool in &args.tools {
+            let Some(o) = outcomes.iter().find(|o| o.workload == w && o.tool == tool && o.run == 1) else { continue };
+            let mut events: Vec<(&String, &f64)> = o.watch_events.iter().collect();
+            events.sort_by(|a, b| b.1.total_cmp(a.1));
+            let events: Vec<String> = events.iter().take(5).map(|(k, v)| format!("{k} {v:.0}")).collect();
+            let mut bodies: Vec<(&String, &(f64, f64))> = o.bodies.iter().collect();
+            bodies.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
+            let bodies: Vec<String> = bodies
+                .iter()
+                .take(5)
+                .map(|(k, (bytes, n))| format!("{k} {n:.0} × {:.0} B", bytes / n.max(1.0)))
+                .collect();
+            let _ = writeln!(
+                md,
+                "- {w}, {}: watch events {} — bodies {}",
+                tool.label(),
+                if events.is_empty() { "not recorded".into() } else { events.join(", ") },
+                if bodies.is_empty() { "not recorded".into() } else { bodies.join(", ") }
+            );
+        }
+    }
+    md.push('\n');
 }
 
-fn runs_csv(outcomes: &[Outcome]) -> String {
+fn runs_csv(args: &Args, outcomes: &[Outcome]) -> String {
     let mut s = String::from(
-        "workload,tool,run,objects,seconds,tool_cpu_s,tool_peak_rss_mib,apiserver_cpu_s,leases_on_time,leases_late,leases_missed,nodes_not_ready\n",
+        "workload,tool,run,objects,seconds,tool_cpu_s,tool_peak_rss_mib,apiserver_cpu_s,leases_on_time,leases_late,leases_missed,nodes_not_ready,concurrency\n",
     );
     for o in outcomes {
         let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
         let l = o.leases.unwrap_or_default();
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{:.3},{},{},{},{}",
+            "{},{},{},{},{},{},{},{:.3},{},{},{},{},{}",
             o.workload,
             o.tool.slug(),
             o.run,
@@ -208,7 +238,8 @@ fn runs_csv(outcomes: &[Outcome]) -> String {
             l.on_time,
             l.late,
             l.missed,
-            o.not_ready
+            o.not_ready,
+            args.concurrency
         );
     }
     s
@@ -234,6 +265,7 @@ fn write_series(out: &Path, args: &Args, outcomes: &[Outcome]) {
     let mut meta: BTreeMap<&str, String> = BTreeMap::new();
     meta.insert("machine", super::harness::machine());
     meta.insert("runs", args.runs.to_string());
+    meta.insert("concurrency", args.concurrency.to_string());
     meta.insert("bare_delete_writes", super::writer::BARE_DELETE_WRITES.to_string());
     let argv: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     meta.insert("command", format!("cargo bench --bench compare -- {}", argv.join(" ")).trim_end().to_string());

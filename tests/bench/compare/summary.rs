@@ -1,7 +1,8 @@
 //! The README's side-by-side table, generated from the committed results of every regime
 //! (`bench/results/<regime>/runs.csv` and `machine.json`, written by `make bench-compare`):
-//! per workload the median seconds (min–max) of kwok, kwok-pools and the bare writer, liveness
-//! beside them, and the ratios the targets are stated in. Self-contained (no other bench
+//! per workload and podCIDR path the median seconds (min–max) of the bare writer, kwok-pools
+//! and kwok with the API server's CPU per object beside each, liveness, and the ratios the
+//! targets are stated in (÷ the bare writer first: the limit). Self-contained (no other bench
 //! module) so that `tests/readme_results.rs` checks the README against the same rendering.
 
 use std::fmt::Write as _;
@@ -17,7 +18,13 @@ pub const REGIMES: [(&str, &str); 2] = [
     ("kwokctl", "kwokctl's default heartbeat (factor 5): 200 s leases, node grace 200 s, monitor period 25 s"),
 ];
 
-const TOOLS: [(&str, &str); 3] = [("kwok", "kwok v0.8.0"), ("kwok-pools", "kwok-pools"), ("bare", "bare writer")];
+/// kwok's stage set in these results (what `make kwok` installs: kwokctl's default).
+pub const KWOK_STAGES: &str = "kwokctl's default stages: node/fast, node/heartbeat-with-lease, pod/fast";
+
+/// Who gave the nodes their podCIDRs, by the workload name's suffix (results from before the
+/// suffix preset them).
+pub const POD_CIDRS: [(&str, &str); 2] =
+    [("assigned", "controller manager (default path)"), ("preset", "preset (pool's spec.podCIDR)")];
 
 /// One line of runs.csv.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,7 +35,23 @@ pub struct Run {
     pub objects: u32,
     /// None: not done within the run's timeout.
     pub seconds: Option<f64>,
+    /// The API server's CPU seconds over the workload (None: not recorded).
+    pub apiserver_cpu: Option<f64>,
     pub not_ready: u64,
+    /// The neutral client's requests in flight (None: not recorded).
+    pub concurrency: Option<u32>,
+}
+
+impl Run {
+    /// The workload without its podCIDR suffix, and the podCIDR path.
+    pub fn workload_and_path(&self) -> (&str, &str) {
+        for (slug, _) in POD_CIDRS {
+            if let Some(base) = self.workload.strip_suffix(slug).and_then(|b| b.strip_suffix('-')) {
+                return (base, slug);
+            }
+        }
+        (&self.workload, "preset")
+    }
 }
 
 /// Parses runs.csv (its header names the columns); an error names the line and the column.
@@ -39,6 +62,7 @@ pub fn parse(csv: &str) -> Result<Vec<Run>, String> {
         |name: &str| header.iter().position(|h| *h == name).ok_or_else(|| format!("runs.csv has no column {name:?}"));
     let (w, t, r, o, s, nr) =
         (col("workload")?, col("tool")?, col("run")?, col("objects")?, col("seconds")?, col("nodes_not_ready")?);
+    let (api, conc) = (col("apiserver_cpu_s").ok(), col("concurrency").ok());
     let mut runs = Vec::new();
     for (i, line) in lines.filter(|(_, l)| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split(',').collect();
@@ -46,17 +70,25 @@ pub fn parse(csv: &str) -> Result<Vec<Run>, String> {
         let num = |c: usize, name: &str| -> Result<u64, String> {
             get(c)?.parse().map_err(|_| format!("runs.csv line {}: {name} {:?} is not a count", i + 1, f[c]))
         };
-        let seconds = match get(s)? {
-            "" => None,
-            v => Some(v.parse().map_err(|_| format!("runs.csv line {}: seconds {v:?} is not a number", i + 1))?),
+        let number = |c: Option<usize>, name: &str| -> Result<Option<f64>, String> {
+            match c.map(get).transpose()? {
+                None | Some("") => Ok(None),
+                Some(v) => {
+                    v.parse().map(Some).map_err(|_| format!("runs.csv line {}: {name} {v:?} is not a number", i + 1))
+                }
+            }
         };
+        let seconds = number(Some(s), "seconds")?;
         runs.push(Run {
             workload: get(w)?.to_string(),
             tool: get(t)?.to_string(),
             run: num(r, "run")? as u32,
             objects: num(o, "objects")? as u32,
             seconds,
+            apiserver_cpu: number(api, "apiserver_cpu_s")?,
             not_ready: num(nr, "nodes_not_ready")?,
+            // A column added later: rows written before it may end short.
+            concurrency: conc.filter(|&c| c < f.len()).map(|c| num(c, "concurrency")).transpose()?.map(|c| c as u32),
         });
     }
     Ok(runs)
@@ -92,6 +124,10 @@ fn cell(runs: &[&Run]) -> String {
     if worst > 0 {
         let _ = write!(text, " † ({worst} NotReady)");
     }
+    let per_object = runs.iter().filter_map(|r| r.apiserver_cpu.map(|c| 1000.0 * c / f64::from(r.objects.max(1))));
+    if let Some((m, _, _)) = median_min_max(per_object.collect()) {
+        let _ = write!(text, " · {m:.2} ms");
+    }
     text
 }
 
@@ -109,12 +145,13 @@ fn ratio(a: &[&Run], b: &[&Run]) -> String {
     }
 }
 
-/// The workloads in the order they first appear.
+/// The workloads (without their podCIDR path) in the order they first appear.
 fn workloads(runs: &[Run]) -> Vec<&str> {
     let mut names: Vec<&str> = Vec::new();
     for r in runs {
-        if !names.contains(&r.workload.as_str()) && !r.workload.starts_with("hold") {
-            names.push(&r.workload);
+        let (w, _) = r.workload_and_path();
+        if !names.contains(&w) && !w.starts_with("hold") {
+            names.push(w);
         }
     }
     names
@@ -136,9 +173,20 @@ pub fn render(regimes: &[Regime]) -> String {
     let mut md = String::new();
     for g in regimes {
         let most = g.runs.iter().map(|r| r.run).max().unwrap_or(0);
+        let mut concurrency: Vec<u32> = g.runs.iter().filter_map(|r| r.concurrency).collect();
+        concurrency.sort_unstable();
+        concurrency.dedup();
+        let in_flight = match concurrency.as_slice() {
+            [] => String::new(),
+            [c] => format!("; the neutral client {c} requests in flight"),
+            many => format!(
+                "; the neutral client {} requests in flight",
+                many.iter().map(u32::to_string).collect::<Vec<_>>().join(" or ")
+            ),
+        };
         let _ = writeln!(
             md,
-            "**{}** — {} ({}; {}; `bench/results/{}/`{}):\n",
+            "**{}** — {} ({}; {}{in_flight}; `bench/results/{}/`{}):\n",
             g.slug,
             g.meaning,
             if most == 1 {
@@ -152,34 +200,43 @@ pub fn render(regimes: &[Regime]) -> String {
         );
         let _ = writeln!(
             md,
-            "| workload | kwok v0.8.0 | kwok-pools | bare writer | kwok-pools ÷ kwok | kwok-pools ÷ bare |"
+            "| workload | podCIDRs | kwok-pools ÷ bare | bare writer | kwok-pools | kwok v0.8.0 | kwok-pools ÷ kwok |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
         for w in workloads(&g.runs) {
-            let of = |tool: &str| g.runs.iter().filter(|r| r.workload == w && r.tool == tool).collect::<Vec<_>>();
-            let [kwok, pools, bare] = TOOLS.map(|(t, _)| of(t));
-            let _ = writeln!(
-                md,
-                "| {w} | {} | {} | {}{} | {} | {} |",
-                cell(&kwok),
-                cell(&pools),
-                cell(&bare),
-                if w.starts_with("delete") && !bare.is_empty() {
-                    let n = g.bare_delete_writes;
-                    format!(" ({n} write{} per pod)", if n == 1 { "" } else { "s" })
-                } else {
-                    String::new()
-                },
-                ratio(&pools, &kwok),
-                ratio(&pools, &bare)
-            );
+            for (path, said) in POD_CIDRS {
+                let of = |tool: &str| {
+                    g.runs.iter().filter(|r| r.workload_and_path() == (w, path) && r.tool == tool).collect::<Vec<_>>()
+                };
+                let (kwok, pools, bare) = (of("kwok"), of("kwok-pools"), of("bare"));
+                if kwok.is_empty() && pools.is_empty() && bare.is_empty() {
+                    continue;
+                }
+                let _ = writeln!(
+                    md,
+                    "| {w} | {said} | {} | {}{} | {} | {} | {} |",
+                    ratio(&pools, &bare),
+                    cell(&bare),
+                    if w.starts_with("delete") && !bare.is_empty() {
+                        let n = g.bare_delete_writes;
+                        format!(" ({n} write{} per pod)", if n == 1 { "" } else { "s" })
+                    } else {
+                        String::new()
+                    },
+                    cell(&pools),
+                    cell(&kwok),
+                    ratio(&pools, &kwok),
+                );
+            }
         }
         md.push('\n');
     }
-    md.push_str(
-        "† a node went NotReady while the workload ran (the most in one run in brackets); a ratio is of median \
-         rates (objects per second). The bare writer writes every object in its final state with the same lease \
-         work; for deletes, the user's graceful delete and (where it says two writes) the kubelet's final one.\n",
+    let _ = writeln!(
+        md,
+        "A cell is the median seconds, then (after ·) the API server's CPU milliseconds per object. † a node went \
+         NotReady while the workload ran (the most in one run in brackets); a ratio is of median rates (objects per \
+         second). The bare writer writes every object in its final state with the same lease work; for deletes, the \
+         user's graceful delete and (where it says two writes) the kubelet's final one. kwok ran with {KWOK_STAGES}."
     );
     md
 }

@@ -1,13 +1,13 @@
 //! The workloads, each tool in a fresh cluster per workload group: N nodes to Ready (the
 //! largest then held for `--hold` seconds), and pods to Running on held nodes, then deleted.
 
-use super::Args;
-use super::harness::{Bench, cpu_seconds, peak_rss_mib};
+use super::harness::{Bench, cpu_seconds, metric_in, peak_rss_mib, requests_in};
 use super::observe::{LeaseStats, Observer, Sample, Sampler};
 use super::profile::Profile;
 use super::tools::{Running, Tool};
 use super::writer;
-use k8s_openapi::api::core::v1::ServiceAccount;
+use super::{Args, PodCidr};
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams};
 use kwok_pools::kinds::nodepool::NodePool;
 use std::collections::BTreeMap;
@@ -26,14 +26,45 @@ pub struct Outcome {
     pub apiserver_cpu: f64,
     /// API requests answered by the API server meanwhile, by `VERB resource`.
     pub requests: BTreeMap<String, f64>,
+    /// Watch events the API server sent meanwhile (to every watcher), by resource.
+    pub watch_events: BTreeMap<String, f64>,
+    /// Request bodies meanwhile, by `verb resource`: (bytes, requests).
+    pub bodies: BTreeMap<String, (f64, f64)>,
     pub leases: Option<LeaseStats>,
     pub not_ready: usize,
     pub series: Vec<Sample>,
 }
 
-/// Every request the API server has answered, by `VERB resource[/subresource]`.
-async fn requests(bench: &Bench) -> BTreeMap<String, f64> {
-    bench.requests().await.into_iter().map(|((verb, resource), n)| (format!("{verb} {resource}"), n)).collect()
+/// The API server's counters a window reads at both ends.
+struct Counters {
+    requests: BTreeMap<String, f64>,
+    watch_events: BTreeMap<String, f64>,
+    body_bytes: BTreeMap<String, f64>,
+    body_count: BTreeMap<String, f64>,
+}
+
+impl Counters {
+    /// One read of the API server's metrics.
+    async fn read(bench: &Bench) -> Self {
+        let text = bench.metrics_text().await;
+        let watch = metric_in(&text, "apiserver_watch_events_total", &["resource", "kind"]);
+        let requests = requests_in(&text).into_iter().map(|((verb, resource), n)| (format!("{verb} {resource}"), n));
+        Self {
+            requests: requests.collect(),
+            watch_events: watch.into_iter().map(|(k, v)| (k.trim().to_string(), v)).collect(),
+            body_bytes: metric_in(&text, "apiserver_request_body_size_bytes_sum", &["verb", "resource"]),
+            body_count: metric_in(&text, "apiserver_request_body_size_bytes_count", &["verb", "resource"]),
+        }
+    }
+}
+
+/// `after - before` of each key, the keys that grew.
+fn grown(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect()
 }
 
 /// One measured stretch: CPU, memory, requests and a sampled series from begin to end.
@@ -42,7 +73,7 @@ struct Measure {
     apiserver_pid: i32,
     tool_cpu0: f64,
     api_cpu0: f64,
-    requests0: BTreeMap<String, f64>,
+    counters0: Counters,
     sampler: Sampler,
 }
 
@@ -56,7 +87,7 @@ impl Measure {
             apiserver_pid,
             tool_cpu0: tool_pid.map_or(0.0, cpu_seconds),
             api_cpu0: cpu_seconds(apiserver_pid),
-            requests0: requests(bench).await,
+            counters0: Counters::read(bench).await,
             sampler: Sampler::start(tool_pid, apiserver_pid, done),
         }
     }
@@ -70,12 +101,10 @@ impl Measure {
         objects: u32,
         seconds: Option<f64>,
     ) -> Outcome {
-        let after = requests(bench).await;
-        let requests = after
-            .iter()
-            .map(|(k, v)| (k.clone(), v - self.requests0.get(k).copied().unwrap_or(0.0)))
-            .filter(|(_, v)| *v > 0.0)
-            .collect();
+        let (before, after) = (&self.counters0, Counters::read(bench).await);
+        let bytes = grown(&before.body_bytes, &after.body_bytes);
+        let counts = grown(&before.body_count, &after.body_count);
+        let bodies = counts.iter().map(|(k, n)| (k.clone(), (bytes.get(k).copied().unwrap_or(0.0), *n))).collect();
         Outcome {
             tool,
             workload,
@@ -85,7 +114,9 @@ impl Measure {
             tool_cpu: self.tool_pid.map(|p| cpu_seconds(p) - self.tool_cpu0),
             tool_rss: self.tool_pid.map(peak_rss_mib),
             apiserver_cpu: cpu_seconds(self.apiserver_pid) - self.api_cpu0,
-            requests,
+            requests: grown(&before.requests, &after.requests),
+            watch_events: grown(&before.watch_events, &after.watch_events),
+            bodies,
             leases: None,
             not_ready: 0,
             series: self.sampler.stop(),
@@ -122,18 +153,19 @@ async fn make_nodes(
     concurrency: usize,
     leased: writer::Leased,
     lease_seconds: i32,
+    pod_cidr: PodCidr,
 ) -> tokio::task::JoinHandle<usize> {
     let client = bench.client.clone();
+    let preset = pod_cidr == PodCidr::Preset;
     match tool {
         Tool::KwokPools => {
             let api: Api<NodePool> = Api::all(client);
-            api.patch("cmp-node", &PatchParams::apply("bench").force(), &Patch::Apply(writer::node_pool(n)))
-                .await
-                .unwrap();
+            let pool = writer::node_pool(n, preset);
+            api.patch("cmp-node", &PatchParams::apply("bench").force(), &Patch::Apply(pool)).await.unwrap();
             tokio::spawn(async { 0 })
         }
         Tool::Kwok | Tool::Bare => tokio::spawn(async move {
-            writer::create_nodes(&client, n, tool == Tool::Bare, concurrency, leased, lease_seconds).await
+            writer::create_nodes(&client, n, tool == Tool::Bare, concurrency, leased, lease_seconds, preset).await
         }),
     }
 }
@@ -158,8 +190,8 @@ pub async fn run_all(args: &Args, tool: Tool, run: usize) -> Vec<Outcome> {
     let mut out = Vec::new();
     let largest = args.nodes.iter().copied().max().unwrap_or(0);
     let smallest = args.nodes.iter().copied().min().unwrap_or(0);
-    for &n in &args.nodes {
-        println!("\n## {} — {n} nodes (run {run})", tool.label());
+    for (&pod_cidr, &n) in args.pod_cidr.iter().flat_map(|p| args.nodes.iter().map(move |n| (p, n))) {
+        println!("\n## {} — {n} nodes, podCIDRs {} (run {run})", tool.label(), pod_cidr.slug());
         let mut extra = args.regime.cluster_args(args.grace);
         if args.profile.is_some() {
             // Local clusters run without the profiling endpoints.
@@ -172,7 +204,7 @@ pub async fn run_all(args: &Args, tool: Tool, run: usize) -> Vec<Outcome> {
         }
         let obs = Observer::start(&bench.client);
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let cluster = Cluster { args, tool, run, bench: &bench, running: &running, obs: &obs };
+        let cluster = Cluster { args, tool, run, pod_cidr, bench: &bench, running: &running, obs: &obs };
         let (made, renewer) = cluster.nodes(n).await;
         out.push(made);
         // A tool that did not make every node Ready is still held and given pods (on nodes
@@ -199,6 +231,7 @@ struct Cluster<'a> {
     args: &'a Args,
     tool: Tool,
     run: usize,
+    pod_cidr: PodCidr,
     bench: &'a Bench,
     running: &'a Running,
     obs: &'a Observer,
@@ -222,6 +255,11 @@ impl Cluster<'_> {
         Some(Profile::start(super::harness::repo().join("bin/kubectl"), self.bench.kubeconfig(), file))
     }
 
+    /// The workload's name in the results: what and how many, and who gave the podCIDRs.
+    fn workload(&self, what: &str, n: u32) -> String {
+        format!("{what}-{n}-{}", self.pod_cidr.slug())
+    }
+
     async fn end(&self, m: Measure, workload: String, objects: u32, seconds: Option<f64>) -> Outcome {
         m.end(self.bench, self.tool, workload, self.run, objects, seconds).await
     }
@@ -231,16 +269,17 @@ impl Cluster<'_> {
         self.obs.open_window();
         let o = self.obs.clone();
         let m = self.measure(move || o.nodes_ready()).await;
-        let profile = self.profile(&format!("nodes-{n}"));
+        let profile = self.profile(&self.workload("nodes", n));
         // The bare writer renews each lease from its creation on, as any tool must.
         let leased = writer::Leased::default();
         let renewer = (self.tool == Tool::Bare).then(|| {
             writer::renew_leases(self.bench.client.clone(), leased.clone(), self.args.concurrency, self.lease())
         });
-        let creating = make_nodes(self.bench, self.tool, n, self.args.concurrency, leased, self.lease()).await;
+        let creating =
+            make_nodes(self.bench, self.tool, n, self.args.concurrency, leased, self.lease(), self.pod_cidr).await;
         let secs = wait_for("nodes Ready", n as usize, self.args.timeout(), || self.obs.nodes_ready()).await;
         let (leases, not_ready) = self.obs.close_window();
-        let mut made = self.end(m, format!("nodes-{n}"), n, secs).await;
+        let mut made = self.end(m, self.workload("nodes", n), n, secs).await;
         // After the window's measures: the piece in progress runs a few seconds past its end.
         if let Some(p) = profile {
             p.finish().await;
@@ -268,7 +307,7 @@ impl Cluster<'_> {
             );
         }
         let (leases, not_ready) = self.obs.close_window();
-        let mut held = self.end(m, format!("hold-{n}"), n, Some(start.elapsed().as_secs_f64())).await;
+        let mut held = self.end(m, self.workload("hold", n), n, Some(start.elapsed().as_secs_f64())).await;
         held.leases = Some(leases);
         held.not_ready = not_ready;
         say(&held);
@@ -290,15 +329,25 @@ impl Cluster<'_> {
         .await;
         let held = obs.nodes_ready();
         println!("  {count} pods on {} nodes, {held} nodes held", args.pod_nodes);
+        // Each node's podCIDR as the cluster has it (the bare writer's pod addresses come
+        // from it), read before the measured window.
+        let cidrs: BTreeMap<String, String> = Api::<Node>::all(bench.client.clone())
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|n| Some((n.metadata.name?, n.spec?.pod_cidr?)))
+            .collect();
         let nodes: Vec<(String, String)> = obs
             .ready_names()
             .into_iter()
+            .filter_map(|n| cidrs.get(&n).map(|c| (n, c.clone())))
             .take(args.pod_nodes as usize)
-            .map(|n| {
-                let i: u32 = n.rsplit('-').next().and_then(|i| i.parse().ok()).unwrap_or(0);
-                (n, writer::node(i, false).spec.and_then(|s| s.pod_cidr).unwrap_or_default())
-            })
             .collect();
+        if nodes.len() < args.pod_nodes as usize {
+            println!("  ! only {} Ready nodes have a podCIDR (of {} asked for pods)", nodes.len(), args.pod_nodes);
+        }
         // Pods are refused until the namespace's default ServiceAccount exists.
         let sa: Api<ServiceAccount> = Api::namespaced(bench.client.clone(), writer::NS);
         for _ in 0..300 {
@@ -310,12 +359,12 @@ impl Cluster<'_> {
         obs.open_window();
         let o = obs.clone();
         let m = self.measure(move || o.pods_running()).await;
-        let profile = self.profile(&format!("pods-{count}"));
+        let profile = self.profile(&self.workload("pods", count));
         let (client, conc, bare) = (bench.client.clone(), args.concurrency, self.tool == Tool::Bare);
         let creating = tokio::spawn(async move { writer::create_pods(&client, count, &nodes, bare, conc).await });
         let secs = wait_for("pods Running", count as usize, args.timeout(), || obs.pods_running()).await;
         let (leases, not_ready) = obs.close_window();
-        let mut made = self.end(m, format!("pods-{count}"), count, secs).await;
+        let mut made = self.end(m, self.workload("pods", count), count, secs).await;
         // After the window's measures: the piece in progress runs a few seconds past its end.
         if let Some(p) = profile {
             p.finish().await;
@@ -329,12 +378,12 @@ impl Cluster<'_> {
         let o = obs.clone();
         let total = obs.pods();
         let m = self.measure(move || total.saturating_sub(o.pods())).await;
-        let profile = self.profile(&format!("delete-{count}"));
+        let profile = self.profile(&self.workload("delete", count));
         let client = bench.client.clone();
         let deleting = tokio::spawn(async move { writer::delete_pods(&client, count, bare, conc).await });
         let secs = wait_for("pods deleted", total, args.timeout(), || total.saturating_sub(obs.pods())).await;
         let (leases, not_ready) = obs.close_window();
-        let mut gone = self.end(m, format!("delete-{count}"), count, secs).await;
+        let mut gone = self.end(m, self.workload("delete", count), count, secs).await;
         // After the window's measures: the piece in progress runs a few seconds past its end.
         if let Some(p) = profile {
             p.finish().await;

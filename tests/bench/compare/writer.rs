@@ -15,12 +15,10 @@ use std::time::Duration;
 
 pub const NS: &str = "default";
 
-/// The node every tool's node looks like before the tool touches it (index `i`).
-pub fn node(i: u32, final_state: bool) -> Node {
+/// The node every tool's node looks like before the tool touches it (index `i`); with a
+/// podCIDR when `preset` (else the controller manager assigns one).
+pub fn node(i: u32, final_state: bool, preset: bool) -> Node {
     let name = format!("cmp-node-{i}");
-    // Inside the local cluster's cluster CIDR (10.128.0.0/9), as a real node's podCIDR is: the
-    // controller manager's range allocator retries a node outside it for ever.
-    let cidr = format!("10.{}.{}.0/24", 128 + i / 256, i % 256);
     let mut node: Node = serde_json::from_value(serde_json::json!({
         "metadata": {
             "name": name,
@@ -28,7 +26,6 @@ pub fn node(i: u32, final_state: bool) -> Node {
             "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
         },
         "spec": {
-            "podCIDR": cidr, "podCIDRs": [cidr],
             "taints": [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
         },
         "status": {
@@ -36,6 +33,11 @@ pub fn node(i: u32, final_state: bool) -> Node {
         }
     }))
     .unwrap();
+    if preset && let Some(spec) = node.spec.as_mut() {
+        let cidr = preset_cidr(i);
+        spec.pod_cidr = Some(cidr.clone());
+        spec.pod_cidrs = Some(vec![cidr]);
+    }
     if final_state {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         node.status = Some(kwok_pools::kubelet::status::node::simulated(
@@ -50,6 +52,13 @@ pub fn node(i: u32, final_state: bool) -> Node {
     node
 }
 
+/// Node `i`'s preset podCIDR: inside the local cluster's cluster CIDR (10.128.0.0/9), as a
+/// real node's is (the controller manager's range allocator retries a node outside it for
+/// ever), and the one a NodePool with [`node_pool`]'s `spec.podCIDR` gives its node `i`.
+fn preset_cidr(i: u32) -> String {
+    format!("10.{}.{}.0/24", 128 + i / 256, i % 256)
+}
+
 pub fn capacity() -> serde_json::Value {
     serde_json::json!({"cpu": "256", "memory": "1Ti", "pods": "250"})
 }
@@ -58,21 +67,25 @@ fn host_ip(i: u32) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(192, 168, (i / 250) as u8, (i % 250 + 2) as u8))
 }
 
-/// The NodePool kwok-pools makes the same nodes from.
-pub fn node_pool(count: u32) -> serde_json::Value {
-    serde_json::json!({
+/// The NodePool kwok-pools makes the same nodes from (with `spec.podCIDR` when `preset`, else
+/// as the samples write it).
+pub fn node_pool(count: u32, preset: bool) -> serde_json::Value {
+    let mut pool = serde_json::json!({
         "apiVersion": "pools.kwok.x-k8s.io/v1alpha1",
         "kind": "NodePool",
         "metadata": {"name": "cmp-node"},
         "spec": {
             "nodeCount": count,
-            "podCIDR": {"cidr": "10.128.0.0/9", "maskSize": 24},
             "nodeTemplate": {
                 "metadata": {"labels": {"kubernetes.io/os": "linux"}},
                 "status": {"capacity": capacity(), "allocatable": capacity()}
             }
         }
-    })
+    });
+    if preset {
+        pool["spec"]["podCIDR"] = serde_json::json!({"cidr": "10.128.0.0/9", "maskSize": 24});
+    }
+    pool
 }
 
 pub fn pod(i: u32, node: &str) -> Pod {
@@ -132,6 +145,7 @@ pub async fn create_nodes(
     concurrency: usize,
     leased: Leased,
     lease_seconds: i32,
+    preset: bool,
 ) -> usize {
     let nodes: Api<Node> = Api::all(client.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
@@ -139,8 +153,8 @@ pub async fn create_nodes(
     each((0..count).collect(), concurrency, |i| {
         let (nodes, leases, pp, leased) = (&nodes, &leases, &pp, &leased);
         async move {
-            let created = nodes.create(pp, &node(i, bare)).await.or_else(|e| match e {
-                kube::Error::Api(s) if s.code == 409 => Ok(node(i, bare)),
+            let created = nodes.create(pp, &node(i, bare, preset)).await.or_else(|e| match e {
+                kube::Error::Api(s) if s.code == 409 => Ok(node(i, bare, preset)),
                 e => Err(e),
             })?;
             if bare {
@@ -160,8 +174,8 @@ pub async fn create_nodes(
     .await
 }
 
-/// Creates `count` pods spread over `nodes` by nodeName; the bare writer then writes each
-/// one Running (with an address from its node's podCIDR).
+/// Creates `count` pods spread over `nodes` (name, podCIDR) by nodeName; the bare writer then
+/// writes each one Running (with an address from its node's podCIDR).
 pub async fn create_pods(
     client: &kube::Client,
     count: u32,
