@@ -24,7 +24,7 @@ pub const KWOK_STAGES: &str = "kwokctl's default stages: node/fast, node/heartbe
 /// Who gave the nodes their podCIDRs, by the workload name's suffix (results from before the
 /// suffix preset them).
 pub const POD_CIDRS: [(&str, &str); 2] =
-    [("assigned", "controller manager (default path)"), ("preset", "preset (pool's spec.podCIDR)")];
+    [("assigned", "controller manager (default path)"), ("preset", "preset at creation")];
 
 /// One line of runs.csv.
 #[derive(Clone, Debug, PartialEq)]

@@ -330,23 +330,25 @@ impl Cluster<'_> {
         let held = obs.nodes_ready();
         println!("  {count} pods on {} nodes, {held} nodes held", args.pod_nodes);
         // Each node's podCIDR as the cluster has it (the bare writer's pod addresses come
-        // from it), read before the measured window.
-        let cidrs: BTreeMap<String, String> = Api::<Node>::all(bench.client.clone())
-            .list(&Default::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|n| Some((n.metadata.name?, n.spec?.pod_cidr?)))
-            .collect();
+        // from it), read before the measured window; a node the controller manager has not
+        // given one yet gets no pods.
+        let cidrs = node_cidrs(bench).await;
         let nodes: Vec<(String, String)> = obs
             .ready_names()
             .into_iter()
             .filter_map(|n| cidrs.get(&n).map(|c| (n, c.clone())))
             .take(args.pod_nodes as usize)
             .collect();
-        if nodes.len() < args.pod_nodes as usize {
-            println!("  ! only {} Ready nodes have a podCIDR (of {} asked for pods)", nodes.len(), args.pod_nodes);
+        // Each node's pods must fit its capacity (250) and its /24.
+        let room = nodes.len() as u32 * 250;
+        if count > room {
+            println!(
+                "  ! {count} pods need {} Ready nodes with a podCIDR, {} have one: no pod workloads for {}",
+                count.div_ceil(250),
+                nodes.len(),
+                self.tool.label()
+            );
+            return Vec::new();
         }
         // Pods are refused until the namespace's default ServiceAccount exists.
         let sa: Api<ServiceAccount> = Api::namespaced(bench.client.clone(), writer::NS);
@@ -394,4 +396,21 @@ impl Cluster<'_> {
         let _ = deleting.await;
         vec![made, gone]
     }
+}
+
+/// Every node's podCIDR (by name), as listed a few times until a list answers.
+async fn node_cidrs(bench: &Bench) -> BTreeMap<String, String> {
+    let api = Api::<Node>::all(bench.client.clone());
+    for attempt in 1..=5u64 {
+        match api.list(&Default::default()).await {
+            Ok(list) => {
+                return list.items.into_iter().filter_map(|n| Some((n.metadata.name?, n.spec?.pod_cidr?))).collect();
+            }
+            Err(e) => {
+                eprintln!("  ! listing the nodes' podCIDRs (attempt {attempt} of 5): {e}");
+                tokio::time::sleep(Duration::from_secs(attempt)).await;
+            }
+        }
+    }
+    BTreeMap::new()
 }

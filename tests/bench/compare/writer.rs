@@ -153,10 +153,11 @@ pub async fn create_nodes(
     each((0..count).collect(), concurrency, |i| {
         let (nodes, leases, pp, leased) = (&nodes, &leases, &pp, &leased);
         async move {
-            let created = nodes.create(pp, &node(i, bare, preset)).await.or_else(|e| match e {
-                kube::Error::Api(s) if s.code == 409 => Ok(node(i, bare, preset)),
-                e => Err(e),
-            })?;
+            // A retried create that went through: the node as stored (its UID owns the lease).
+            let created = match nodes.create(pp, &node(i, bare, preset)).await {
+                Err(kube::Error::Api(s)) if s.code == 409 => nodes.get(&format!("cmp-node-{i}")).await?,
+                other => other?,
+            };
             if bare {
                 let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
                 let name = created.metadata.name.clone().unwrap_or_default();
