@@ -3,7 +3,7 @@
 
 #[test]
 fn committed_crds_are_up_to_date() {
-    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/crds/kwok-pools.yaml"))
+    let committed = std::fs::read_to_string(kwok_pools_test_support::repo().join("crds/kwok-pools.yaml"))
         .expect("crds/kwok-pools.yaml exists: run `make crds`");
     let generated = kwok_pools::kinds::crds_yaml();
     assert!(committed == generated, "crds/kwok-pools.yaml is stale: run `make crds` and commit the result");
@@ -11,8 +11,8 @@ fn committed_crds_are_up_to_date() {
 
 #[test]
 fn the_helm_chart_ships_the_same_crds() {
-    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/crds/kwok-pools.yaml")).unwrap();
-    let chart = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/charts/kwok-pools/crds/kwok-pools.yaml"))
+    let committed = std::fs::read_to_string(kwok_pools_test_support::repo().join("crds/kwok-pools.yaml")).unwrap();
+    let chart = std::fs::read_to_string(kwok_pools_test_support::repo().join("charts/kwok-pools/crds/kwok-pools.yaml"))
         .unwrap();
     assert!(committed == chart, "charts/kwok-pools/crds/kwok-pools.yaml differs from crds/: run `make crds`");
 }

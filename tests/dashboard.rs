@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 fn dashboard() -> serde_json::Value {
     let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/grafana/kwok-pools-dashboard.json"))
+        std::fs::read_to_string(kwok_pools_test_support::repo().join("config/grafana/kwok-pools-dashboard.json"))
             .expect("config/grafana/kwok-pools-dashboard.json");
     serde_json::from_str(&text).expect("the dashboard is JSON")
 }

@@ -11,7 +11,7 @@ fn cluster_role_rules() -> Vec<Value> {
 
 fn role_rules(name: &str) -> Vec<Value> {
     let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/rbac.yaml")).expect("config/rbac.yaml");
+        std::fs::read_to_string(kwok_pools_test_support::repo().join("config/rbac.yaml")).expect("config/rbac.yaml");
     serde_yaml::Deserializer::from_str(&text)
         .filter_map(|doc| Value::deserialize(doc).ok())
         .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == name)
@@ -84,7 +84,7 @@ fn every_registered_kind_and_its_children_are_granted() {
 fn nothing_grants_secrets_and_the_webhook_configurations_ship_with_the_operator() {
     // (The optional webhook-cert-secret component grants its own namespace's Secrets: only
     // for an install without certificate tooling, dist/install.yaml.)
-    let rbac = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/rbac.yaml")).unwrap();
+    let rbac = std::fs::read_to_string(kwok_pools_test_support::repo().join("config/rbac.yaml")).unwrap();
     let docs: Vec<Value> =
         serde_yaml::Deserializer::from_str(&rbac).filter_map(|d| Value::deserialize(d).ok()).collect();
     for doc in docs.iter().filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role") {
@@ -98,15 +98,14 @@ fn nothing_grants_secrets_and_the_webhook_configurations_ship_with_the_operator(
         }
     }
     let kustomization =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/kustomization.yaml")).unwrap();
+        std::fs::read_to_string(kwok_pools_test_support::repo().join("config/kustomization.yaml")).unwrap();
     assert!(kustomization.contains("webhook.yaml") && kustomization.contains("policy.yaml"));
     // The NetworkPolicy is opt-in: its API-server range differs per cluster, and a wrong one
     // cuts the webhook off silently.
     assert!(!kustomization.contains("networkpolicy"), "not in the base");
-    let policy = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/config/components/networkpolicy/networkpolicy.yaml"
-    ))
+    let policy = std::fs::read_to_string(
+        kwok_pools_test_support::repo().join("config/components/networkpolicy/networkpolicy.yaml"),
+    )
     .unwrap();
     assert!(policy.contains("API_SERVER_CIDR"), "a placeholder that cannot be applied by mistake");
     let policy: Value = serde_yaml::from_str(&policy).unwrap();
@@ -122,7 +121,7 @@ fn nothing_grants_secrets_and_the_webhook_configurations_ship_with_the_operator(
 #[test]
 fn the_committed_manifests_are_what_the_registry_generates() {
     for (path, generated) in kwok_pools::deploy::files() {
-        let committed = std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap_or_default();
+        let committed = std::fs::read_to_string(kwok_pools_test_support::repo().join(&path)).unwrap_or_default();
         assert!(committed == generated, "{path} is stale: run `make manifests` and commit it");
     }
 }

@@ -6,8 +6,6 @@
 #[path = "bench/compare/summary.rs"]
 mod summary;
 
-use std::path::Path;
-
 const HEADER: &str = "workload,tool,run,objects,seconds,tool_cpu_s,tool_peak_rss_mib,apiserver_cpu_s,leases_on_time,leases_late,leases_missed,nodes_not_ready,concurrency";
 
 fn regime(csv: &str) -> summary::Regime {
@@ -34,7 +32,7 @@ fn row_of<'a>(md: &'a str, workload: &str, path: &str) -> &'a str {
 
 #[test]
 fn the_readme_shows_the_committed_results() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = kwok_pools_test_support::repo();
     let regimes = summary::read(&repo.join("bench/results")).unwrap();
     assert!(!regimes.is_empty(), "no bench/results/<regime>/runs.csv committed");
     let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();

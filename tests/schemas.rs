@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    kwok_pools_test_support::repo()
 }
 
 fn validator() -> PathBuf {

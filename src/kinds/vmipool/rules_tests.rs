@@ -5,7 +5,10 @@ use super::*;
 
 /// A VMIPool whose template is the spec (and labels) of one of KubeVirt's example VMIs.
 fn vmipool_of_example(file: &str) -> (VMIPool, serde_json::Value) {
-    let path = format!("{}/tests/fixtures/kubevirt/{file}", env!("CARGO_MANIFEST_DIR"));
+    // The run-time root first: cargo may reuse this test binary from a shared target directory
+    // compiled in another clone.
+    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let path = format!("{root}/tests/fixtures/kubevirt/{file}");
     let vmi: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let pool = serde_json::json!({
         "apiVersion": "pools.kwok.x-k8s.io/v1alpha1", "kind": "VMIPool",
