@@ -172,17 +172,24 @@ fn ratios(md: &mut String, outcomes: &[Outcome]) {
     md.push('\n');
 }
 
+/// Run 1 of every workload and tool, in workload then tool order (the per-request lists).
+fn first_runs<'a>(args: &'a Args, outcomes: &'a [Outcome]) -> impl Iterator<Item = (String, Tool, &'a Outcome)> + 'a {
+    workloads(outcomes).into_iter().flat_map(move |w| {
+        args.tools.iter().filter_map(move |&tool| {
+            let o = outcomes.iter().find(|o| o.workload == w && o.tool == tool && o.run == 1)?;
+            Some((w.clone(), tool, o))
+        })
+    })
+}
+
 fn request_tables(md: &mut String, args: &Args, outcomes: &[Outcome]) {
     let _ = writeln!(md, "## API requests by verb and resource (run 1, all clients, the ten most frequent)\n");
-    for w in workloads(outcomes) {
-        for &tool in &args.tools {
-            let Some(o) = outcomes.iter().find(|o| o.workload == w && o.tool == tool && o.run == 1) else { continue };
-            let mut top: Vec<(&String, &f64)> = o.requests.iter().filter(|(k, _)| !k.starts_with("WATCH")).collect();
-            top.sort_by(|a, b| b.1.total_cmp(a.1));
-            let total: f64 = o.requests.values().sum();
-            let list: Vec<String> = top.iter().take(10).map(|(k, v)| format!("{k} {v:.0}")).collect();
-            let _ = writeln!(md, "- {w}, {}: {total:.0} in all — {}", tool.label(), list.join(", "));
-        }
+    for (w, tool, o) in first_runs(args, outcomes) {
+        let mut top: Vec<(&String, &f64)> = o.requests.iter().filter(|(k, _)| !k.starts_with("WATCH")).collect();
+        top.sort_by(|a, b| b.1.total_cmp(a.1));
+        let total: f64 = o.requests.values().sum();
+        let list: Vec<String> = top.iter().take(10).map(|(k, v)| format!("{k} {v:.0}")).collect();
+        let _ = writeln!(md, "- {w}, {}: {total:.0} in all — {}", tool.label(), list.join(", "));
     }
     md.push('\n');
     let _ = writeln!(
@@ -192,27 +199,21 @@ fn request_tables(md: &mut String, args: &Args, outcomes: &[Outcome]) {
          the five largest. Bodies: the mean size of the requests that carry one (creates, patches), the five most \
          frequent.\n"
     );
-    for w in workloads(outcomes) {
-        for &tool in &args.tools {
-            let Some(o) = outcomes.iter().find(|o| o.workload == w && o.tool == tool && o.run == 1) else { continue };
-            let mut events: Vec<(&String, &f64)> = o.watch_events.iter().collect();
-            events.sort_by(|a, b| b.1.total_cmp(a.1));
-            let events: Vec<String> = events.iter().take(5).map(|(k, v)| format!("{k} {v:.0}")).collect();
-            let mut bodies: Vec<(&String, &(f64, f64))> = o.bodies.iter().collect();
-            bodies.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
-            let bodies: Vec<String> = bodies
-                .iter()
-                .take(5)
-                .map(|(k, (bytes, n))| format!("{k} {n:.0} × {:.0} B", bytes / n.max(1.0)))
-                .collect();
-            let _ = writeln!(
-                md,
-                "- {w}, {}: watch events {} — bodies {}",
-                tool.label(),
-                if events.is_empty() { "not recorded".into() } else { events.join(", ") },
-                if bodies.is_empty() { "not recorded".into() } else { bodies.join(", ") }
-            );
-        }
+    for (w, tool, o) in first_runs(args, outcomes) {
+        let mut events: Vec<(&String, &f64)> = o.watch_events.iter().collect();
+        events.sort_by(|a, b| b.1.total_cmp(a.1));
+        let events: Vec<String> = events.iter().take(5).map(|(k, v)| format!("{k} {v:.0}")).collect();
+        let mut bodies: Vec<(&String, &(f64, f64))> = o.bodies.iter().collect();
+        bodies.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
+        let bodies: Vec<String> =
+            bodies.iter().take(5).map(|(k, (bytes, n))| format!("{k} {n:.0} × {:.0} B", bytes / n.max(1.0))).collect();
+        let _ = writeln!(
+            md,
+            "- {w}, {}: watch events {} — bodies {}",
+            tool.label(),
+            if events.is_empty() { "not recorded".into() } else { events.join(", ") },
+            if bodies.is_empty() { "not recorded".into() } else { bodies.join(", ") }
+        );
     }
     md.push('\n');
 }
